@@ -1,0 +1,73 @@
+"""pymlirjit: a numba-style JIT decorator framework over MLIR.
+
+``@callback`` makes a type-annotated Python function callable from JIT-compiled MLIR;
+``@mlir_kernel`` makes an MLIR function callable from Python with scalars and numpy
+arrays; :class:`Session` compiles, links and caches; :class:`ExecutionEngine` is MLIR's
+own engine without its traps.
+"""
+
+from .callbacks import Callback, CallbackRegistry, callback
+from .engine import ExecutionEngine
+from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
+from .function import CompiledFunction
+from .kernel import Kernel, mlir_kernel
+from .pipeline import DEFAULT_PIPELINE
+from .session import CompiledModule, Session, default_session, runtime_library
+from .signature import Parameter, Signature
+from .types import (
+    MemRef,
+    Tensor,
+    UnrankedMemRef,
+    bf16,
+    complex64,
+    complex128,
+    f16,
+    f32,
+    f64,
+    i1,
+    i8,
+    i16,
+    i32,
+    i64,
+    index,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_PIPELINE",
+    "Callback",
+    "CallbackRegistry",
+    "CompiledFunction",
+    "CompiledModule",
+    "Diagnostic",
+    "ExecutionEngine",
+    "Kernel",
+    "LinkError",
+    "MLIRError",
+    "MemRef",
+    "Parameter",
+    "PyMLIRJitError",
+    "Session",
+    "Signature",
+    "SignatureError",
+    "Tensor",
+    "UnrankedMemRef",
+    "__version__",
+    "bf16",
+    "callback",
+    "complex64",
+    "complex128",
+    "default_session",
+    "f16",
+    "f32",
+    "f64",
+    "i1",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "index",
+    "mlir_kernel",
+    "runtime_library",
+]

@@ -1,0 +1,191 @@
+"""The C ABI at the Python boundary, and the MLIR shims that keep it simple.
+
+A function marked ``llvm.emit_c_interface`` is reachable as ``_mlir_ciface_<name>``:
+scalars by value, memrefs as pointers to descriptors, and (for several results or an
+aggregate result) results written through a pointer passed first.
+
+Some scalars do not survive that ABI from ctypes: f16/bf16 and ``complex`` by value are
+lowered to LLVM types that ctypes cannot express, and an ``i1`` result has undefined
+upper bits. For functions using them the session adds an MLIR shim whose boundary types
+are plain: i1 -> i8, f16/bf16 -> f64 (exact both ways), complex<fN> -> (re, im) as two
+fN parameters. Everything else crosses unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from .memref import UnrankedDescriptor, descriptor_type
+from .signature import Signature
+from .types import (
+    ScalarType,
+    Type,
+    UnrankedMemRefType,
+    f32,
+    f64,
+    i8,
+)
+
+__all__ = ["BoundaryABI", "boundary_abi", "callback_shim", "kernel_shim"]
+
+_WIDENED = {"i1": i8, "f16": f64, "bf16": f64}
+
+
+def _param_boundary_types(t: Type) -> tuple[Type, ...]:
+    if isinstance(t, ScalarType):
+        if t.kind == "complex":
+            part = f32 if t.bits == 64 else f64
+            return (part, part)
+        return (_WIDENED.get(t.mlir, t),)
+    return (t,)
+
+
+def _memory_ctype(t: Type) -> Any:
+    """The ctypes type of a value stored in memory (a result struct field)."""
+    if isinstance(t, ScalarType):
+        return t.ctype
+    if isinstance(t, UnrankedMemRefType):
+        return UnrankedDescriptor
+    return descriptor_type(t.rank)
+
+
+@dataclass(frozen=True)
+class BoundaryABI:
+    """How one function's values cross the C ABI at the Python boundary.
+
+    ``boundary`` is the signature the C entry point really has (after any shim);
+    ``c_params`` the ctypes types of its parameters (without the result pointer);
+    ``c_result`` the by-value result type (``None`` for none or via pointer);
+    ``result_struct`` the struct written through the first-parameter pointer, if any.
+    """
+
+    signature: Signature
+    boundary: Signature
+    needs_shim: bool
+    c_params: tuple[Any, ...]
+    c_result: Any
+    result_struct: Any
+
+    @property
+    def results_via_pointer(self) -> bool:
+        return self.result_struct is not None
+
+
+@functools.lru_cache(maxsize=256)
+def boundary_abi(signature: Signature) -> BoundaryABI:
+    """Derive the boundary ABI of ``signature`` (cached: signatures are values)."""
+    params: list[Type] = []
+    for t in signature.param_types:
+        params.extend(_param_boundary_types(t))
+    results = list(signature.results)
+    if len(results) == 1 and isinstance(results[0], ScalarType):
+        results = [_WIDENED.get(results[0].mlir, results[0])]
+    needs_shim = tuple(params) != signature.param_types or tuple(results) != signature.results
+    boundary = Signature.of(params, results)
+    c_params = tuple(
+        _memory_ctype(t) if isinstance(t, ScalarType) else ctypes.c_void_p for t in params
+    )
+    c_result = None
+    result_struct = None
+    if len(results) == 1 and isinstance(results[0], ScalarType) and results[0].kind != "complex":
+        c_result = results[0].ctype
+    elif results:
+        fields = [(f"r{i}", _memory_ctype(t)) for i, t in enumerate(results)]
+        result_struct = type("Results", (ctypes.Structure,), {"_fields_": fields})
+    return BoundaryABI(signature, boundary, needs_shim, c_params, c_result, result_struct)
+
+
+def _convert(value: str, out: str, source: Type, target: Type) -> tuple[list[str], str]:
+    """MLIR ops converting ``value`` between a boundary type and an inner type."""
+    if source == target:
+        return [], value
+    if source == i8:
+        return [f"{out} = arith.trunci {value} : i8 to i1"], out
+    if target == i8:
+        return [f"{out} = arith.extui {value} : i1 to i8"], out
+    if source == f64:
+        return [f"{out} = arith.truncf {value} : f64 to {target.mlir}"], out
+    return [f"{out} = arith.extf {value} : {source.mlir} to f64"], out
+
+
+def _types(types: tuple[Type, ...]) -> str:
+    return ", ".join(t.mlir for t in types)
+
+
+def _result_list(types: tuple[Type, ...]) -> str:
+    return types[0].mlir if len(types) == 1 else f"({_types(types)})"
+
+
+def _call_and_return(callee: str, args: list[str], arg_types: tuple[Type, ...],
+                     results: tuple[Type, ...], returned_types: tuple[Type, ...]) -> list[str]:
+    call = f"call @{callee}({', '.join(args)}) : ({_types(arg_types)}) -> {_result_list(results)}"
+    if not results:
+        return [call, "return"]
+    lines = [f"%r:{len(results)} = {call}"]
+    returned = []
+    for i, (source, target) in enumerate(zip(results, returned_types)):
+        ops, value = _convert(f"%r#{i}", f"%ret{i}", source, target)
+        lines += ops
+        returned.append(value)
+    lines.append(f"return {', '.join(returned)} : {_types(returned_types)}")
+    return lines
+
+
+def kernel_shim(name: str, entry: str, signature: Signature) -> str:
+    """``func.func @entry`` taking boundary types and calling ``@name``."""
+    abi = boundary_abi(signature)
+    boundary_types = abi.boundary.param_types
+    boundary_args = [f"%b{i}" for i in range(len(boundary_types))]
+    lines: list[str] = []
+    inner_args: list[str] = []
+    position = 0
+    for i, t in enumerate(signature.param_types):
+        if isinstance(t, ScalarType) and t.kind == "complex":
+            re, im = boundary_args[position], boundary_args[position + 1]
+            lines.append(f"%z{i} = complex.create {re}, {im} : {t.mlir}")
+            inner_args.append(f"%z{i}")
+            position += 2
+            continue
+        ops, value = _convert(boundary_args[position], f"%z{i}", boundary_types[position], t)
+        lines += ops
+        inner_args.append(value)
+        position += 1
+    lines += _call_and_return(name, inner_args, signature.param_types, signature.results,
+                              abi.boundary.results)
+    header = ", ".join(f"{a}: {t.mlir}" for a, t in zip(boundary_args, boundary_types))
+    body = "\n    ".join(lines)
+    return (f"func.func @{entry}({header}) -> {_result_list(abi.boundary.results)} "
+            f"attributes {{llvm.emit_c_interface}} {{\n    {body}\n}}\n")
+
+
+def callback_shim(name: str, symbol: str, signature: Signature) -> str:
+    """A definition of ``@name`` that widens its values and calls ``@symbol``.
+
+    ``@symbol`` is declared with the boundary signature and ``llvm.emit_c_interface``:
+    the Python callback is registered under ``_mlir_ciface_<symbol>``.
+    """
+    abi = boundary_abi(signature)
+    params = [f"%a{i}" for i in range(len(signature.params))]
+    lines: list[str] = []
+    boundary_values: list[str] = []
+    for i, (value, t) in enumerate(zip(params, signature.param_types)):
+        if isinstance(t, ScalarType) and t.kind == "complex":
+            lines.append(f"%re{i} = complex.re {value} : {t.mlir}")
+            lines.append(f"%im{i} = complex.im {value} : {t.mlir}")
+            boundary_values += [f"%re{i}", f"%im{i}"]
+            continue
+        ops, converted = _convert(value, f"%w{i}", t, _param_boundary_types(t)[0])
+        lines += ops
+        boundary_values.append(converted)
+    boundary = abi.boundary
+    lines += _call_and_return(symbol, boundary_values, boundary.param_types, boundary.results,
+                              signature.results)
+    header = ", ".join(f"{a}: {t.mlir}" for a, t in zip(params, signature.param_types))
+    body = "\n    ".join(lines)
+    return (f"func.func private @{name}({header}) -> {_result_list(signature.results)} {{\n"
+            f"    {body}\n}}\n"
+            f"func.func private @{symbol}({_types(boundary.param_types)}) -> "
+            f"{_result_list(boundary.results)} attributes {{llvm.emit_c_interface}}\n")

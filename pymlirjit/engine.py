@@ -1,0 +1,220 @@
+"""An upstream-compatible MLIR ExecutionEngine without upstream's traps.
+
+:class:`ExecutionEngine` is MLIR's own ``mlir.execution_engine.ExecutionEngine`` (code
+written for upstream runs unchanged: ``invoke``, ``lookup``, ``raw_lookup``,
+``register_runtime``, ``raw_register_runtime``), plus:
+
+- every registered callback is kept alive as long as the engine;
+- ``register_runtime`` also takes a raw address, a ctypes function pointer or any object
+  with an ``address`` attribute (a pymlirjit ``@callback``, a numba ``cfunc``);
+- :meth:`ExecutionEngine.function_address` gives the C-ABI address of a function;
+- registering a name twice raises instead of aborting the process, and a lookup made
+  while runtime symbols are missing raises :class:`~pymlirjit.LinkError` naming them,
+  before anything is materialized, so the engine still works once they are registered;
+- an exception raised in a pymlirjit ``@callback`` during ``invoke`` reaches the caller.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from mlir.execution_engine import ExecutionEngine as _UpstreamEngine
+
+from .callbacks import call_frame
+from .errors import LinkError
+
+__all__ = ["ExecutionEngine", "address_of"]
+
+_CAPSULE_NAME = b"mlir.execution_engine.ExecutionEngine._CAPIPtr"
+_CIFACE = "_mlir_ciface_"
+
+
+class _StringRef(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_char_p), ("length", ctypes.c_size_t)]
+
+
+@functools.cache
+def _capi() -> Any:
+    """The MLIR C API library the bindings load, with the prototypes used here."""
+    import mlir._mlir_libs as libs
+
+    library = ctypes.CDLL(os.path.join(os.path.dirname(libs.__file__), "libMLIRPythonCAPI.so"))
+    library.mlirExecutionEngineLookup.argtypes = [ctypes.c_void_p, _StringRef]
+    library.mlirExecutionEngineLookup.restype = ctypes.c_void_p
+    return library
+
+
+@functools.cache
+def _capsule_pointer() -> Any:
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+    return get_pointer(("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def address_of(callback: Any) -> int:
+    """The native address of ``callback``: an int, a ctypes function pointer, a
+    ``c_void_p``, or an object with an ``address`` attribute."""
+    if isinstance(callback, int) and not isinstance(callback, bool):
+        address = callback
+    elif isinstance(callback, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+        address = ctypes.cast(callback, ctypes.c_void_p).value or 0
+    elif isinstance(callback, ctypes.c_void_p):
+        address = callback.value or 0
+    elif hasattr(callback, "address"):
+        address = int(callback.address)
+    else:
+        raise TypeError(f"cannot take the native address of {type(callback).__name__}: pass "
+                        f"a ctypes function pointer, an int address or an object with .address")
+    if not address:
+        raise ValueError("a runtime symbol cannot be registered at address 0")
+    return address
+
+
+def _external_symbols(module: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """(declared but undefined, defined) function names of an LLVM-dialect module."""
+    from mlir import ir
+
+    declared: set[str] = set()
+    defined: set[str] = set()
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if len(op.regions[0].blocks) == 0:
+            linkage = str(op.attributes["linkage"]) if "linkage" in op.attributes else ""
+            if "extern_weak" not in linkage and not name.startswith("llvm."):
+                declared.add(name)
+        else:
+            defined.add(name)
+    return frozenset(declared), frozenset(defined)
+
+
+class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
+    """MLIR's ExecutionEngine, JIT-compiling an LLVM-dialect ``module``.
+
+    ``ExecutionEngine(module, opt_level=2, shared_libs=[...])`` as upstream. The module
+    must already be lowered to the LLVM dialect (see :func:`pymlirjit.pipeline.lower`).
+
+    >>> import ctypes
+    >>> from pymlirjit.pipeline import lower, new_context, parse_module
+    >>> module = lower(parse_module('''
+    ... func.func @twice(%x: f64) -> f64 attributes {llvm.emit_c_interface} {
+    ...   %y = arith.addf %x, %x : f64
+    ...   return %y : f64
+    ... }''', new_context()))
+    >>> engine = ExecutionEngine(module)
+    >>> x, y = ctypes.c_double(21.0), ctypes.c_double()
+    >>> engine.invoke("twice", ctypes.pointer(x), ctypes.pointer(y))
+    >>> y.value
+    42.0
+    """
+
+    def __init__(self, module: Any, opt_level: int = 2, shared_libs: Sequence[str] = (),
+                 **options: Any) -> None:
+        self._needed, self._defined = _external_symbols(module)
+        self._shared_libs = tuple(str(path) for path in shared_libs)
+        super().__init__(module, opt_level, list(self._shared_libs), **options)
+        self._libraries = [ctypes.CDLL(path) for path in self._shared_libs]
+        self._process = ctypes.CDLL(None)
+        self._registered: dict[str, Any] = {}
+        self._linked = False
+        self._lock = threading.RLock()
+
+    # -- registration -------------------------------------------------------------------
+
+    def register_runtime(self, name: str, ctypes_callback: Any) -> None:
+        """Make ``ctypes_callback`` the function the compiled code calls as ``@name``.
+
+        As upstream, the symbol is ``_mlir_ciface_<name>`` (declare the function with
+        ``llvm.emit_c_interface``). The callback is kept alive with the engine; it may be
+        a ctypes function pointer, an int address or any object with ``.address``.
+        """
+        self._register(_CIFACE + name, ctypes_callback)
+
+    def raw_register_runtime(self, name: str, callback: Any) -> None:
+        """Define the runtime symbol ``name`` (no prefix added) at ``callback``'s address."""
+        self._register(name, callback)
+
+    def _register(self, symbol: str, callback: Any) -> None:
+        address = address_of(callback)
+        with self._lock:
+            if symbol in self._registered:
+                raise LinkError(f"runtime symbol {symbol!r} is already registered in this "
+                                f"engine; a JIT symbol cannot be redefined", [symbol])
+            if symbol in self._defined:
+                raise LinkError(f"runtime symbol {symbol!r} is defined by the module itself "
+                                f"and cannot be registered", [symbol])
+            super().raw_register_runtime(symbol, ctypes.c_void_p(address))
+            self._registered[symbol] = callback
+
+    @property
+    def registered_symbols(self) -> tuple[str, ...]:
+        """The runtime symbols registered so far."""
+        return tuple(self._registered)
+
+    # -- lookup ---------------------------------------------------------------------------
+
+    def missing_symbols(self) -> list[str]:
+        """Symbols the module declares that nothing (registration, shared libs, the
+        process) defines yet."""
+        return sorted(s for s in self._needed
+                      if s not in self._registered and not self._resolvable(s))
+
+    def _resolvable(self, symbol: str) -> bool:
+        return hasattr(self._process, symbol) or any(hasattr(lib, symbol)
+                                                     for lib in self._libraries)
+
+    def _check_linked(self) -> None:
+        if self._linked:
+            return
+        with self._lock:
+            missing = self.missing_symbols()
+            if missing:
+                names = ", ".join(
+                    f"{s} (@{s[len(_CIFACE):]})" if s.startswith(_CIFACE) else s
+                    for s in missing)
+                raise LinkError(f"unresolved runtime symbols: {names}; register them "
+                                f"(register_runtime) or pass the shared libraries that "
+                                f"define them before looking up a function", missing)
+            self._linked = True
+
+    def raw_lookup(self, func_name: str) -> int:
+        """The packed entry ``_mlir_<name>(void **)`` of a function, or 0 if unknown."""
+        self._check_linked()
+        return int(super().raw_lookup(func_name))
+
+    def lookup(self, name: str) -> Any:
+        """A ctypes callable for the packed interface of ``name`` (as upstream)."""
+        func = self.raw_lookup(_CIFACE + name)
+        if not func:
+            raise LinkError(f"Unknown function {name}: the module defines no function "
+                            f"@{name} with llvm.emit_c_interface", [name])
+        return ctypes.CFUNCTYPE(None, ctypes.c_void_p)(func)
+
+    def invoke(self, name: str, *ctypes_args: Any) -> None:
+        """Call ``name`` through its packed interface with pointers to its arguments and
+        (last) to its results, as upstream; an exception raised in a pymlirjit callback
+        during the call is re-raised here."""
+        func = self.lookup(name)
+        packed = (ctypes.c_void_p * len(ctypes_args))()
+        for i, arg in enumerate(ctypes_args):
+            packed[i] = ctypes.cast(arg, ctypes.c_void_p)
+        with call_frame():
+            func(packed)
+
+    def function_address(self, name: str) -> int:
+        """The C-ABI address of the compiled function ``name`` (e.g. ``add`` or
+        ``_mlir_ciface_add``), callable with its native signature."""
+        self._check_linked()
+        engine_pointer = _capsule_pointer()(self._CAPIPtr, _CAPSULE_NAME)
+        encoded = name.encode()
+        address = _capi().mlirExecutionEngineLookup(engine_pointer,
+                                                    _StringRef(encoded, len(encoded)))
+        if not address:
+            raise LinkError(f"Unknown function {name}: the module defines no such function",
+                            [name])
+        return int(address)

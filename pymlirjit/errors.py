@@ -1,0 +1,72 @@
+"""Every exception pymlirjit raises on purpose.
+
+Each class also subclasses the builtin a user would reach for first, so that
+``except ValueError`` catches a bad MLIR module and ``except TypeError`` a signature
+mismatch, as with any other Python library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+class PyMLIRJitError(Exception):
+    """Base class of the exceptions pymlirjit raises itself."""
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One MLIR diagnostic: its severity, message, location and attached notes."""
+
+    severity: str
+    message: str
+    location: str
+    notes: tuple[Diagnostic, ...] = ()
+
+    def renamed_source(self, filename: str) -> Diagnostic:
+        """The same diagnostic, with MLIR's name for parsed text ("-") replaced."""
+        return Diagnostic(self.severity, self.message,
+                          self.location.replace('"-"', f'"{filename}"'),
+                          tuple(n.renamed_source(filename) for n in self.notes))
+
+    def __str__(self) -> str:
+        text = f"{self.location}: {self.severity}: {self.message}"
+        for note in self.notes:
+            text += "\n  " + str(note).replace("\n", "\n  ")
+        return text
+
+
+class MLIRError(PyMLIRJitError, ValueError):
+    """MLIR rejected a module: it did not parse, verify or lower.
+
+    ``diagnostics`` holds what MLIR said, each with its location, so a tool can point at
+    the offending line; ``str()`` of the error shows them all.
+    """
+
+    def __init__(self, summary: str, diagnostics: Sequence[Diagnostic] = ()) -> None:
+        self.summary = summary
+        self.diagnostics = tuple(diagnostics)
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if not self.diagnostics:
+            return self.summary
+        return self.summary + "\n" + "\n".join(str(d) for d in self.diagnostics)
+
+
+class LinkError(PyMLIRJitError, RuntimeError):
+    """A symbol the compiled code needs (or that was asked for) cannot be found.
+
+    ``missing`` names every unresolved symbol. Raised before any compiled code runs, so
+    the engine stays usable once the symbols are provided. It is a ``RuntimeError``, as
+    upstream MLIR's "Unknown function" error is.
+    """
+
+    def __init__(self, message: str, missing: Iterable[str] = ()) -> None:
+        self.missing = tuple(missing)
+        super().__init__(message)
+
+
+class SignatureError(PyMLIRJitError, TypeError):
+    """Two descriptions of one function's signature disagree (e.g. annotations vs MLIR)."""

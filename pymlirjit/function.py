@@ -1,0 +1,160 @@
+"""A compiled MLIR function as a Python callable: marshal, call the C ABI, unmarshal.
+
+:class:`CompiledFunction` checks each argument against the MLIR signature (naming the
+parameter in every error), passes scalars by value and numpy arrays as memref
+descriptors that alias them, calls the C-ABI entry point with the GIL released, turns
+results into Python scalars and numpy arrays, and re-raises an exception a callback
+raised during the call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .abi import BoundaryABI, boundary_abi
+from .callbacks import enter_call, exit_call
+from .memref import (
+    _libc,
+    descriptor_for_argument,
+    descriptor_for_unranked,
+    descriptor_type,
+    owned_array_from_descriptor,
+)
+from .signature import Signature
+from .types import MemRefType, ScalarType, TensorType, Type, UnrankedMemRefType, to_python_scalar
+
+__all__ = ["CompiledFunction"]
+
+
+class CompiledFunction:
+    """A function of a compiled module, callable with Python scalars and numpy arrays.
+
+    ``name`` is the MLIR symbol, ``signature`` its MLIR signature, ``address`` the
+    C-ABI entry point called (``_mlir_ciface_<entry>``), ``owner`` the compiled module
+    that keeps the engine alive.
+    """
+
+    def __init__(self, owner: Any, name: str, signature: Signature, address: int) -> None:
+        self.owner = owner
+        self.name = name
+        self.signature = signature
+        self.address = address
+        self.abi: BoundaryABI = boundary_abi(signature)
+        head = [ctypes.c_void_p] if self.abi.results_via_pointer else []
+        self._cfunc = ctypes.CFUNCTYPE(self.abi.c_result, *head, *self.abi.c_params)(address)
+        self._marshal = [_argument_marshaller(p.type, f"{name}() parameter {p.name!r}")
+                         for p in signature.params]
+        self._unmarshal = [_result_reader(t) for t in signature.results]
+        self._arity = len(signature.params)
+
+    def __repr__(self) -> str:
+        return f"<compiled function @{self.name} {self.signature.mlir}>"
+
+    def _arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
+        params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
+        if kwargs:
+            return TypeError(f"{self.name}() takes positional arguments only ({params}); "
+                             f"got keyword arguments {sorted(kwargs)}")
+        return TypeError(f"{self.name}() takes {self._arity} arguments ({params}), "
+                         f"got {len(args)}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != self._arity:
+            raise self._arity_error(args, kwargs)
+        c_args: list[Any] = []
+        keepalive: list[Any] = []
+        owners: dict[int, object] = {}
+        for marshal, value in zip(self._marshal, args):
+            marshal(value, c_args, keepalive, owners)
+        struct = None
+        if self.abi.results_via_pointer:
+            struct = self.abi.result_struct()
+            c_args.insert(0, ctypes.addressof(struct))
+        frame = enter_call()
+        try:
+            result = self._cfunc(*c_args)
+        finally:
+            exit_call(frame)
+        if struct is None:
+            if not self._unmarshal:
+                return None
+            return _from_boundary(self.signature.results[0], result)
+        values = tuple(read(getattr(struct, f"r{i}"), owners)
+                       for i, read in enumerate(self._unmarshal))
+        return values[0] if len(values) == 1 else values
+
+
+Marshaller = Callable[[Any, list[Any], list[Any], dict[int, object]], None]
+
+
+def _argument_marshaller(t: Type, what: str) -> Marshaller:
+    if isinstance(t, ScalarType):
+        if t.kind == "complex":
+            def marshal_complex(value: Any, out: list[Any], *_: Any) -> None:
+                number = to_python_scalar(t, value, what)
+                out += (number.real, number.imag)
+            return marshal_complex
+        if t.kind == "bool":
+            def marshal_bool(value: Any, out: list[Any], *_: Any) -> None:
+                out.append(int(to_python_scalar(t, value, what)))
+            return marshal_bool
+
+        def marshal_scalar(value: Any, out: list[Any], *_: Any) -> None:
+            out.append(to_python_scalar(t, value, what))
+        return marshal_scalar
+    if isinstance(t, (MemRefType, TensorType)):
+        def marshal_array(value: Any, out: list[Any], keepalive: list[Any],
+                          owners: dict[int, object]) -> None:
+            descriptor, array = descriptor_for_argument(value, t, what)
+            keepalive.append(descriptor)
+            owners.setdefault(descriptor.allocated or 0, array)
+            out.append(ctypes.addressof(descriptor))
+        return marshal_array
+    if isinstance(t, UnrankedMemRefType):
+        def marshal_unranked(value: Any, out: list[Any], keepalive: list[Any],
+                             owners: dict[int, object]) -> None:
+            unranked, ranked, array = descriptor_for_unranked(value, t, what)
+            keepalive += (unranked, ranked)
+            owners.setdefault(ranked.allocated or 0, array)
+            out.append(ctypes.addressof(unranked))
+        return marshal_unranked
+    raise TypeError(f"{what}: {t.mlir} cannot be passed from Python")
+
+
+def _from_boundary(t: Type, value: Any) -> Any:
+    """A by-value result from the C ABI (after the shim) as a Python scalar."""
+    if isinstance(t, ScalarType) and t.kind == "bool":
+        return bool(value)
+    return value
+
+
+def _result_reader(t: Type) -> Callable[[Any, dict[int, object]], Any]:
+    if isinstance(t, ScalarType):
+        if t.kind == "complex":
+            return lambda field, _: complex(field.real, field.imag)
+        if t.mlir in ("f16", "bf16"):
+            dtype = t.dtype
+            return lambda bits, _: float(np.array(bits, np.uint16).view(dtype))
+        if t.kind == "bool":
+            return lambda field, _: bool(field)
+        return lambda field, _: field
+    if isinstance(t, (MemRefType, TensorType)):
+        rank, element = t.rank, t.element
+        return lambda descriptor, owners: owned_array_from_descriptor(descriptor, rank,
+                                                                      element, owners)
+    if isinstance(t, UnrankedMemRefType):
+        element = t.element
+
+        def read_unranked(unranked: Any, owners: dict[int, object]) -> Any:
+            # The callee malloc'ed the ranked descriptor an unranked result points to.
+            ranked = descriptor_type(unranked.rank).from_address(unranked.descriptor)
+            try:
+                return owned_array_from_descriptor(ranked, unranked.rank, element, owners)
+            finally:
+                _libc.free(unranked.descriptor)
+        return read_unranked
+    raise TypeError(f"{t.mlir} cannot be returned to Python")

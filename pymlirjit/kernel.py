@@ -1,0 +1,188 @@
+"""``@mlir_kernel``: an MLIR function as a typed Python callable, compiled on first call.
+
+>>> import numpy as np
+>>> @mlir_kernel(source='''
+... func.func @total(%a: memref<?xf64>) -> f64 {
+...   %c0 = arith.constant 0 : index
+...   %c1 = arith.constant 1 : index
+...   %n = memref.dim %a, %c0 : memref<?xf64>
+...   %zero = arith.constant 0.0 : f64
+...   %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+...     %x = memref.load %a[%i] : memref<?xf64>
+...     %t = arith.addf %acc, %x : f64
+...     scf.yield %t : f64
+...   }
+...   return %s : f64
+... }''')
+... def total(a: np.ndarray) -> float: ...
+>>> total(np.arange(5.0))
+10.0
+"""
+
+from __future__ import annotations
+
+import threading
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .callbacks import Callback
+from .errors import SignatureError
+from .function import CompiledFunction
+from .session import CompiledModule, Session, default_session
+from .signature import Signature, _result_types
+from .types import Type, to_type
+
+__all__ = ["Kernel", "mlir_kernel"]
+
+
+class Kernel:
+    """A function of an MLIR module, compiled on first call (or :meth:`compile`).
+
+    ``name`` is the MLIR symbol; ``signature`` the MLIR signature (with the stub's
+    parameter names); ``engine`` the ExecutionEngine; ``mlir`` the source;
+    ``lowered_mlir`` the module after lowering; ``__wrapped__`` the stub.
+    """
+
+    def __init__(self, stub: Callable[..., Any] | None, source: str | Path, name: str,
+                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
+                 callbacks: Iterable[Callback] | None = None,
+                 shared_libs: Iterable[str] | None = None,
+                 session: Session | None = None) -> None:
+        if not isinstance(source, (str, Path)):
+            raise TypeError(f"@mlir_kernel source must be MLIR text or a pathlib.Path, "
+                            f"got {type(source).__name__}")
+        self.__wrapped__ = stub
+        if stub is not None:
+            self.__doc__ = stub.__doc__
+            self.__qualname__ = getattr(stub, "__qualname__", name)
+            self.__module__ = getattr(stub, "__module__", __name__)
+        self.__name__ = name
+        self.name = name
+        self.source = source
+        self._options = dict(pipeline=pipeline, opt_level=opt_level,
+                             shared_libs=None if shared_libs is None else tuple(shared_libs),
+                             callbacks=tuple(callbacks or ()))
+        self._session = session
+        self._compiled: CompiledFunction | None = None
+        self._generation = -1
+        self._lock = threading.Lock()
+
+    @property
+    def session(self) -> Session:
+        return self._session if self._session is not None else default_session()
+
+    def compile(self) -> CompiledFunction:
+        """Compile now (or fetch from the session's cache) and return the function."""
+        session = self.session
+        with self._lock:
+            if self._compiled is not None and self._generation == session.generation:
+                return self._compiled
+            module: CompiledModule = session.compile(self.source, **self._options)
+            try:
+                function = module[self.name]
+            except KeyError as exc:
+                raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
+            if self.__wrapped__ is not None:
+                _check_stub(self.__wrapped__, function.signature, self.name)
+            self._compiled = function
+            self._generation = session.generation
+            return function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        compiled = self._compiled
+        if compiled is None or self._generation != self.session.generation:
+            compiled = self.compile()
+        return compiled(*args, **kwargs)
+
+    @property
+    def signature(self) -> Signature:
+        """The MLIR signature, with the stub's parameter names (compiles if needed)."""
+        signature = self.compile().signature
+        if self.__wrapped__ is None:
+            return signature
+        import inspect
+
+        names = list(inspect.signature(self.__wrapped__).parameters)
+        return signature.with_names(names)
+
+    @property
+    def engine(self) -> Any:
+        """The ExecutionEngine that runs this kernel (compiles if needed)."""
+        return self.compile().owner.engine
+
+    @property
+    def address(self) -> int:
+        """The C-ABI entry point called (compiles if needed)."""
+        return self.compile().address
+
+    @property
+    def mlir(self) -> str:
+        """The MLIR source as given."""
+        return self.source.read_text() if isinstance(self.source, Path) else self.source
+
+    @property
+    def lowered_mlir(self) -> str:
+        """The whole module after lowering to the LLVM dialect (compiles if needed)."""
+        return str(self.compile().owner.lowered_mlir)
+
+    def __repr__(self) -> str:
+        state = "compiled" if self._compiled is not None else "not compiled yet"
+        return f"<mlir_kernel @{self.name} ({state})>"
+
+
+def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
+    """Check the stub's annotations, where present, against the MLIR signature."""
+    import inspect
+
+    try:
+        hints = typing.get_type_hints(stub, include_extras=True)
+    except Exception as exc:
+        raise SignatureError(f"@mlir_kernel {name!r}: cannot evaluate the stub's "
+                             f"annotations: {exc}") from exc
+    params = list(inspect.signature(stub).parameters)
+    if len(params) != len(signature.params):
+        raise SignatureError(f"@mlir_kernel {name!r}: the stub takes {len(params)} parameters, "
+                             f"@{name} in MLIR takes {len(signature.params)} "
+                             f"({signature.mlir})")
+    for i, (param, actual) in enumerate(zip(params, signature.param_types)):
+        if param in hints:
+            _check_annotation(hints[param], actual, f"@mlir_kernel {name!r}: parameter "
+                              f"#{i} ({param!r})", signature)
+    if "return" in hints:
+        expected = _result_types(hints["return"], name)
+        if len(expected) != len(signature.results):
+            raise SignatureError(f"@mlir_kernel {name!r}: the stub returns {len(expected)} "
+                                 f"values, @{name} in MLIR returns {len(signature.results)} "
+                                 f"({signature.mlir})")
+        for i, (want, got) in enumerate(zip(expected, signature.results)):
+            _check_annotation(want, got, f"@mlir_kernel {name!r}: result #{i}", signature)
+
+
+def _check_annotation(annotation: Any, actual: Type, what: str, signature: Signature) -> None:
+    import numpy as np
+
+    if annotation is np.ndarray or annotation is Any:
+        return  # an array of any type: MLIR's signature decides
+    try:
+        expected = to_type(annotation)
+    except TypeError:
+        return  # not a type pymlirjit spells (e.g. a documentation-only annotation)
+    probe = Signature.of([expected], [])
+    probe.check_matches(Signature.of([actual], []), what, "the stub's annotation",
+                        f"MLIR ({signature.mlir})")
+
+
+def mlir_kernel(*, source: str | Path, name: str | None = None,
+                pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
+                callbacks: Iterable[Callback] | None = None,
+                shared_libs: Iterable[str] | None = None,
+                session: Session | None = None) -> Callable[[Callable[..., Any]], Kernel]:
+    """Turn the MLIR function named like the decorated stub (or ``name``) into a
+    Python callable. The stub's body is unused; its annotations, where present, are
+    checked against the MLIR signature. Compilation happens on first call."""
+    def decorate(stub: Callable[..., Any]) -> Kernel:
+        return Kernel(stub, source, name or stub.__name__, pipeline, opt_level, callbacks,
+                      shared_libs, session)
+    return decorate

