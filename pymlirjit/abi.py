@@ -7,8 +7,9 @@ aggregate result) results written through a pointer passed first.
 Some scalars do not survive that ABI from ctypes: f16/bf16 and ``complex`` by value are
 lowered to LLVM types that ctypes cannot express, and an ``i1`` result has undefined
 upper bits. For functions using them the session adds an MLIR shim whose boundary types
-are plain: i1 -> i8, f16/bf16 -> f64 (exact both ways), complex<fN> -> (re, im) as two
-fN parameters. Everything else crosses unchanged.
+are plain: i1 -> i8, f16/bf16 -> i16 (their bits, converted exactly by numpy on the
+Python side), complex<fN> -> (re, im) as two fN parameters. Everything else crosses
+unchanged.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from .types import (
     f32,
     f64,
     i8,
+    i16,
 )
 
 __all__ = ["BoundaryABI", "boundary_abi", "callback_shim", "kernel_shim"]
 
-_WIDENED = {"i1": i8, "f16": f64, "bf16": f64}
+_WIDENED = {"i1": i8, "f16": i16, "bf16": i16}
 
 
 def _param_boundary_types(t: Type) -> tuple[Type, ...]:
@@ -106,9 +108,8 @@ def _convert(value: str, out: str, source: Type, target: Type) -> tuple[list[str
         return [f"{out} = arith.trunci {value} : i8 to i1"], out
     if target == i8:
         return [f"{out} = arith.extui {value} : i1 to i8"], out
-    if source == f64:
-        return [f"{out} = arith.truncf {value} : f64 to {target.mlir}"], out
-    return [f"{out} = arith.extf {value} : {source.mlir} to f64"], out
+    # f16/bf16 <-> i16: the same bits, so no conversion routine (libcall) is needed.
+    return [f"{out} = arith.bitcast {value} : {source.mlir} to {target.mlir}"], out
 
 
 def _types(types: tuple[Type, ...]) -> str:
@@ -134,8 +135,18 @@ def _call_and_return(callee: str, args: list[str], arg_types: tuple[Type, ...],
     return lines
 
 
+def declaration(name: str, signature: Signature) -> str:
+    """A private ``func.func`` declaration of ``@name``."""
+    return (f"func.func private @{name}({_types(signature.param_types)}) -> "
+            f"{_result_list(signature.results)}\n")
+
+
 def kernel_shim(name: str, entry: str, signature: Signature) -> str:
-    """``func.func @entry`` taking boundary types and calling ``@name``."""
+    """``func.func @entry`` taking boundary types and calling ``@name``.
+
+    The text declares ``@name`` too, so that it parses on its own; drop that
+    declaration when merging the shim into the module that defines ``@name``.
+    """
     abi = boundary_abi(signature)
     boundary_types = abi.boundary.param_types
     boundary_args = [f"%b{i}" for i in range(len(boundary_types))]
@@ -158,7 +169,8 @@ def kernel_shim(name: str, entry: str, signature: Signature) -> str:
     header = ", ".join(f"{a}: {t.mlir}" for a, t in zip(boundary_args, boundary_types))
     body = "\n    ".join(lines)
     return (f"func.func @{entry}({header}) -> {_result_list(abi.boundary.results)} "
-            f"attributes {{llvm.emit_c_interface}} {{\n    {body}\n}}\n")
+            f"attributes {{llvm.emit_c_interface}} {{\n    {body}\n}}\n"
+            + declaration(name, signature))
 
 
 def callback_shim(name: str, symbol: str, signature: Signature) -> str:

@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
-import numpy as np
-
 from .abi import BoundaryABI, boundary_abi
 from .errors import SignatureError
 from .memref import (
@@ -38,7 +36,16 @@ from .memref import (
     fill_descriptor_with_copy,
 )
 from .signature import Signature, as_signature
-from .types import MemRefType, ScalarType, TensorType, Type, UnrankedMemRefType, to_python_scalar
+from .types import (
+    MemRefType,
+    ScalarType,
+    TensorType,
+    Type,
+    UnrankedMemRefType,
+    bits_to_half,
+    half_to_bits,
+    to_python_scalar,
+)
 
 __all__ = [
     "Callback",
@@ -185,6 +192,8 @@ def _param_converter(t: Type) -> tuple[int, Callable[..., Any]]:
             return 2, complex
         if t.kind == "bool":
             return 1, bool
+        if t.mlir in ("f16", "bf16"):
+            return 1, functools.partial(bits_to_half, t)
         return 1, _identity
     if isinstance(t, MemRefType):
         struct = descriptor_type(t.rank)
@@ -212,7 +221,7 @@ def _store_result(struct: Any, field: str, t: Type, value: Any, what: str) -> No
     if t.kind == "complex":
         setattr(struct, field, t.ctype(number.real, number.imag))
     elif t.mlir in ("f16", "bf16"):
-        setattr(struct, field, int(np.array(number, dtype=t.dtype).view(np.uint16)))
+        setattr(struct, field, half_to_bits(t, number) & 0xFFFF)
     else:
         setattr(struct, field, number)
 
@@ -293,7 +302,11 @@ def _build_entry(cb: Callback) -> Any:
 
     result_type = results[0]
     assert isinstance(result_type, ScalarType)  # aggregates go through the pointer
-    as_boundary = int if result_type.kind == "bool" else _identity
+    as_boundary: Callable[[Any], Any] = _identity
+    if result_type.kind == "bool":
+        as_boundary = int
+    elif result_type.mlir in ("f16", "bf16"):
+        as_boundary = functools.partial(half_to_bits, result_type)
     zero = 0
 
     def entry(*c_args: Any) -> Any:

@@ -16,7 +16,9 @@ written for upstream runs unchanged: ``invoke``, ``lookup``, ``raw_lookup``,
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import ctypes.util
 import functools
 import os
 import threading
@@ -53,6 +55,16 @@ def _capi() -> Any:
 def _capsule_pointer() -> Any:
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
     return get_pointer(("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+@functools.cache
+def _load_compiler_runtime() -> None:
+    """Make libgcc's soft-float routines (``__truncdfhf2``, ``__extendhfsf2``, ...)
+    visible to the JIT: LLVM calls them for f16 arithmetic, and nothing else loads them."""
+    path = ctypes.util.find_library("gcc_s")
+    if path:
+        with contextlib.suppress(OSError):
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
 def address_of(callback: Any) -> int:
@@ -117,6 +129,7 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
                  **options: Any) -> None:
         self._needed, self._defined = _external_symbols(module)
         self._shared_libs = tuple(str(path) for path in shared_libs)
+        _load_compiler_runtime()
         super().__init__(module, opt_level, list(self._shared_libs), **options)
         self._libraries = [ctypes.CDLL(path) for path in self._shared_libs]
         self._process = ctypes.CDLL(None)

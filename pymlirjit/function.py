@@ -13,8 +13,6 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from .abi import BoundaryABI, boundary_abi
 from .callbacks import enter_call, exit_call
 from .memref import (
@@ -25,7 +23,16 @@ from .memref import (
     owned_array_from_descriptor,
 )
 from .signature import Signature
-from .types import MemRefType, ScalarType, TensorType, Type, UnrankedMemRefType, to_python_scalar
+from .types import (
+    MemRefType,
+    ScalarType,
+    TensorType,
+    Type,
+    UnrankedMemRefType,
+    bits_to_half,
+    half_to_bits,
+    to_python_scalar,
+)
 
 __all__ = ["CompiledFunction"]
 
@@ -38,15 +45,18 @@ class CompiledFunction:
     that keeps the engine alive.
     """
 
-    def __init__(self, owner: Any, name: str, signature: Signature, address: int) -> None:
+    def __init__(self, owner: Any, name: str, signature: Signature, address: int,
+                 display_name: str | None = None) -> None:
         self.owner = owner
         self.name = name
+        self.display_name = display_name or name
         self.signature = signature
         self.address = address
         self.abi: BoundaryABI = boundary_abi(signature)
         head = [ctypes.c_void_p] if self.abi.results_via_pointer else []
         self._cfunc = ctypes.CFUNCTYPE(self.abi.c_result, *head, *self.abi.c_params)(address)
-        self._marshal = [_argument_marshaller(p.type, f"{name}() parameter {p.name!r}")
+        self._marshal = [_argument_marshaller(p.type,
+                                              f"{self.display_name}() parameter {p.name!r}")
                          for p in signature.params]
         self._unmarshal = [_result_reader(t) for t in signature.results]
         self._arity = len(signature.params)
@@ -54,12 +64,17 @@ class CompiledFunction:
     def __repr__(self) -> str:
         return f"<compiled function @{self.name} {self.signature.mlir}>"
 
+    def renamed(self, display_name: str, param_names: list[str]) -> CompiledFunction:
+        """The same function, naming itself and its parameters so in error messages."""
+        return CompiledFunction(self.owner, self.name, self.signature.with_names(param_names),
+                                self.address, display_name)
+
     def _arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
         params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
         if kwargs:
-            return TypeError(f"{self.name}() takes positional arguments only ({params}); "
+            return TypeError(f"{self.display_name}() takes positional arguments only ({params}); "
                              f"got keyword arguments {sorted(kwargs)}")
-        return TypeError(f"{self.name}() takes {self._arity} arguments ({params}), "
+        return TypeError(f"{self.display_name}() takes {self._arity} arguments ({params}), "
                          f"got {len(args)}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -102,6 +117,10 @@ def _argument_marshaller(t: Type, what: str) -> Marshaller:
             def marshal_bool(value: Any, out: list[Any], *_: Any) -> None:
                 out.append(int(to_python_scalar(t, value, what)))
             return marshal_bool
+        if t.mlir in ("f16", "bf16"):
+            def marshal_half(value: Any, out: list[Any], *_: Any) -> None:
+                out.append(half_to_bits(t, to_python_scalar(t, value, what)))
+            return marshal_half
 
         def marshal_scalar(value: Any, out: list[Any], *_: Any) -> None:
             out.append(to_python_scalar(t, value, what))
@@ -127,8 +146,11 @@ def _argument_marshaller(t: Type, what: str) -> Marshaller:
 
 def _from_boundary(t: Type, value: Any) -> Any:
     """A by-value result from the C ABI (after the shim) as a Python scalar."""
-    if isinstance(t, ScalarType) and t.kind == "bool":
-        return bool(value)
+    if isinstance(t, ScalarType):
+        if t.kind == "bool":
+            return bool(value)
+        if t.mlir in ("f16", "bf16"):
+            return bits_to_half(t, value)
     return value
 
 
@@ -137,8 +159,7 @@ def _result_reader(t: Type) -> Callable[[Any, dict[int, object]], Any]:
         if t.kind == "complex":
             return lambda field, _: complex(field.real, field.imag)
         if t.mlir in ("f16", "bf16"):
-            dtype = t.dtype
-            return lambda bits, _: float(np.array(bits, np.uint16).view(dtype))
+            return lambda bits, _: bits_to_half(t, bits)
         if t.kind == "bool":
             return lambda field, _: bool(field)
         return lambda field, _: field

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import typing
 from collections.abc import Callable, Iterable, Sequence
@@ -84,8 +85,11 @@ class Kernel:
                 function = module[self.name]
             except KeyError as exc:
                 raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
-            if self.__wrapped__ is not None:
-                _check_stub(self.__wrapped__, function.signature, self.name)
+            stub = self.__wrapped__
+            if stub is not None:
+                _check_stub(stub, function.signature, self.name)
+                function = function.renamed(stub.__name__,
+                                            list(inspect.signature(stub).parameters))
             self._compiled = function
             self._generation = session.generation
             return function
@@ -99,13 +103,7 @@ class Kernel:
     @property
     def signature(self) -> Signature:
         """The MLIR signature, with the stub's parameter names (compiles if needed)."""
-        signature = self.compile().signature
-        if self.__wrapped__ is None:
-            return signature
-        import inspect
-
-        names = list(inspect.signature(self.__wrapped__).parameters)
-        return signature.with_names(names)
+        return self.compile().signature
 
     @property
     def engine(self) -> Any:
@@ -134,8 +132,6 @@ class Kernel:
 
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
     """Check the stub's annotations, where present, against the MLIR signature."""
-    import inspect
-
     try:
         hints = typing.get_type_hints(stub, include_extras=True)
     except Exception as exc:

@@ -244,6 +244,9 @@ class Session:
             if shims:
                 shim_module = parse_module("\n".join(shims), context, "<pymlirjit shims>")
                 for op in list(shim_module.body.operations):
+                    shim_name = ir.StringAttr(op.attributes["sym_name"]).value
+                    if shim_name in signatures:  # the kernel's declaration: defined already
+                        continue
                     op.operation.detach_from_parent()
                     module.body.append(op)
         lower(module, key.pipeline, filename)

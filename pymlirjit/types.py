@@ -387,6 +387,16 @@ def to_python_scalar(scalar: ScalarType, value: Any, what: str) -> Any:
     raise TypeError(f"{what}: expected a complex for {scalar.mlir}, got {_describe(value)}")
 
 
+def half_to_bits(scalar: ScalarType, value: float) -> int:
+    """The 16 bits of an f16/bf16 value, as a signed int (how they cross the C ABI)."""
+    return int(np.array(value, dtype=scalar.dtype).view(np.int16))
+
+
+def bits_to_half(scalar: ScalarType, bits: int) -> float:
+    """The f16/bf16 value whose 16 bits are ``bits`` (signed or unsigned), as a float."""
+    return float(np.array(bits & 0xFFFF, dtype=np.uint16).view(scalar.dtype))
+
+
 def _describe(value: Any) -> str:
     text = repr(value)
     if len(text) > 40:

@@ -107,7 +107,7 @@ def test_unknown_function_is_a_runtime_error_as_upstream() -> None:
 
 def test_duplicate_registration_raises_instead_of_aborting() -> None:
     # Upstream aborts the process here (LLVM "duplicate definition"): run it apart.
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import ctypes
         from tests.test_engine import SEED, SeedCallback, engine_for, call_add
         from pymlirjit import LinkError

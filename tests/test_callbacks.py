@@ -1,0 +1,282 @@
+"""@callback: every scalar type and memref form, results, errors, registries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pymlirjit import (
+    Callback,
+    CallbackRegistry,
+    MemRef,
+    Session,
+    SignatureError,
+    UnrankedMemRef,
+    callback,
+    f32,
+    f64,
+    i32,
+    index,
+)
+
+SCALAR_CASES = [
+    ("i1", True, False),
+    ("i8", -100, 27),
+    ("i16", -30000, 2767),
+    ("i32", -2_000_000_000, 147_483_647),
+    ("i64", -(2**62), 2**62 - 1),
+    ("index", 2**40, -(2**40)),
+    ("f16", 1.5, 0.25),
+    ("bf16", 3.0, -0.5),
+    ("f32", 0.5, 1.25),
+    ("f64", 1e300, -1e-300),
+    ("complex<f32>", 1 + 2j, 0.5 - 1j),
+    ("complex<f64>", 1e100 + 3j, -2j),
+]
+
+
+@pytest.mark.parametrize(("mlir_type", "first", "second"), SCALAR_CASES)
+def test_every_scalar_type_through_a_callback(session: Session, mlir_type: str,
+                                              first: object, second: object) -> None:
+    """The kernel passes two values to Python, which returns the second: both
+    directions of the callback ABI, for each scalar type."""
+    seen: list[tuple[object, object]] = []
+
+    @callback(f"({mlir_type}, {mlir_type}) -> {mlir_type}", name="pick", session=session)
+    def pick(a: object, b: object) -> object:
+        seen.append((a, b))
+        return b
+
+    module = session.compile(f"""
+    func.func @relay(%a: {mlir_type}, %b: {mlir_type}) -> {mlir_type} {{
+      %r = call @pick(%a, %b) : ({mlir_type}, {mlir_type}) -> {mlir_type}
+      return %r : {mlir_type}
+    }}
+    func.func private @pick({mlir_type}, {mlir_type}) -> {mlir_type}
+    """)
+    assert module.relay(first, second) == second
+    assert seen == [(first, second)]
+    assert type(seen[0][0]) is type(first)
+
+
+def test_callback_receives_zero_copy_views_and_writes_are_seen(session: Session) -> None:
+    @callback(session=session)
+    def bump(a: MemRef[f32, None, None]) -> None:
+        a += 1
+
+    module = session.compile("""
+    func.func @run(%m: memref<?x?xf32>) {
+      call @bump(%m) : (memref<?x?xf32>) -> ()
+      return
+    }
+    func.func private @bump(memref<?x?xf32>)
+    """)
+    data = np.zeros((3, 4), dtype=np.float32)
+    module.run(data)
+    np.testing.assert_array_equal(data, np.ones((3, 4)))
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3])
+def test_ranked_memrefs_of_rank_0_to_3(session: Session, rank: int) -> None:
+    shape = (2, 3, 4)[:rank]
+    mlir = f"memref<{''.join(f'{d}x' for d in shape)}f64>"
+    received: list[np.ndarray] = []
+
+    @callback(f"({mlir}) -> ()", name="look", session=session)
+    def look(a: np.ndarray) -> None:
+        received.append(a.copy())
+
+    module = session.compile(f"""
+    func.func @run(%m: {mlir}) {{
+      call @look(%m) : ({mlir}) -> ()
+      return
+    }}
+    func.func private @look({mlir})
+    """)
+    data = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    module.run(data)
+    np.testing.assert_array_equal(received[0], data)
+    assert received[0].shape == shape
+
+
+def test_unranked_memref_and_transposed_view(session: Session) -> None:
+    received: list[np.ndarray] = []
+
+    @callback(session=session)
+    def look(a: UnrankedMemRef[f32]) -> None:
+        received.append(a.copy())
+
+    module = session.compile("""
+    func.func @run(%m: memref<?x?xf32, strided<[?, ?], offset: ?>>) {
+      %u = memref.cast %m : memref<?x?xf32, strided<[?, ?], offset: ?>> to memref<*xf32>
+      call @look(%u) : (memref<*xf32>) -> ()
+      return
+    }
+    func.func private @look(memref<*xf32>)
+    """)
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    module.run(data.T)
+    module.run(data[::-1, 1::2])
+    np.testing.assert_array_equal(received[0], data.T)
+    np.testing.assert_array_equal(received[1], data[::-1, 1::2])
+
+
+def test_several_results_and_a_memref_result(session: Session) -> None:
+    @callback(session=session)
+    def divmod_(a: i32, b: i32) -> tuple[i32, i32]:
+        return divmod(a, b)
+
+    @callback(session=session)
+    def make(n: index) -> MemRef[f64, None]:
+        return np.arange(n, dtype=np.float64) * 2
+
+    module = session.compile("""
+    func.func @qr(%a: i32, %b: i32) -> (i32, i32) {
+      %q, %r = call @divmod_(%a, %b) : (i32, i32) -> (i32, i32)
+      return %q, %r : i32, i32
+    }
+    func.func private @divmod_(i32, i32) -> (i32, i32)
+    func.func @total(%n: index) -> f64 {
+      %m = call @make(%n) : (index) -> memref<?xf64>
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %zero = arith.constant 0.0 : f64
+      %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+        %x = memref.load %m[%i] : memref<?xf64>
+        %t = arith.addf %acc, %x : f64
+        scf.yield %t : f64
+      }
+      memref.dealloc %m : memref<?xf64>
+      return %s : f64
+    }
+    func.func private @make(index) -> memref<?xf64>
+    """)
+    assert module.qr(17, 5) == (3, 2)
+    assert module.total(5) == 20.0
+
+
+def test_exception_in_callback_reaches_the_caller_with_a_note(session: Session) -> None:
+    calls: list[float] = []
+
+    @callback(session=session)
+    def fragile(x: f64) -> f64:
+        calls.append(x)
+        if x > 1:
+            raise KeyError("too big")
+        return x
+
+    module = session.compile("""
+    func.func @twice(%x: f64) -> f64 {
+      %a = call @fragile(%x) : (f64) -> f64
+      %b = call @fragile(%x) : (f64) -> f64
+      %r = arith.addf %a, %b : f64
+      return %r : f64
+    }
+    func.func private @fragile(f64) -> f64
+    """)
+    assert module.twice(0.5) == 1.0
+    error = KeyError
+    with pytest.raises(error) as caught:
+        module.twice(2.0)
+    assert any("fragile" in note for note in caught.value.__notes__)
+    assert calls == [0.5, 0.5, 2.0]  # the second callback of the failing call was skipped
+    assert module.twice(0.25) == 0.5  # and the next call starts clean
+
+
+@pytest.mark.parametrize(("returned", "error", "message"), [
+    ("text", TypeError, "expected a float"),
+    (None, TypeError, "expected a float"),
+])
+def test_wrong_return_type_raises_in_the_caller(session: Session, returned: object,
+                                                error: type[Exception], message: str) -> None:
+    @callback(session=session)
+    def bad() -> f64:
+        return returned  # type: ignore[return-value]
+
+    module = session.compile("""
+    func.func @run() -> f64 {
+      %r = call @bad() : () -> f64
+      return %r : f64
+    }
+    func.func private @bad() -> f64
+    """)
+    with pytest.raises(error, match=message):
+        module.run()
+
+
+def test_wrong_array_result_raises(session: Session) -> None:
+    @callback(session=session)
+    def make() -> MemRef[f32, 3]:
+        return np.zeros(4, dtype=np.float32)
+
+    module = session.compile("""
+    func.func @run() {
+      %m = call @make() : () -> memref<3xf32>
+      memref.dealloc %m : memref<3xf32>
+      return
+    }
+    func.func private @make() -> memref<3xf32>
+    """)
+    with pytest.raises(ValueError, match="dim 0 must be 3"):
+        module.run()
+
+
+def test_signature_mismatch_names_both_sides(session: Session) -> None:
+    @callback(session=session)
+    def cb(x: f32) -> f32:
+        return x
+
+    with pytest.raises(SignatureError) as caught:
+        session.compile("""
+        func.func @run(%x: f64) -> f64 {
+          %r = call @cb(%x) : (f64) -> f64
+          return %r : f64
+        }
+        func.func private @cb(f64) -> f64
+        """)
+    message = str(caught.value)
+    assert "(f32) -> f32" in message and "(f64) -> f64" in message
+    assert "parameter #0" in message
+
+
+def test_missing_annotation_is_a_signature_error() -> None:
+    def no_hint(x, y: f32) -> f32:  # type: ignore[no-untyped-def]
+        return y
+
+    with pytest.raises(SignatureError, match="parameter 'x' has no type annotation"):
+        Callback(no_hint)
+
+
+def test_decorated_function_stays_callable_and_inspectable() -> None:
+    registry = CallbackRegistry()
+
+    @callback(registry=registry)
+    def scale(x: f32, k: i32) -> f32:
+        """Halve and add."""
+        return x / 2 + k / 2
+
+    assert scale(42.0, 2) == 22.0
+    assert scale.__doc__ == "Halve and add."
+    assert scale.name == "scale"
+    assert scale.signature.mlir == "(f32, i32) -> f32"
+    assert scale.address != 0
+    assert registry.get("scale") is scale
+
+
+def test_callback_defined_after_the_kernel_links(session: Session) -> None:
+    from pymlirjit import mlir_kernel
+
+    @mlir_kernel(source="""
+    func.func @use(%x: f64) -> f64 {
+      %r = call @late(%x) : (f64) -> f64
+      return %r : f64
+    }
+    func.func private @late(f64) -> f64
+    """, session=session)
+    def use(x: f64) -> f64: ...
+
+    @callback(session=session)
+    def late(x: f64) -> f64:
+        return x + 1
+
+    assert use(1.0) == 2.0

@@ -1,0 +1,144 @@
+"""Sessions: compiling, linking, caching, errors."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pymlirjit import LinkError, MLIRError, Session, callback, f64, mlir_kernel
+
+SQUARE = """
+func.func @square(%x: f64) -> f64 {
+  %r = arith.mulf %x, %x : f64
+  return %r : f64
+}
+"""
+
+USES_HOOK = """
+func.func @run(%x: f64) -> f64 {
+  %r = call @hook(%x) : (f64) -> f64
+  return %r : f64
+}
+func.func private @hook(f64) -> f64
+"""
+
+
+def test_compiling_twice_reuses_the_engine(session: Session) -> None:
+    first = session.compile(SQUARE)
+    second = session.compile(SQUARE)
+    assert first is second
+    assert session.cache_info() == (1, 1, 1)
+    assert first.square(3.0) == 9.0
+
+
+def test_options_are_part_of_the_key(session: Session) -> None:
+    a = session.compile(SQUARE)
+    b = session.compile(SQUARE, opt_level=0)
+    assert a is not b
+    assert b.square(4.0) == 16.0
+
+
+def test_clear_cache_recompiles_kernels(session: Session) -> None:
+    @mlir_kernel(source=SQUARE, session=session)
+    def square(x: f64) -> f64: ...
+
+    assert square(2.0) == 4.0
+    old = session.compile(SQUARE)
+    session.clear_cache()
+    assert session.cache_info() == (0, 0, 0)
+    assert square(3.0) == 9.0  # the kernel compiles again
+    assert old.square(5.0) == 25.0  # what was handed out keeps working
+
+
+def test_missing_callbacks_are_listed_before_anything_runs(session: Session) -> None:
+    with pytest.raises(LinkError) as caught:
+        session.compile("""
+        func.func @run() {
+          call @alpha() : () -> ()
+          call @beta() : () -> ()
+          return
+        }
+        func.func private @alpha()
+        func.func private @beta()
+        """)
+    assert set(caught.value.missing) == {"alpha", "beta"}
+    assert "@alpha" in str(caught.value) and "@beta" in str(caught.value)
+
+
+def test_explicit_callbacks_win_over_registered_ones(session: Session) -> None:
+    @callback(name="hook", session=session)
+    def registered(x: f64) -> f64:
+        return x + 1
+
+    @callback(name="hook", registry=None, session=Session())
+    def explicit(x: f64) -> f64:
+        return x * 10
+
+    assert session.compile(USES_HOOK).run(2.0) == 3.0
+    assert session.compile(USES_HOOK, callbacks=[explicit]).run(2.0) == 20.0
+
+
+def test_redefining_a_callback_replaces_it(session: Session) -> None:
+    @callback(name="hook", session=session)
+    def old(x: f64) -> f64:
+        return 1.0
+
+    assert session.compile(USES_HOOK).run(0.0) == 1.0
+
+    @callback(name="hook", session=session)
+    def new(x: f64) -> f64:
+        return 2.0
+
+    assert session.compile(USES_HOOK).run(0.0) == 2.0
+
+
+def test_parse_errors_carry_locations(session: Session) -> None:
+    with pytest.raises(MLIRError) as caught:
+        session.compile("func.func @f() -> i32 {\n  return\n}")
+    error = caught.value
+    assert isinstance(error, ValueError)
+    assert error.diagnostics[0].location == 'loc("<source>":2:3)'
+    assert "returns 1" in error.diagnostics[0].message
+
+
+@pytest.mark.parametrize(("source", "pipeline", "message"), [
+    ("func.func @f() { \"foo.bar\"() : () -> () \n return }", None, "unregistered dialect"),
+    (SQUARE, "not-a-pass", "not-a-pass"),
+    (SQUARE, "convert-arith-to-llvm", "was not lowered"),
+])
+def test_mlir_errors(session: Session, source: str, pipeline: str | None, message: str,
+                     capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(MLIRError, match=message):
+        session.compile(source, pipeline=pipeline)
+    assert capfd.readouterr().err == ""
+    assert session.compile(SQUARE).square(2.0) == 4.0  # the session still works
+
+
+def test_bad_options(session: Session) -> None:
+    with pytest.raises(ValueError, match="opt_level"):
+        Session(opt_level=7)
+    with pytest.raises(TypeError, match="source"):
+        session.compile(42)  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError, match="runtime library"):
+        Session(shared_libs=["libdefinitely_not_here.so"])
+
+
+def test_runtime_libraries_are_found_by_name() -> None:
+    session = Session(shared_libs=["mlir_c_runner_utils"])
+    assert session.shared_libs[0].endswith("libmlir_c_runner_utils.so")
+
+
+def test_concurrent_compiles_of_one_source_compile_once(session: Session) -> None:
+    results = []
+
+    def work() -> None:
+        results.append(session.compile(SQUARE))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(r) for r in results}) == 1
+    assert session.cache_info().misses == 1
