@@ -1,0 +1,179 @@
+"""Compiled functions across threads: the GIL, concurrency, reentrancy, per-thread errors."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from pymlirjit import MemRef, Session, callback, f64, i64
+
+SPIN = """
+func.func @spin(%n: i64) -> i64 {
+  %c0 = arith.constant 0 : i64
+  %c1 = arith.constant 1 : i64
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %c0) -> i64 : i64 {
+    %sq = arith.muli %i, %i : i64
+    %x = arith.xori %acc, %sq : i64
+    scf.yield %x : i64
+  }
+  return %r : i64
+}
+"""
+
+
+def test_a_kernel_call_releases_the_gil(session: Session) -> None:
+    spin = session.compile(SPIN, opt_level=0).spin
+    done = threading.Event()
+    progress = 0
+
+    def count() -> None:
+        nonlocal progress
+        while not done.is_set():
+            progress += 1
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        before = progress
+        spin(300_000_000)
+        during = progress - before
+    finally:
+        done.set()
+        counter.join()
+    assert during > 1000  # the other thread ran while compiled code did
+
+
+def test_one_kernel_from_eight_threads(session: Session) -> None:
+    module = session.compile("""
+    func.func @axpy(%a: f64, %x: memref<?xf64>, %y: memref<?xf64>) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %n = memref.dim %x, %c0 : memref<?xf64>
+      scf.for %i = %c0 to %n step %c1 {
+        %xi = memref.load %x[%i] : memref<?xf64>
+        %yi = memref.load %y[%i] : memref<?xf64>
+        %p = arith.mulf %a, %xi : f64
+        %s = arith.addf %p, %yi : f64
+        memref.store %s, %y[%i] : memref<?xf64>
+      }
+      return
+    }""")
+    failures: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            x = np.full(1000, float(seed))
+            for _ in range(50):
+                y = np.arange(1000.0)
+                module.axpy(2.0, x, y)
+                np.testing.assert_array_equal(y, 2.0 * seed + np.arange(1000.0))
+        except BaseException as error:  # pragma: no cover - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+def test_callback_errors_stay_with_their_thread(session: Session) -> None:
+    @callback(session=session)
+    def check(x: i64) -> i64:
+        if x < 0:
+            raise ValueError(f"negative {x}")
+        return x
+
+    run = session.compile("""
+    func.func @run(%x: i64) -> i64 {
+      %r = call @check(%x) : (i64) -> i64
+      return %r : i64
+    }
+    func.func private @check(i64) -> i64
+    """).run
+    outcomes: dict[int, object] = {}
+
+    def work(value: int) -> None:
+        try:
+            for _ in range(200):
+                assert run(value) == value
+            outcomes[value] = "ok"
+        except ValueError as error:
+            outcomes[value] = str(error)
+
+    threads = [threading.Thread(target=work, args=(v,)) for v in (-1, 1, 2, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == {-1: "negative -1", 1: "ok", 2: "ok", 3: "ok"}
+
+
+def test_a_callback_may_call_kernels_reentrantly(session: Session) -> None:
+    source = """
+    func.func @fact(%n: i64) -> i64 {
+      %r = call @recurse(%n) : (i64) -> i64
+      return %r : i64
+    }
+    func.func private @recurse(i64) -> i64
+    """
+
+    @callback(session=session)
+    def recurse(n: i64) -> i64:
+        if n == 13:
+            raise OverflowError("stop at 13")
+        return 1 if n <= 1 else n * session.compile(source).fact(n - 1)
+
+    fact = session.compile(source).fact
+    assert fact(10) == 3628800
+    with pytest.raises(OverflowError, match="stop at 13"):
+        fact(15)
+    assert fact(5) == 120  # errors stayed with the call that raised them
+
+
+def test_keyboard_interrupt_in_a_callback_stops_the_kernel(session: Session) -> None:
+    calls = 0
+
+    @callback(session=session)
+    def tick(i: i64) -> None:
+        nonlocal calls
+        calls += 1
+        if i == 10:
+            raise KeyboardInterrupt
+
+    loop = session.compile("""
+    func.func @loop(%n: i64) {
+      %c0 = arith.constant 0 : i64
+      %c1 = arith.constant 1 : i64
+      scf.for %i = %c0 to %n step %c1 : i64 {
+        func.call @tick(%i) : (i64) -> ()
+      }
+      return
+    }
+    func.func private @tick(i64)
+    """).loop
+    with pytest.raises(KeyboardInterrupt):
+        loop(1_000_000)
+    assert calls == 11  # every later callback returned at once
+
+
+def test_memref_callback_view_shares_memory(session: Session) -> None:
+    @callback(session=session)
+    def zero_first(a: MemRef[f64, None]) -> f64:
+        first = float(a[0])
+        a[0] = 0.0
+        return first
+
+    module = session.compile("""
+    func.func @take(%m: memref<?xf64>) -> f64 {
+      %r = call @zero_first(%m) : (memref<?xf64>) -> f64
+      return %r : f64
+    }
+    func.func private @zero_first(memref<?xf64>) -> f64
+    """)
+    data = np.array([5.0, 6.0])
+    assert module.take(data) == 5.0
+    assert data.tolist() == [0.0, 6.0]
