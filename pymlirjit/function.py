@@ -22,6 +22,7 @@ from .memref import (
     descriptor_type,
     owned_array_from_descriptor,
 )
+from .native import kernel_entry, supports_native_entry
 from .signature import Signature
 from .types import (
     MemRefType,
@@ -46,7 +47,8 @@ class CompiledFunction:
     """
 
     def __init__(self, owner: Any, name: str, signature: Signature, address: int,
-                 display_name: str | None = None) -> None:
+                 display_name: str | None = None, links_callbacks: bool = True,
+                 native: bool = True) -> None:
         self.owner = owner
         self.name = name
         self.display_name = display_name or name
@@ -60,6 +62,9 @@ class CompiledFunction:
                          for p in signature.params]
         self._unmarshal = [_result_reader(t) for t in signature.results]
         self._arity = len(signature.params)
+        self._links_callbacks = links_callbacks
+        self._native_wanted = native and supports_native_entry(self.abi)
+        self.native: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         return f"<compiled function @{self.name} {self.signature.mlir}>"
@@ -67,7 +72,8 @@ class CompiledFunction:
     def renamed(self, display_name: str, param_names: list[str]) -> CompiledFunction:
         """The same function, naming itself and its parameters so in error messages."""
         return CompiledFunction(self.owner, self.name, self.signature.with_names(param_names),
-                                self.address, display_name)
+                                self.address, display_name, self._links_callbacks,
+                                self._native_wanted)
 
     def _arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
         params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
@@ -77,7 +83,23 @@ class CompiledFunction:
         return TypeError(f"{self.display_name}() takes {self._arity} arguments ({params}), "
                          f"got {len(args)}")
 
+    def ensure_native(self) -> Callable[..., Any] | None:
+        """Build the native entry point (see :mod:`pymlirjit.native`) if this function's
+        types allow one; later calls then go straight to it. Returns it, or ``None``."""
+        if self._native_wanted and self.native is None:
+            frames = (enter_call, exit_call) if self._links_callbacks else None
+            self.native, self._native_keepalive = kernel_entry(
+                self.abi, self.address, self.call_python, frames, self.display_name)
+            self.__class__ = _class_calling(self.native)
+        return self.native
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the compiled function (natively from the first call on, where possible)."""
+        self.ensure_native()
+        return self.call_python(*args, **kwargs)
+
+    def call_python(self, *args: Any, **kwargs: Any) -> Any:
+        """The Python implementation of a call: every conversion and every check."""
         if kwargs or len(args) != self._arity:
             raise self._arity_error(args, kwargs)
         c_args: list[Any] = []
@@ -101,6 +123,11 @@ class CompiledFunction:
         values = tuple(read(getattr(struct, f"r{i}"), owners)
                        for i, read in enumerate(self._unmarshal))
         return values[0] if len(values) == 1 else values
+
+
+def _class_calling(native: Callable[..., Any]) -> type[CompiledFunction]:
+    return type("CompiledFunction", (CompiledFunction,),
+                {"__call__": staticmethod(native), "__doc__": CompiledFunction.__doc__})
 
 
 Marshaller = Callable[[Any, list[Any], list[Any], dict[int, object]], None]
@@ -163,10 +190,20 @@ def _result_reader(t: Type) -> Callable[[Any, dict[int, object]], Any]:
         if t.kind == "bool":
             return lambda field, _: bool(field)
         return lambda field, _: field
-    if isinstance(t, (MemRefType, TensorType)):
+    if isinstance(t, MemRefType):
         rank, element = t.rank, t.element
         return lambda descriptor, owners: owned_array_from_descriptor(descriptor, rank,
                                                                       element, owners)
+    if isinstance(t, TensorType):
+        tensor_rank, tensor_element = t.rank, t.element
+
+        def read_tensor(descriptor: Any, owners: dict[int, object]) -> Any:
+            # A tensor is a value: a result sharing memory with an argument (or with an
+            # earlier result) is copied, so that writing to it changes nothing else.
+            shared = (descriptor.allocated or 0) in owners
+            array = owned_array_from_descriptor(descriptor, tensor_rank, tensor_element, owners)
+            return array.copy() if shared else array
+        return read_tensor
     if isinstance(t, UnrankedMemRefType):
         element = t.element
 

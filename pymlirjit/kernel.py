@@ -26,13 +26,13 @@ import threading
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
-from .callbacks import Callback
+from .callbacks import Callback, default_registry
 from .errors import SignatureError
 from .function import CompiledFunction
 from .session import CompiledModule, Session, default_session
-from .signature import Signature, _result_types
+from .signature import Signature
 from .types import Type, to_type
 
 __all__ = ["Kernel", "mlir_kernel"]
@@ -92,13 +92,23 @@ class Kernel:
                                             list(inspect.signature(stub).parameters))
             self._compiled = function
             self._generation = session.generation
+            # Clearing the cache or (re)defining a callback makes the kernel relink.
+            session.watch(self)
+            session.callbacks.watch(self)
+            default_registry().watch(self)
+            # Later calls go straight to the compiled function, without this class's
+            # Python-level __call__, until the session clears its cache (forget()).
+            self.__class__ = _kernel_class_calling(function.ensure_native() or function.call_python)
             return function
 
+    def forget(self) -> None:
+        """Drop the compiled function; the next call compiles (or hits the cache) again."""
+        with self._lock:
+            self._compiled = None
+            self.__class__ = Kernel
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        compiled = self._compiled
-        if compiled is None or self._generation != self.session.generation:
-            compiled = self.compile()
-        return compiled(*args, **kwargs)
+        return self.compile()(*args, **kwargs)
 
     @property
     def signature(self) -> Signature:
@@ -130,6 +140,10 @@ class Kernel:
         return f"<mlir_kernel @{self.name} ({state})>"
 
 
+def _kernel_class_calling(call: Callable[..., Any]) -> type[Kernel]:
+    return type("Kernel", (Kernel,), {"__call__": staticmethod(call), "__doc__": Kernel.__doc__})
+
+
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
     """Check the stub's annotations, where present, against the MLIR signature."""
     try:
@@ -147,7 +161,13 @@ def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> No
             _check_annotation(hints[param], actual, f"@mlir_kernel {name!r}: parameter "
                               f"#{i} ({param!r})", signature)
     if "return" in hints:
-        expected = _result_types(hints["return"], name)
+        annotation = hints["return"]
+        if annotation is None or annotation is type(None):
+            expected: tuple[Any, ...] = ()
+        elif get_origin(annotation) is tuple:
+            expected = get_args(annotation)
+        else:
+            expected = (annotation,)
         if len(expected) != len(signature.results):
             raise SignatureError(f"@mlir_kernel {name!r}: the stub returns {len(expected)} "
                                  f"values, @{name} in MLIR returns {len(signature.results)} "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from .errors import LinkError
 from .function import CompiledFunction
 from .pipeline import lower, new_context, normalize_pipeline, parse_module
 from .signature import Signature, from_func_op
+from .types import TensorType
 
 __all__ = ["CacheInfo", "CompiledModule", "Session", "default_session", "runtime_library"]
 
@@ -90,9 +92,13 @@ class CompiledModule:
         self.callbacks = callbacks
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(self, name, signature,
-                                   engine.function_address("_mlir_ciface_" + entry))
+                                   engine.function_address("_mlir_ciface_" + entry),
+                                   links_callbacks=bool(callbacks))
             for name, (signature, entry) in signatures.items()
         }
+        for name, function in self.functions.items():
+            if not hasattr(type(self), name) and name not in self.__dict__:
+                self.__dict__[name] = function  # plain attribute access: no __getattr__
 
     @property
     def lowered_mlir(self) -> str:
@@ -140,6 +146,7 @@ class Session:
         self._misses = 0
         self._lock = threading.RLock()
         self.generation = 0
+        self._watchers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def __repr__(self) -> str:
         return f"<Session: {len(self._cache)} cached modules>"
@@ -156,6 +163,14 @@ class Session:
             self._declared.clear()
             self._hits = self._misses = 0
             self.generation += 1
+            watchers = list(self._watchers)
+            self._watchers.clear()
+        for watcher in watchers:
+            watcher.forget()
+
+    def watch(self, kernel: Any) -> None:
+        """Call ``kernel.forget()`` when the cache is cleared (kept weakly)."""
+        self._watchers.add(kernel)
 
     def find_callback(self, name: str, explicit: Sequence[Callback] = ()) -> Callback | None:
         """The callback ``@name`` links to: explicit ones first, then this session's
@@ -236,6 +251,7 @@ class Session:
                     registrations.append(("_mlir_ciface_" + symbol, cb))
                 elif not private:
                     op.attributes["llvm.emit_c_interface"] = unit
+                    _make_tensor_arguments_read_only(op, signature)
                     entry = name
                     if boundary_abi(signature).needs_shim:
                         entry = _ENTRY_PREFIX + name
@@ -263,6 +279,24 @@ class Session:
         compiled = CompiledModule(engine, key.source, module, signatures, linked)
         compiled._context = context  # type: ignore[attr-defined]
         return compiled, tuple(declared)
+
+
+def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:
+    """Tell bufferization not to write into tensor arguments: they alias the caller's
+    numpy arrays, and a tensor is a value."""
+    from mlir import ir
+
+    if not any(isinstance(t, TensorType) for t in signature.param_types):
+        return
+    existing = (list(ir.ArrayAttr(op.attributes["arg_attrs"])) if "arg_attrs" in op.attributes
+                else [ir.DictAttr.get({})] * len(signature.params))
+    updated = []
+    for t, attrs in zip(signature.param_types, existing):
+        entries = {named.name: named.attr for named in ir.DictAttr(attrs)}
+        if isinstance(t, TensorType):
+            entries["bufferization.writable"] = ir.BoolAttr.get(False)
+        updated.append(ir.DictAttr.get(entries))
+    op.attributes["arg_attrs"] = ir.ArrayAttr.get(updated)
 
 
 def _check_opt_level(opt_level: int) -> int:

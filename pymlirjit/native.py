@@ -1,0 +1,319 @@
+"""Native entry points generated with llvmlite: calling compiled code without ctypes.
+
+:func:`kernel_entry` builds, for one compiled function, a CPython builtin function
+(``METH_FASTCALL | METH_KEYWORDS``) that unboxes exact ``float``/``int``/``bool``
+arguments and exact ``numpy.ndarray`` arguments straight from their object layout,
+releases the GIL, calls the C-ABI entry point and boxes the scalar result. Anything it
+does not recognise at once (a numpy scalar, a wrong dtype, a non-contiguous array for
+an identity layout, keyword arguments, an error) is handed, untouched, to the Python
+implementation, which converts it or raises the precise error. So the native path only
+ever makes the common case fast; it never decides an error on its own.
+
+The object layouts read here are CPython's ``PyObject`` header (``ob_type`` at offset
+8) and numpy's ``PyArrayObject_fields`` (data, nd, dimensions, strides, base, descr,
+flags): both are public, stable ABI on 64-bit CPython 3.10-3.13 and numpy 1.x/2.x.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from .abi import BoundaryABI
+from .types import MemRefType, ScalarType, TensorType, Type
+
+__all__ = ["kernel_entry", "supports_native_entry"]
+
+_NPY_C_CONTIGUOUS = 0x0001
+_NPY_WRITEABLE = 0x0400
+_METH_FASTCALL_KEYWORDS = 0x0080 | 0x0002
+
+_i8, _i32, _i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_ptr = _i8.as_pointer()
+_double = ir.DoubleType()
+
+# The C API functions the generated code calls, with their LLVM types.
+_C_API: dict[str, ir.FunctionType] = {
+    "PyFloat_AsDouble": ir.FunctionType(_double, [_ptr]),
+    "PyFloat_FromDouble": ir.FunctionType(_ptr, [_double]),
+    "PyLong_AsLongLongAndOverflow": ir.FunctionType(_i64, [_ptr, _i32.as_pointer()]),
+    "PyLong_FromLongLong": ir.FunctionType(_ptr, [_i64]),
+    "PyBool_FromLong": ir.FunctionType(_ptr, [_i64]),
+    "PyEval_SaveThread": ir.FunctionType(_ptr, []),
+    "PyEval_RestoreThread": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "PyObject_Vectorcall": ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr]),
+    "PyObject_CallNoArgs": ir.FunctionType(_ptr, [_ptr]),
+    "PyObject_CallOneArg": ir.FunctionType(_ptr, [_ptr, _ptr]),
+    "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
+}
+
+
+class _PyMethodDef(ctypes.Structure):
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
+                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
+_new_builtin.argtypes = [ctypes.POINTER(_PyMethodDef), ctypes.py_object, ctypes.c_void_p]
+_new_builtin.restype = ctypes.py_object
+
+
+class _Jit:
+    """One llvmlite MCJIT engine for every generated entry point of the process."""
+
+    def __init__(self) -> None:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        for name in _C_API:
+            address = ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+            llvm.add_symbol(name, address)
+        self.llvm = llvm
+        target = llvm.Target.from_default_triple()
+        self.machine = target.create_target_machine(opt=2)
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.machine)
+        self.lock = threading.Lock()
+        self.counter = itertools.count()
+
+    def compile(self, module: ir.Module, name: str) -> int:
+        module.triple = self.machine.triple
+        parsed = self.llvm.parse_assembly(str(module))
+        parsed.verify()
+        with self.lock:
+            self.engine.add_module(parsed)
+            self.engine.finalize_object()
+            return int(self.engine.get_function_address(name))
+
+
+@functools.cache
+def _jit() -> _Jit:
+    return _Jit()
+
+
+def _fast_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType) and t.kind in ("bool", "int", "float") and t.bits != 16
+
+
+def supports_native_entry(abi: BoundaryABI) -> bool:
+    """Whether :func:`kernel_entry` can serve this function: scalar (not f16/bf16 or
+    complex) and ranked array parameters, and no result or one scalar result."""
+    signature = abi.signature
+    params_ok = all(_fast_scalar(t) or isinstance(t, (MemRefType, TensorType))
+                    for t in signature.param_types)
+    results_ok = not signature.results or (
+        len(signature.results) == 1 and _fast_scalar(signature.results[0]))
+    return params_ok and results_ok and not abi.results_via_pointer
+
+
+def _llvm_type(t: ScalarType) -> ir.Type:
+    if t.kind == "float":
+        return ir.FloatType() if t.bits == 32 else _double
+    if t.kind == "bool":
+        return _i8  # i1 crosses the boundary as i8 (see abi)
+    return ir.IntType(t.bits)
+
+
+class _EntryBuilder:
+    """Emits the LLVM IR of one entry point."""
+
+    def __init__(self, abi: BoundaryABI, target: int, frames: tuple[Any, Any] | None,
+                 name: str) -> None:
+        self.abi = abi
+        self.module = ir.Module(name=name)
+        self.api = {n: ir.Function(self.module, fn_type, n) for n, fn_type in _C_API.items()}
+        entry_type = ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr])
+        self.function = ir.Function(self.module, entry_type, name)
+        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self.fallback = self.function.append_basic_block("fallback")
+        self.target = target
+        self.frames = frames
+
+    def constant_pointer(self, address: int) -> ir.Value:
+        return ir.Constant(_i64, address).inttoptr(_ptr)
+
+    def check(self, condition: ir.Value, label: str) -> None:
+        """Continue if ``condition`` holds, else hand the call to the Python path."""
+        ok = self.function.append_basic_block(label)
+        self.builder.cbranch(condition, ok, self.fallback)
+        self.builder.position_at_end(ok)
+
+    def field(self, obj: ir.Value, offset: int, field_type: ir.Type) -> ir.Value:
+        b = self.builder
+        address = b.gep(obj, [ir.Constant(_i64, offset)])
+        return b.load(b.bitcast(address, field_type.as_pointer()))
+
+    def type_is(self, obj: ir.Value, py_type: object, label: str) -> None:
+        b = self.builder
+        actual = self.field(obj, 8, _i64)
+        self.check(b.icmp_unsigned("==", actual, ir.Constant(_i64, id(py_type))), label)
+
+    def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
+        b = self.builder
+        if t.kind == "float":
+            self.type_is(obj, float, f"float{i}")
+            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
+        if t.kind == "bool":
+            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, id(True)))
+            is_false = b.icmp_unsigned("==", b.ptrtoint(obj, _i64),
+                                       ir.Constant(_i64, id(False)))
+            self.check(b.or_(is_true, is_false), f"bool{i}")
+            return b.zext(is_true, _i8)
+        self.type_is(obj, int, f"int{i}")
+        overflow = b.alloca(_i32)
+        value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
+        self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)), f"fits{i}")
+        if t.bits < 64:
+            low = ir.Constant(_i64, -(1 << (t.bits - 1)))
+            high = ir.Constant(_i64, (1 << t.bits) - 1)
+            in_range = b.and_(b.icmp_signed(">=", value, low), b.icmp_signed("<=", value, high))
+            self.check(in_range, f"range{i}")
+            return b.trunc(value, ir.IntType(t.bits))
+        return value
+
+    def array(self, obj: ir.Value, t: MemRefType | TensorType, i: int) -> ir.Value:
+        b = self.builder
+        element = t.element
+        itemsize = element.dtype.itemsize
+        rank = t.rank
+        self.type_is(obj, np.ndarray, f"ndarray{i}")
+        descr = self.field(obj, 56, _i64)
+        self.check(b.icmp_unsigned("==", descr, ir.Constant(_i64, id(element.dtype))),
+                   f"dtype{i}")
+        nd = self.field(obj, 24, _i32)
+        self.check(b.icmp_signed("==", nd, ir.Constant(_i32, rank)), f"rank{i}")
+        flags = self.field(obj, 64, _i32)
+        required = 0
+        contiguous = isinstance(t, TensorType) or t.strides is None
+        if contiguous:
+            required |= _NPY_C_CONTIGUOUS
+        if isinstance(t, MemRefType):
+            required |= _NPY_WRITEABLE
+        if required:
+            masked = b.and_(flags, ir.Constant(_i32, required))
+            self.check(b.icmp_unsigned("==", masked, ir.Constant(_i32, required)),
+                       f"flags{i}")
+        data = self.field(obj, 16, _i64)
+        dims = b.bitcast(self.field(obj, 32, _ptr), _i64.as_pointer())
+        strides = b.bitcast(self.field(obj, 40, _ptr), _i64.as_pointer())
+        static_offset = 0 if isinstance(t, TensorType) else (t.offset or 0)
+        fields = [_ptr, _ptr, _i64] + ([ir.ArrayType(_i64, rank)] * 2 if rank else [])
+        descriptor = b.alloca(ir.LiteralStructType(fields))
+        aligned = b.inttoptr(b.sub(data, ir.Constant(_i64, static_offset * itemsize)), _ptr)
+        zero = ir.Constant(_i32, 0)
+        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, 0)]))
+        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, 1)]))
+        b.store(ir.Constant(_i64, static_offset), b.gep(descriptor, [zero, ir.Constant(_i32, 2)]))
+        layout = None if isinstance(t, TensorType) else t.strides
+        for axis in range(rank):
+            size = b.load(b.gep(dims, [ir.Constant(_i64, axis)]))
+            if t.shape[axis] is not None:
+                self.check(b.icmp_signed("==", size, ir.Constant(_i64, t.shape[axis])),
+                           f"dim{i}_{axis}")
+            stride_bytes = b.load(b.gep(strides, [ir.Constant(_i64, axis)]))
+            remainder = b.srem(stride_bytes, ir.Constant(_i64, itemsize))
+            self.check(b.icmp_signed("==", remainder, ir.Constant(_i64, 0)),
+                       f"stride{i}_{axis}")
+            stride = b.sdiv(stride_bytes, ir.Constant(_i64, itemsize))
+            if layout is not None and layout[axis] is not None:
+                matches = b.icmp_signed("==", stride, ir.Constant(_i64, layout[axis]))
+                trivial = b.icmp_signed("<=", size, ir.Constant(_i64, 1))
+                self.check(b.or_(matches, trivial), f"static_stride{i}_{axis}")
+            axis_index = ir.Constant(_i32, axis)
+            b.store(size, b.gep(descriptor, [zero, ir.Constant(_i32, 3), axis_index]))
+            b.store(stride, b.gep(descriptor, [zero, ir.Constant(_i32, 4), axis_index]))
+        return b.bitcast(descriptor, _ptr)
+
+    def build(self) -> ir.Module:
+        b = self.builder
+        self_obj, args, nargs, kwnames = self.function.args
+        signature = self.abi.signature
+        self.check(b.icmp_unsigned("==", b.ptrtoint(kwnames, _i64), ir.Constant(_i64, 0)),
+                   "no_keywords")
+        self.check(b.icmp_signed("==", nargs, ir.Constant(_i64, len(signature.params))),
+                   "arity")
+        c_args: list[ir.Value] = []
+        for i, t in enumerate(signature.param_types):
+            obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
+            if isinstance(t, ScalarType):
+                c_args.append(self.scalar(obj, t, i))
+            else:
+                assert isinstance(t, (MemRefType, TensorType))
+                c_args.append(self.array(obj, t, i))
+        result_types = self.abi.boundary.results
+        llvm_result = _llvm_type(result_types[0]) if result_types else ir.VoidType()  # type: ignore[arg-type]
+        target_type = ir.FunctionType(llvm_result, [a.type for a in c_args])
+        target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
+        frame = None
+        if self.frames is not None:
+            frame = b.call(self.api["PyObject_CallNoArgs"],
+                           [self.constant_pointer(id(self.frames[0]))])
+            failed = self.function.append_basic_block("enter_failed")
+            entered = self.function.append_basic_block("entered")
+            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(frame, _i64), ir.Constant(_i64, 0)),
+                      failed, entered)
+            b.position_at_end(failed)
+            b.ret(frame)
+            b.position_at_end(entered)
+        state = b.call(self.api["PyEval_SaveThread"], [])
+        value = b.call(target, c_args)
+        b.call(self.api["PyEval_RestoreThread"], [state])
+        if frame is not None:
+            assert self.frames is not None
+            done = b.call(self.api["PyObject_CallOneArg"],
+                          [self.constant_pointer(id(self.frames[1])), frame])
+            b.call(self.api["Py_DecRef"], [frame])
+            raised = self.function.append_basic_block("callback_raised")
+            clean = self.function.append_basic_block("clean")
+            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(done, _i64), ir.Constant(_i64, 0)),
+                      raised, clean)
+            b.position_at_end(raised)
+            b.ret(done)
+            b.position_at_end(clean)
+            b.call(self.api["Py_DecRef"], [done])
+        b.ret(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
+        b.position_at_end(self.fallback)
+        b.ret(b.call(self.api["PyObject_Vectorcall"], [self_obj, args, nargs, kwnames]))
+        return self.module
+
+    def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
+        b = self.builder
+        if t is None:
+            none = self.constant_pointer(id(None))
+            b.call(self.api["Py_IncRef"], [none])
+            return none
+        if t.kind == "float":
+            wide = b.fpext(value, _double) if t.bits == 32 else value
+            return b.call(self.api["PyFloat_FromDouble"], [wide])
+        if t.mlir == "i8" and self.abi.signature.results[0].kind == "bool":  # type: ignore[union-attr]
+            return b.call(self.api["PyBool_FromLong"], [b.zext(value, _i64)])
+        wide = b.sext(value, _i64) if t.bits < 64 else value
+        return b.call(self.api["PyLong_FromLongLong"], [wide])
+
+
+def kernel_entry(abi: BoundaryABI, target: int, python_path: Callable[..., Any],
+                 frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
+                 name: str) -> tuple[Callable[..., Any], object]:
+    """A builtin function calling the C-ABI function at ``target`` natively.
+
+    ``python_path`` handles every call the native code does not take (it gets the
+    original arguments); ``frames`` are the ``(enter_call, exit_call)`` functions to
+    wrap the call in when the module links Python callbacks, else ``None``. Returns the
+    builtin and an object that must outlive it (its method definition).
+    """
+    jit = _jit()
+    symbol = f"pymlirjit_entry_{next(jit.counter)}"
+    module = _EntryBuilder(abi, target, frames, symbol).build()
+    address = jit.compile(module, symbol)
+    definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
+    builtin = _new_builtin(ctypes.byref(definition), python_path, None)
+    return builtin, (definition, frames)
