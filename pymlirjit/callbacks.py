@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
@@ -332,11 +333,23 @@ class CallbackRegistry:
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}
         self._lock = threading.Lock()
+        self._watchers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def add(self, cb: Callback) -> Callback:
+        """Register ``cb`` under its name, replacing any callback of that name; kernels
+        that compiled against this registry relink on their next call."""
         with self._lock:
             self._callbacks[cb.name] = cb
+            watchers = list(self._watchers)
+            self._watchers.clear()
+        for watcher in watchers:
+            watcher.forget()
         return cb
+
+    def watch(self, kernel: Any) -> None:
+        """Call ``kernel.forget()`` when a callback is next added (kept weakly)."""
+        with self._lock:
+            self._watchers.add(kernel)
 
     def get(self, name: str) -> Callback | None:
         return self._callbacks.get(name)

@@ -301,12 +301,12 @@ def parse_type(text: str) -> Type:
 
     with _context_lock:
         context = _type_context()
-        try:
-            with context:
+        with context:
+            try:
                 parsed = ir.Type.parse(text)
-        except Exception as exc:
-            raise TypeError(f"cannot parse MLIR type {text!r}: {exc}") from exc
-        return from_mlir(parsed)
+            except Exception as exc:
+                raise TypeError(f"cannot parse MLIR type {text!r}: {exc}") from exc
+            return from_mlir(parsed)
 
 
 def from_mlir(mlir_type: Any) -> Type:

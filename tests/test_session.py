@@ -142,3 +142,20 @@ def test_concurrent_compiles_of_one_source_compile_once(session: Session) -> Non
         thread.join()
     assert len({id(r) for r in results}) == 1
     assert session.cache_info().misses == 1
+
+
+def test_redefining_a_callback_relinks_kernels_that_already_ran(session: Session) -> None:
+    @callback(name="hook", session=session)
+    def old(x: f64) -> f64:
+        return 1.0
+
+    @mlir_kernel(source=USES_HOOK, name="run", session=session)
+    def run(x: f64) -> f64: ...
+
+    assert run(0.0) == 1.0
+
+    @callback(name="hook", session=session)
+    def new(x: f64) -> f64:
+        return 2.0
+
+    assert run(0.0) == 2.0

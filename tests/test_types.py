@@ -58,3 +58,8 @@ def test_scalar_checks() -> None:
     with pytest.raises(TypeError, match="expected a float"):
         to_python_scalar(f64, "1", "x")
     assert to_python_scalar(f64, np.float32(0.5), "x") == 0.5
+
+
+def test_identity_layout_memref_strings() -> None:
+    assert to_type("memref<?xf64>") == MemRef[f64, None]
+    assert to_type(Annotated[np.ndarray, "memref<2x3xf32>"]) == MemRef[f32, 2, 3]
