@@ -22,7 +22,9 @@ from typing import Any
 from .memref import UnrankedDescriptor, descriptor_type
 from .signature import Signature
 from .types import (
+    MemRefType,
     ScalarType,
+    TensorType,
     Type,
     UnrankedMemRefType,
     f32,
@@ -31,7 +33,13 @@ from .types import (
     i16,
 )
 
-__all__ = ["BoundaryABI", "boundary_abi", "callback_shim", "kernel_shim"]
+__all__ = [
+    "BoundaryABI",
+    "boundary_abi",
+    "callback_shim",
+    "kernel_shim",
+    "native_kernel_supported",
+]
 
 _WIDENED = {"i1": i8, "f16": i16, "bf16": i16}
 
@@ -98,6 +106,20 @@ def boundary_abi(signature: Signature) -> BoundaryABI:
         fields = [(f"r{i}", _memory_ctype(t)) for i, t in enumerate(results)]
         result_struct = type("Results", (ctypes.Structure,), {"_fields_": fields})
     return BoundaryABI(signature, boundary, needs_shim, c_params, c_result, result_struct)
+
+
+def _plain_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType) and t.kind in ("bool", "int", "float") and t.bits != 16
+
+
+def native_kernel_supported(signature: Signature) -> bool:
+    """Whether a native kernel entry (:mod:`pymlirjit.native`) can serve this function:
+    bool/int/f32/f64 and ranked memref or tensor parameters; no result or one
+    bool/int/f32/f64 result."""
+    params_ok = all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
+                    for t in signature.param_types)
+    results = signature.results
+    return params_ok and (not results or (len(results) == 1 and _plain_scalar(results[0])))
 
 
 def _convert(value: str, out: str, source: Type, target: Type) -> tuple[list[str], str]:

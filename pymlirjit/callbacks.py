@@ -81,7 +81,10 @@ _frames = _ThreadFrames()
 # Callbacks running on threads the compiled code started itself have no frame of their
 # own; their errors go here and surface from the next call into compiled code that ends.
 _foreign = CallFrame()
-_foreign_lock = threading.Lock()
+# How many frames (the foreign slot included) hold an error. Native trampolines read it
+# directly: while it is 0, no callback needs to ask whether its call already failed.
+_pending = ctypes.c_int64(0)
+_pending_lock = threading.Lock()
 
 
 def enter_call() -> CallFrame:
@@ -94,12 +97,10 @@ def enter_call() -> CallFrame:
 def exit_call(frame: CallFrame) -> None:
     """Close ``frame``; re-raise the exception a callback raised during the call, if any."""
     _pop(frame)
-    error = frame.error
+    error = _take_error(frame)
     if error is None and _foreign.error is not None:
-        with _foreign_lock:
-            error, _foreign.error = _foreign.error, None
+        error = _take_error(_foreign)
     if error is not None:
-        frame.error = None
         raise error
 
 
@@ -111,6 +112,7 @@ def call_frame() -> Iterator[CallFrame]:
         yield frame
     except BaseException:
         _pop(frame)
+        _take_error(frame)
         raise
     exit_call(frame)
 
@@ -124,6 +126,30 @@ def _pop(frame: CallFrame) -> None:
 def _current_frame() -> CallFrame:
     stack = _frames.stack
     return stack[-1] if stack else _foreign
+
+
+def _record(frame: CallFrame, error: BaseException, name: str) -> None:
+    """Keep the first error of a call, noting which callback raised it."""
+    with _pending_lock:
+        if frame.error is not None:
+            return
+        _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
+        frame.error = error
+        _pending.value += 1
+
+
+def _take_error(frame: CallFrame) -> BaseException | None:
+    with _pending_lock:
+        error = frame.error
+        if error is not None:
+            frame.error = None
+            _pending.value -= 1
+        return error
+
+
+def _call_failed() -> bool:
+    """Whether the current call into compiled code already failed (callbacks skip)."""
+    return _current_frame().error is not None
 
 
 def _add_note(error: BaseException, note: str) -> None:
@@ -257,13 +283,7 @@ def _build_entry(cb: Callback) -> Any:
         return result
 
     def fail(error: BaseException, frame: CallFrame) -> None:
-        if frame.error is None:
-            _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
-            if frame is _foreign:
-                with _foreign_lock:
-                    frame.error = frame.error or error
-            else:
-                frame.error = error
+        _record(frame, error, name)
 
     if abi.results_via_pointer:
         struct_type = abi.result_struct

@@ -67,6 +67,13 @@ def _load_compiler_runtime() -> None:
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
+def _load_library(path: str) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(path)
+    except OSError as exc:
+        raise LinkError(f"cannot load shared library {path!r}: {exc}", [path]) from None
+
+
 def address_of(callback: Any) -> int:
     """The native address of ``callback``: an int, a ctypes function pointer, a
     ``c_void_p``, or an object with an ``address`` attribute."""
@@ -129,9 +136,10 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
                  **options: Any) -> None:
         self._needed, self._defined = _external_symbols(module)
         self._shared_libs = tuple(str(path) for path in shared_libs)
+        # Load them here first: LLVM aborts the process on a file that is not a library.
+        self._libraries = [_load_library(path) for path in self._shared_libs]
         _load_compiler_runtime()
         super().__init__(module, opt_level, list(self._shared_libs), **options)
-        self._libraries = [ctypes.CDLL(path) for path in self._shared_libs]
         self._process = ctypes.CDLL(None)
         self._registered: dict[str, Any] = {}
         self._linked = False

@@ -13,7 +13,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from .abi import BoundaryABI, boundary_abi
+from .abi import BoundaryABI, boundary_abi, native_kernel_supported
 from .callbacks import enter_call, exit_call
 from .memref import (
     _libc,
@@ -22,7 +22,6 @@ from .memref import (
     descriptor_type,
     owned_array_from_descriptor,
 )
-from .native import kernel_entry, supports_native_entry
 from .signature import Signature
 from .types import (
     MemRefType,
@@ -63,7 +62,7 @@ class CompiledFunction:
         self._unmarshal = [_result_reader(t) for t in signature.results]
         self._arity = len(signature.params)
         self._links_callbacks = links_callbacks
-        self._native_wanted = native and supports_native_entry(self.abi)
+        self._native_wanted = native and native_kernel_supported(self.signature)
         self.native: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
@@ -87,6 +86,8 @@ class CompiledFunction:
         """Build the native entry point (see :mod:`pymlirjit.native`) if this function's
         types allow one; later calls then go straight to it. Returns it, or ``None``."""
         if self._native_wanted and self.native is None:
+            from .native import kernel_entry  # llvmlite loads only when needed
+
             frames = (enter_call, exit_call) if self._links_callbacks else None
             self.native, self._native_keepalive = kernel_entry(
                 self.abi, self.address, self.call_python, frames, self.display_name)

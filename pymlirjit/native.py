@@ -27,9 +27,9 @@ import numpy as np
 from llvmlite import ir
 
 from .abi import BoundaryABI
-from .types import MemRefType, ScalarType, TensorType, Type
+from .types import MemRefType, ScalarType, TensorType
 
-__all__ = ["kernel_entry", "supports_native_entry"]
+__all__ = ["kernel_entry"]
 
 _NPY_C_CONTIGUOUS = 0x0001
 _NPY_WRITEABLE = 0x0400
@@ -97,21 +97,6 @@ class _Jit:
 @functools.cache
 def _jit() -> _Jit:
     return _Jit()
-
-
-def _fast_scalar(t: Type) -> bool:
-    return isinstance(t, ScalarType) and t.kind in ("bool", "int", "float") and t.bits != 16
-
-
-def supports_native_entry(abi: BoundaryABI) -> bool:
-    """Whether :func:`kernel_entry` can serve this function: scalar (not f16/bf16 or
-    complex) and ranked array parameters, and no result or one scalar result."""
-    signature = abi.signature
-    params_ok = all(_fast_scalar(t) or isinstance(t, (MemRefType, TensorType))
-                    for t in signature.param_types)
-    results_ok = not signature.results or (
-        len(signature.results) == 1 and _fast_scalar(signature.results[0]))
-    return params_ok and results_ok and not abi.results_via_pointer
 
 
 def _llvm_type(t: ScalarType) -> ir.Type:

