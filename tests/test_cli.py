@@ -1,0 +1,298 @@
+"""The ``pymlirjit`` command line: run, lower, demo, --version, and its error reporting.
+
+Most tests run the command in a subprocess (``python -m pymlirjit``), as a user would;
+a few call :func:`pymlirjit.cli.main` in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import mlir
+import numpy as np
+import pytest
+
+from pymlirjit import cli
+from pymlirjit.signature import Parameter
+from pymlirjit.types import f32, i1, i32, i64, index
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+CALLBACKS = str(DATA / "cli_callbacks.py")
+MLIR_ROOT = Path(mlir.__path__[0])
+RUNNER_LIBS = ("libmlir_runner_utils.so", "libmlir_c_runner_utils.so")
+
+
+def pymlirjit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m pymlirjit ARGS`` and capture its output."""
+    return subprocess.run([sys.executable, "-m", "pymlirjit", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """Exit code 1, exactly one stderr line ``pymlirjit: error: ...`` holding ``fragments``."""
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pymlirjit: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0]
+    return lines[0]
+
+
+# -- demo and --version -------------------------------------------------------------------
+
+def test_demo_runs() -> None:
+    result = pymlirjit("demo")
+    assert result.returncode == 0, result.stderr
+    assert "add(42.0, 2) -> 22.0" in result.stdout
+
+
+def test_version_names_pymlirjit_mlir_bindings_and_llvmlite() -> None:
+    result = pymlirjit("--version")
+    assert result.returncode == 0
+    for name in ("pymlirjit 0.", "xtc-mlir-python-bindings 22.", "llvmlite "):
+        assert name in result.stdout
+
+
+# -- run ------------------------------------------------------------------------------------
+
+def test_run_with_callback_file_and_scalar_arguments() -> None:
+    result = pymlirjit("run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS, "42", "2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "22.0\n"
+    assert result.stderr == ""
+
+
+def test_run_with_callbacks_given_as_a_module_name() -> None:
+    result = pymlirjit("run", "cli_scale.mlir", "--callbacks", "cli_callbacks", "--entry",
+                       "main", "-O", "0", "-3.5", "0x10", cwd=DATA)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "6.25\n"
+
+
+def test_run_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["run", str(DATA / "cli_scale.mlir"), "--callbacks", CALLBACKS, "1", "2"])
+    assert code == 0
+    assert capsys.readouterr().out == "1.5\n"
+
+
+def test_run_with_npy_input_and_output(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    out = tmp_path / "out.npy"
+    result = pymlirjit("run", str(DATA / "cli_arrays.mlir"), str(tmp_path / "a.npy"), "2.5",
+                       "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    # Tuple results print one per line: numpy's printing for arrays, plain for scalars.
+    assert result.stdout.splitlines() == [str(np.arange(4, dtype=np.float32) * 2.5), "15.0"]
+    saved = np.load(out)
+    assert saved.dtype == np.float32
+    assert saved.tolist() == [0.0, 2.5, 5.0, 7.5]
+
+
+def test_time_reports_compile_and_run_on_stderr() -> None:
+    result = pymlirjit("run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS, "--time",
+                       "4", "0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "2.0\n"
+    assert re.search(r"^pymlirjit: compiling .*cli_scale\.mlir\.\.\.$", result.stderr, re.M)
+    assert re.search(r"^pymlirjit: compile \(parse\+lower\+JIT\): [\d.]+ ms$",
+                     result.stderr, re.M)
+    assert re.search(r"^pymlirjit: run: [\d.]+ ms$", result.stderr, re.M)
+
+
+# -- the same file with mlir-runner and with pymlirjit ---------------------------------------
+
+def _normalize(output: str) -> str:
+    """Drop the buffer address printMemref shows, which differs from run to run."""
+    return re.sub(r"base@ = 0x[0-9a-f]+", "base@ = <address>", output)
+
+
+def test_print_memref_matches_mlir_runner(tmp_path: Path) -> None:
+    source = DATA / "cli_print_memref.mlir"
+    lowered = pymlirjit("lower", str(source))
+    assert lowered.returncode == 0, lowered.stderr
+    (tmp_path / "lowered.mlir").write_text(lowered.stdout)
+    libs = ",".join(str(MLIR_ROOT / "lib" / name) for name in RUNNER_LIBS)
+    reference = subprocess.run(
+        [str(MLIR_ROOT / "bin" / "mlir-runner"), str(tmp_path / "lowered.mlir"), "-e", "main",
+         "--entry-point-result=void", f"--shared-libs={libs}"],
+        capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr
+    ours = pymlirjit("run", str(source), "--shared-libs", RUNNER_LIBS[0],
+                     "--shared-libs", RUNNER_LIBS[1])
+    assert ours.returncode == 0, ours.stderr
+    assert "[[0,   1,   2]," in reference.stdout
+    assert _normalize(ours.stdout) == _normalize(reference.stdout)
+
+
+def test_c_output_comes_before_the_printed_result(tmp_path: Path) -> None:
+    source = tmp_path / "print_then_return.mlir"
+    source.write_text((DATA / "cli_print_memref.mlir").read_text()
+                      .replace("func.func @main() {", "func.func @main() -> i32 {")
+                      .replace("  return\n}", "  %r = arith.constant 7 : i32\n"
+                                              "  return %r : i32\n}"))
+    result = pymlirjit("run", str(source), "--shared-libs",
+                       "mlir_runner_utils,mlir_c_runner_utils")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Unranked Memref")
+    assert result.stdout.endswith("\n7\n")
+
+
+# -- lower ----------------------------------------------------------------------------------
+
+def test_lower_prints_the_llvm_dialect() -> None:
+    result = pymlirjit("lower", "tests/data/cli_scale.mlir")
+    assert result.returncode == 0, result.stderr
+    assert "llvm.func @main(" in result.stdout
+    assert "func.func" not in result.stdout
+
+
+def test_lower_with_a_pipeline() -> None:
+    result = pymlirjit("lower", "tests/data/cli_scale.mlir", "--pipeline",
+                       "convert-func-to-llvm")
+    assert result.returncode == 0, result.stderr
+    assert "llvm.call @cli_scale" in result.stdout
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+ERROR_CASES = {
+    "malformed MLIR": (["run", "tests/data/cli_malformed.mlir", "1"],
+                       ["tests/data/cli_malformed.mlir:3:23:", "undeclared SSA value"]),
+    "missing callback": (["run", "tests/data/cli_missing_callback.mlir"],
+                         ["@cli_nowhere", "--callbacks"]),
+    "callback raising": (["run", "tests/data/cli_fail.mlir", "--callbacks", CALLBACKS, "1.5"],
+                         ["ValueError: cli_fail refuses 1.5", "callback 'cli_fail'"]),
+    "wrong argument count": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
+                              "1"], ["@main takes 2 arguments (f32, i32), got 1"]),
+    "missing file": (["run", "tests/data/cli_no_such_file.mlir"],
+                     ["no such file: tests/data/cli_no_such_file.mlir"]),
+    "unparsable argument": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
+                             "1", "two"], ["argument 2 (i32): cannot parse 'two' as i32"]),
+    "argument out of range": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
+                               "1", "5000000000"], ["argument 2 (i32)", "out of range"]),
+    "missing npy file": (["run", "tests/data/cli_arrays.mlir", "cli_no_such.npy", "1"],
+                         ["argument 1 (memref<?xf32>)", "cli_no_such.npy"]),
+    "missing callback file": (["run", "tests/data/cli_scale.mlir", "--callbacks",
+                               "cli_no_such_callbacks.py"], ["no such file"]),
+    "missing callback module": (["run", "tests/data/cli_scale.mlir", "--callbacks",
+                                 "cli_no_such_module"], ["cli_no_such_module"]),
+    "missing shared library": (["run", "tests/data/cli_print_memref.mlir", "--shared-libs",
+                                "libcli_no_such.so"], ["libcli_no_such.so"]),
+    "not a shared library": (["run", "tests/data/cli_print_memref.mlir", "--shared-libs",
+                              "tests/data/cli_malformed.mlir"],
+                             ["cannot load shared library tests/data/cli_malformed.mlir"]),
+    "not an npy file": (["run", "tests/data/cli_arrays.mlir", "tests/data/cli_scale.mlir",
+                         "1"], ["argument 1 (memref<?xf32>)", "is not a .npy file"]),
+    "unknown entry": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
+                       "--entry", "nope"], ["no public function @nope", "it has: @main"]),
+    "output without array": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
+                              "1", "2", "--output", "cli_unused.npy"],
+                             ["--output given 1 time", "returns 0 arrays"]),
+    "lower malformed": (["lower", "tests/data/cli_malformed.mlir"],
+                        ["tests/data/cli_malformed.mlir:3:23:"]),
+    "bad pipeline": (["lower", "tests/data/cli_scale.mlir", "--pipeline", "no-such-pass"],
+                     ["no-such-pass"]),
+}
+
+
+@pytest.mark.parametrize("case", ERROR_CASES)
+def test_error_is_one_clean_line(case: str) -> None:
+    args, fragments = ERROR_CASES[case]
+    line = assert_one_error_line(pymlirjit(*args), *fragments)
+    assert "Traceback" not in line
+
+
+def test_error_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", str(DATA / "cli_fail.mlir"), "--callbacks", CALLBACKS, "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "pymlirjit: error: ValueError: cli_fail refuses 2.0 "
+        "(raised in callback 'cli_fail' called from compiled MLIR code)"]
+
+
+def test_traceback_flag_shows_the_traceback() -> None:
+    result = pymlirjit("run", "tests/data/cli_fail.mlir", "--callbacks", CALLBACKS, "1",
+                       "--traceback")
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert 'cli_callbacks.py", line' in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("pymlirjit: error: ValueError")
+
+
+def test_usage_errors_keep_argparse_exit_code() -> None:
+    assert pymlirjit("run", "tests/data/cli_scale.mlir", "-O", "7").returncode == 2
+    assert pymlirjit().returncode == 2
+    assert pymlirjit("run").returncode == 2
+
+
+# -- argument parsing and result printing -----------------------------------------------
+
+@pytest.mark.parametrize("text, mlir_type, expected", [
+    ("42", i32, 42), ("-7", i64, -7), ("0x1f", index, 31), ("007", i32, 7),
+    ("2.5", f32, 2.5), ("-inf", f32, float("-inf")), ("1e3", f32, 1000.0),
+    ("true", i1, True), ("0", i1, False), ("No", i1, False),
+])
+def test_parse_argument(text: str, mlir_type: object, expected: object) -> None:
+    assert cli.parse_argument(text, Parameter("arg0", mlir_type), 1) == expected
+
+
+def test_parse_argument_rejects_bad_text() -> None:
+    with pytest.raises(cli.CLIError, match=r"argument 3 \(i1\): cannot parse 'maybe' as i1"):
+        cli.parse_argument("maybe", Parameter("arg2", i1), 3)
+
+
+def test_format_result() -> None:
+    assert cli.format_result(0.1, f32) == "0.1"           # f32 at its own precision
+    assert cli.format_result(0.1) == "0.1"
+    assert cli.format_result(True, i1) == "True"
+    assert cli.format_result(np.arange(3)) == "[0 1 2]"
+
+
+# -- the examples of docs/cli.md --------------------------------------------------------
+
+SHELL_FENCE = re.compile(r"^```(?:bash|shell)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+def test_docs_shell_examples_run(tmp_path: Path) -> None:
+    blocks = SHELL_FENCE.findall((ROOT / "docs" / "cli.md").read_text())
+    assert blocks
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # the examples' paths; files land here
+    for block in blocks:
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"{block}\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "f.mlir", "1", "2", "--time"], ["1", "2"]),
+    (["run", "f.mlir", "--time", "1", "2"], ["1", "2"]),
+    (["run", "f.mlir", "1", "--entry", "g", "2"], ["1", "2"]),
+    (["run", "f.mlir", "-3", "-1e5", "-inf"], ["-3", "-1e5", "-inf"]),
+    (["run", "f.mlir", "1", "--", "--time"], ["1", "--time"]),
+])
+def test_arguments_may_come_anywhere(argv: list[str], expected: list[str]) -> None:
+    assert cli.parse_args(argv).args == expected
+
+
+def test_unknown_option_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(["run", "f.mlir", "--no-such-option"])
+    assert exit_info.value.code == 2
+
+
+def test_array_of_the_wrong_dtype_is_one_clean_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    np.save(tmp_path / "f64.npy", np.arange(3.0))
+    code = cli.main(["run", str(DATA / "cli_arrays.mlir"), str(tmp_path / "f64.npy"), "1"])
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert "expected dtype float32 for memref<?xf32>, got float64" in err[0]
