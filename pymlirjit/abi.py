@@ -38,6 +38,7 @@ __all__ = [
     "boundary_abi",
     "callback_shim",
     "kernel_shim",
+    "native_callback_supported",
     "native_kernel_supported",
 ]
 
@@ -120,6 +121,15 @@ def native_kernel_supported(signature: Signature) -> bool:
                     for t in signature.param_types)
     results = signature.results
     return params_ok and (not results or (len(results) == 1 and _plain_scalar(results[0])))
+
+
+def native_callback_supported(signature: Signature) -> bool:
+    """Whether a native trampoline (:mod:`pymlirjit.native`) can serve this callback:
+    bool/int/f32/f64 and ranked memref parameters; no result or one bool/int/f32/f64
+    result."""
+    results = signature.results
+    return (all(_plain_scalar(t) or isinstance(t, MemRefType) for t in signature.param_types)
+            and (not results or (len(results) == 1 and _plain_scalar(results[0]))))
 
 
 def _convert(value: str, out: str, source: Type, target: Type) -> tuple[list[str], str]:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
-from .abi import BoundaryABI, boundary_abi
+from .abi import BoundaryABI, boundary_abi, native_callback_supported
 from .errors import SignatureError
 from .memref import (
     UnrankedDescriptor,
@@ -197,17 +197,19 @@ class Callback:
 
     @property
     def address(self) -> int:
-        """The address of the native entry point (built on first use)."""
-        return ctypes.cast(self.native_entry, ctypes.c_void_p).value or 0
-
-    @property
-    def native_entry(self) -> Any:
-        """The ctypes function pointer compiled code calls."""
+        """The address of the native entry point compiled code calls (built on first
+        use): a trampoline generated with llvmlite where the types allow one, else a
+        ctypes callback."""
         if self._entry is None:
             with self._lock:
                 if self._entry is None:
                     self._entry = _build_entry(self)
-        return self._entry
+        return self._entry.address  # type: ignore[no-any-return]
+
+    @property
+    def native_entry(self) -> int:
+        """Same as :attr:`address` (what ``ExecutionEngine.register_runtime`` takes)."""
+        return self.address
 
 
 # -- building the native entry point -----------------------------------------------------
@@ -253,7 +255,50 @@ def _store_result(struct: Any, field: str, t: Type, value: Any, what: str) -> No
         setattr(struct, field, number)
 
 
-def _build_entry(cb: Callback) -> Any:
+class _Entry:
+    """A built entry point: its address and what must stay alive while it is used."""
+
+    def __init__(self, address: int, keepalive: object) -> None:
+        self.address = address
+        self.keepalive = keepalive
+
+
+class _TrampolineHelpers:
+    """The Python side of a native trampoline: what it calls in the rare cases."""
+
+    pending_address = ctypes.addressof(_pending)
+
+    def __init__(self, cb: Callback) -> None:
+        self.name = cb.name
+        self.call_failed = _call_failed
+        results = cb.signature.results
+        self.result_type = results[0] if results else None
+
+    def record(self, error: BaseException) -> None:
+        _record(_current_frame(), error, self.name)
+
+    def convert_result(self, value: Any) -> Any:
+        t = self.result_type
+        if t is None:
+            raise TypeError(f"callback {self.name!r} is declared to return nothing, "
+                            f"but returned {type(value).__name__}")
+        assert isinstance(t, ScalarType)
+        return to_python_scalar(t, value, f"callback {self.name!r}: result #0")
+
+
+def _build_entry(cb: Callback) -> _Entry:
+    if native_callback_supported(cb.signature):
+        from .native import callback_trampoline  # llvmlite loads only when needed
+
+        helpers = _TrampolineHelpers(cb)
+        address, embedded = callback_trampoline(cb.signature, cb.abi, cb.__wrapped__, helpers,
+                                                cb.name)
+        return _Entry(address, embedded)
+    entry = _build_ctypes_entry(cb)
+    return _Entry(ctypes.cast(entry, ctypes.c_void_p).value or 0, entry)
+
+
+def _build_ctypes_entry(cb: Callback) -> Any:
     abi = cb.abi
     signature = cb.signature
     function = cb.__wrapped__

@@ -10,6 +10,7 @@ raised during the call.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,8 @@ from .types import (
 )
 
 __all__ = ["CompiledFunction"]
+
+_native_lock = threading.Lock()
 
 
 class CompiledFunction:
@@ -88,10 +91,13 @@ class CompiledFunction:
         if self._native_wanted and self.native is None:
             from .native import kernel_entry  # llvmlite loads only when needed
 
-            frames = (enter_call, exit_call) if self._links_callbacks else None
-            self.native, self._native_keepalive = kernel_entry(
-                self.abi, self.address, self.call_python, frames, self.display_name)
-            self.__class__ = _class_calling(self.native)
+            with _native_lock:  # first calls from several threads build it once
+                if self.native is None:
+                    frames = (enter_call, exit_call) if self._links_callbacks else None
+                    native, self._native_keepalive = kernel_entry(
+                        self.abi, self.address, self.call_python, frames, self.display_name)
+                    self.__class__ = _class_calling(native)
+                    self.native = native
         return self.native
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

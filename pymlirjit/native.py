@@ -1,4 +1,4 @@
-"""Native entry points generated with llvmlite: calling compiled code without ctypes.
+"""Native entry points generated with llvmlite: crossing the boundary without ctypes.
 
 :func:`kernel_entry` builds, for one compiled function, a CPython builtin function
 (``METH_FASTCALL | METH_KEYWORDS``) that unboxes exact ``float``/``int``/``bool``
@@ -8,6 +8,13 @@ does not recognise at once (a numpy scalar, a wrong dtype, a non-contiguous arra
 an identity layout, keyword arguments, an error) is handed, untouched, to the Python
 implementation, which converts it or raises the precise error. So the native path only
 ever makes the common case fast; it never decides an error on its own.
+
+:func:`callback_trampoline` builds the other direction: a C function with a
+callback's exact ABI that takes the GIL, boxes the arguments (memrefs as numpy arrays
+made with ``PyArray_NewFromDescr``, aliasing the descriptor's memory), calls the Python
+function with vectorcall and unboxes an exact result; any other result goes through a
+Python converter, and any exception is handed to Python to be recorded for the kernel
+call.
 
 The object layouts read here are CPython's ``PyObject`` header (``ob_type`` at offset
 8) and numpy's ``PyArrayObject_fields`` (data, nd, dimensions, strides, base, descr,
@@ -29,7 +36,7 @@ from llvmlite import ir
 from .abi import BoundaryABI
 from .types import MemRefType, ScalarType, TensorType
 
-__all__ = ["kernel_entry"]
+__all__ = ["callback_trampoline", "kernel_entry"]
 
 _NPY_C_CONTIGUOUS = 0x0001
 _NPY_WRITEABLE = 0x0400
@@ -53,7 +60,40 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyObject_CallOneArg": ir.FunctionType(_ptr, [_ptr, _ptr]),
     "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "PyGILState_Ensure": ir.FunctionType(_i32, []),
+    "PyGILState_Release": ir.FunctionType(ir.VoidType(), [_i32]),
+    "PyErr_CheckSignals": ir.FunctionType(_i32, []),
+    "PyErr_Fetch": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
+    "PyErr_NormalizeException": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
+    "PyException_SetTraceback": ir.FunctionType(_i32, [_ptr, _ptr]),
+    "PyErr_Clear": ir.FunctionType(ir.VoidType(), []),
 }
+
+
+_NPY_ALIGNED = 0x0100
+
+
+@functools.cache
+def _array_from_descr() -> int:
+    """The address of numpy's ``PyArray_NewFromDescr`` (slot 94 of its C API table),
+    checked once by building an array through it."""
+    core = getattr(np, "_core", None) or np.core  # numpy 2.x / 1.x
+    capsule = core._multiarray_umath._ARRAY_API
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    table = ctypes.cast(get_pointer(capsule, None), ctypes.POINTER(ctypes.c_void_p))
+    address = int(table[94])
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object, ctypes.c_int,
+                            ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)(address)
+    probe = np.arange(6.0)
+    dtype = probe.dtype
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(dtype))  # the function steals it
+    made = new(id(np.ndarray), dtype, 2, (ctypes.c_int64 * 2)(2, 3),
+               (ctypes.c_int64 * 2)(24, 8), probe.ctypes.data, _NPY_WRITEABLE, None)
+    if made.shape != (2, 3) or made.ctypes.data != probe.ctypes.data:
+        raise RuntimeError("numpy's C API table does not have PyArray_NewFromDescr at 94")
+    return address
 
 
 class _PyMethodDef(ctypes.Structure):
@@ -121,9 +161,12 @@ class _EntryBuilder:
         self.fallback = self.function.append_basic_block("fallback")
         self.target = target
         self.frames = frames
+        self.embedded: list[object] = []
 
-    def constant_pointer(self, address: int) -> ir.Value:
-        return ir.Constant(_i64, address).inttoptr(_ptr)
+    def constant_pointer(self, obj: object) -> ir.Value:
+        """A constant pointer to ``obj``; the object is kept alive with the code."""
+        self.embedded.append(obj)
+        return ir.Constant(_i64, id(obj)).inttoptr(_ptr)
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
@@ -241,7 +284,7 @@ class _EntryBuilder:
         frame = None
         if self.frames is not None:
             frame = b.call(self.api["PyObject_CallNoArgs"],
-                           [self.constant_pointer(id(self.frames[0]))])
+                           [self.constant_pointer(self.frames[0])])
             failed = self.function.append_basic_block("enter_failed")
             entered = self.function.append_basic_block("entered")
             b.cbranch(b.icmp_unsigned("==", b.ptrtoint(frame, _i64), ir.Constant(_i64, 0)),
@@ -255,7 +298,7 @@ class _EntryBuilder:
         if frame is not None:
             assert self.frames is not None
             done = b.call(self.api["PyObject_CallOneArg"],
-                          [self.constant_pointer(id(self.frames[1])), frame])
+                          [self.constant_pointer(self.frames[1]), frame])
             b.call(self.api["Py_DecRef"], [frame])
             raised = self.function.append_basic_block("callback_raised")
             clean = self.function.append_basic_block("clean")
@@ -273,7 +316,7 @@ class _EntryBuilder:
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         b = self.builder
         if t is None:
-            none = self.constant_pointer(id(None))
+            none = self.constant_pointer(None)
             b.call(self.api["Py_IncRef"], [none])
             return none
         if t.kind == "float":
@@ -297,8 +340,249 @@ def kernel_entry(abi: BoundaryABI, target: int, python_path: Callable[..., Any],
     """
     jit = _jit()
     symbol = f"pymlirjit_entry_{next(jit.counter)}"
-    module = _EntryBuilder(abi, target, frames, symbol).build()
-    address = jit.compile(module, symbol)
+    builder = _EntryBuilder(abi, target, frames, symbol)
+    address = jit.compile(builder.build(), symbol)
     definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
     builtin = _new_builtin(ctypes.byref(definition), python_path, None)
-    return builtin, (definition, frames)
+    return builtin, (definition, builder.embedded)
+
+
+class _TrampolineBuilder:
+    """Emits the LLVM IR of one callback trampoline."""
+
+    def __init__(self, signature: Any, abi: BoundaryABI, function: Any, helpers: Any,
+                 name: str) -> None:
+        self.signature = signature
+        self.abi = abi
+        self.helpers = helpers
+        self.callee = function
+        self.module = ir.Module(name=name)
+        self.api = {n: ir.Function(self.module, t, n) for n, t in _C_API.items()}
+        params = [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
+                  for t in abi.boundary.param_types]
+        results = abi.boundary.results
+        self.result_type = _llvm_type(results[0]) if results else ir.VoidType()  # type: ignore[arg-type]
+        self.function = ir.Function(self.module, ir.FunctionType(self.result_type, params), name)
+        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self.gil: ir.Value = None
+        self.embedded: list[object] = []
+
+    def pointer(self, obj: object) -> ir.Value:
+        """A constant pointer to ``obj``; the object is kept alive with the code."""
+        self.embedded.append(obj)
+        return ir.Constant(_i64, id(obj)).inttoptr(_ptr)
+
+    def is_null(self, value: ir.Value) -> ir.Value:
+        return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
+                                          ir.Constant(_i64, 0))
+
+    def zero(self) -> ir.Value | None:
+        if isinstance(self.result_type, ir.VoidType):
+            return None
+        return ir.Constant(self.result_type, 0)
+
+    def leave(self, value: ir.Value | None) -> None:
+        b = self.builder
+        b.call(self.api["PyGILState_Release"], [self.gil])
+        if value is None:
+            b.ret_void()
+        else:
+            b.ret(value)
+
+    def record_error_and_leave(self) -> None:
+        """Hand the raised exception to Python (``helpers.record``) and return zero."""
+        b = self.builder
+        slots = [b.alloca(_ptr) for _ in range(3)]
+        b.call(self.api["PyErr_Fetch"], slots)
+        b.call(self.api["PyErr_NormalizeException"], slots)
+        kind, value, traceback = (b.load(slot) for slot in slots)
+        with b.if_then(b.not_(self.is_null(traceback))):
+            b.call(self.api["PyException_SetTraceback"], [value, traceback])
+        done = b.call(self.api["PyObject_CallOneArg"], [self.pointer(self.helpers.record), value])
+        for obj in (done, kind, value, traceback):
+            b.call(self.api["Py_DecRef"], [obj])
+        b.call(self.api["PyErr_Clear"], [])
+        self.leave(self.zero())
+
+    def branch_on_error(self, failed: ir.Value, label: str) -> None:
+        b = self.builder
+        error = self.function.append_basic_block(f"{label}_error")
+        ok = self.function.append_basic_block(label)
+        b.cbranch(failed, error, ok)
+        b.position_at_end(error)
+        self.record_error_and_leave()
+        b.position_at_end(ok)
+
+    def box(self, value: ir.Value, t: Any) -> ir.Value:
+        b = self.builder
+        if isinstance(t, MemRefType):
+            return self.box_memref(value, t)
+        if t.kind == "float":
+            wide = b.fpext(value, _double) if t.bits == 32 else value
+            return b.call(self.api["PyFloat_FromDouble"], [wide])
+        if t.kind == "bool":
+            return b.call(self.api["PyBool_FromLong"], [b.zext(value, _i64)])
+        wide = b.sext(value, _i64) if t.bits < 64 else value
+        return b.call(self.api["PyLong_FromLongLong"], [wide])
+
+    def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
+        b = self.builder
+        rank = t.rank
+        dtype = t.element.dtype
+        itemsize = dtype.itemsize
+        fields = [_ptr, _ptr, _i64] + ([ir.ArrayType(_i64, rank)] * 2 if rank else [])
+        typed = b.bitcast(descriptor, ir.LiteralStructType(fields).as_pointer())
+        zero = ir.Constant(_i32, 0)
+        aligned = b.ptrtoint(b.load(b.gep(typed, [zero, ir.Constant(_i32, 1)])), _i64)
+        offset = b.load(b.gep(typed, [zero, ir.Constant(_i32, 2)]))
+        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
+        sizes: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        byte_strides: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        if rank:
+            sizes = b.gep(typed, [zero, ir.Constant(_i32, 3), zero])
+            byte_strides = b.alloca(_i64, rank)
+            for axis in range(rank):
+                stride = b.load(b.gep(typed, [zero, ir.Constant(_i32, 4),
+                                              ir.Constant(_i32, axis)]))
+                b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
+                        b.gep(byte_strides, [ir.Constant(_i64, axis)]))
+        descr = self.pointer(dtype)
+        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
+        new_type = ir.FunctionType(_ptr, [_ptr, _ptr, _i32, _i64.as_pointer(),
+                                          _i64.as_pointer(), _ptr, _i32, _ptr])
+        new = b.inttoptr(ir.Constant(_i64, _array_from_descr()), new_type.as_pointer())
+        return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
+                            byte_strides, b.inttoptr(data, _ptr),
+                            ir.Constant(_i32, _NPY_WRITEABLE | _NPY_ALIGNED),
+                            ir.Constant(_ptr, None)])
+
+    def unbox_result(self, result: ir.Value) -> ir.Value | None:
+        """The C value of ``result`` (a new reference, released here)."""
+        b = self.builder
+        t = self.signature.results[0] if self.signature.results else None
+        exact = self.function.append_basic_block("exact")
+        convert = self.function.append_basic_block("convert")
+        join = self.function.append_basic_block("join")
+        if t is None:
+            fits = b.icmp_unsigned("==", b.ptrtoint(result, _i64), ir.Constant(_i64, id(None)))
+        elif t.kind == "float":
+            fits = b.icmp_unsigned("==", self.type_of(result), ir.Constant(_i64, id(float)))
+        elif t.kind == "bool":
+            fits = b.or_(b.icmp_unsigned("==", b.ptrtoint(result, _i64),
+                                         ir.Constant(_i64, id(True))),
+                         b.icmp_unsigned("==", b.ptrtoint(result, _i64),
+                                         ir.Constant(_i64, id(False))))
+        else:
+            fits = b.icmp_unsigned("==", self.type_of(result), ir.Constant(_i64, id(int)))
+        b.cbranch(fits, exact, convert)
+        # The Python converter checks the value (raising the precise error) and returns
+        # an exact float/int/bool, or None for a void callback.
+        b.position_at_end(convert)
+        converted = b.call(self.api["PyObject_CallOneArg"],
+                           [self.pointer(self.helpers.convert_result), result])
+        b.call(self.api["Py_DecRef"], [result])
+        self.branch_on_error(self.is_null(converted), "converted")
+        converted_block = b.block
+        b.branch(join)
+        b.position_at_end(exact)
+        b.branch(join)
+        b.position_at_end(join)
+        value = b.phi(_ptr)
+        value.add_incoming(result, exact)
+        value.add_incoming(converted, converted_block)
+        unboxed = self.unbox_exact(value, t)
+        b.call(self.api["Py_DecRef"], [value])
+        return unboxed
+
+    def type_of(self, obj: ir.Value) -> ir.Value:
+        b = self.builder
+        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_i64, 8)]), _i64.as_pointer()))
+
+    def unbox_exact(self, obj: ir.Value, t: Any) -> ir.Value | None:
+        b = self.builder
+        if t is None:
+            return None
+        if t.kind == "float":
+            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
+        if t.kind == "bool":
+            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, id(True)))
+            return b.zext(is_true, _i8)
+        overflow = b.alloca(_i32)
+        value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
+        # The converter returns ints already wrapped to the signed range of the type,
+        # so only an exact int straight from the callback can be out of range here.
+        low = ir.Constant(_i64, -(1 << (t.bits - 1)))
+        high = ir.Constant(_i64, (1 << (t.bits - 1)) - 1)
+        in_range = b.and_(b.icmp_signed(">=", value, low), b.icmp_signed("<=", value, high))
+        fits = b.and_(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)), in_range)
+        slow = self.function.append_basic_block("wrap")
+        done = self.function.append_basic_block("wrapped")
+        entry_block = b.block
+        b.cbranch(fits, done, slow)
+        b.position_at_end(slow)
+        converted = b.call(self.api["PyObject_CallOneArg"],
+                           [self.pointer(self.helpers.convert_result), obj])
+        self.branch_on_error(self.is_null(converted), "range_checked")
+        wrapped = b.call(self.api["PyLong_AsLongLongAndOverflow"], [converted, overflow])
+        b.call(self.api["Py_DecRef"], [converted])
+        slow_block = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        result = b.phi(_i64)
+        result.add_incoming(value, entry_block)
+        result.add_incoming(wrapped, slow_block)
+        return b.trunc(result, ir.IntType(t.bits)) if t.bits < 64 else result
+
+    def build(self) -> ir.Module:
+        b = self.builder
+        self.gil = b.call(self.api["PyGILState_Ensure"], [])
+        pending = b.load(ir.Constant(_i64, self.helpers.pending_address).inttoptr(
+            _i64.as_pointer()))
+        with b.if_then(b.icmp_signed("!=", pending, ir.Constant(_i64, 0))):
+            skip = b.call(self.api["PyObject_CallNoArgs"],
+                          [self.pointer(self.helpers.call_failed)])
+            b.call(self.api["Py_DecRef"], [skip])
+            skipping = b.icmp_unsigned("==", b.ptrtoint(skip, _i64), ir.Constant(_i64, id(True)))
+            with b.if_then(skipping):
+                self.leave(self.zero())
+        interrupted = b.icmp_signed("!=", b.call(self.api["PyErr_CheckSignals"], []),
+                                    ir.Constant(_i32, 0))
+        self.branch_on_error(interrupted, "no_signal")
+        count = len(self.signature.params)
+        argv = b.alloca(_ptr, max(count, 1))
+        boxed = []
+        for i, (t, value) in enumerate(zip(self.signature.param_types, self.function.args)):
+            obj = self.box(value, t)
+            b.store(obj, b.gep(argv, [ir.Constant(_i64, i)]))
+            boxed.append(obj)
+        failed: ir.Value = ir.Constant(ir.IntType(1), 0)
+        for obj in boxed:
+            failed = b.or_(failed, self.is_null(obj))
+        with b.if_then(failed):
+            for obj in boxed:
+                b.call(self.api["Py_DecRef"], [obj])
+        self.branch_on_error(failed, "boxed")
+        result = b.call(self.api["PyObject_Vectorcall"],
+                        [self.pointer(self.callee), argv, ir.Constant(_i64, count),
+                         ir.Constant(_ptr, None)])
+        for obj in boxed:
+            b.call(self.api["Py_DecRef"], [obj])
+        self.branch_on_error(self.is_null(result), "called")
+        self.leave(self.unbox_result(result))
+        return self.module
+
+
+def callback_trampoline(signature: Any, abi: BoundaryABI, function: Any, helpers: Any,
+                        name: str) -> tuple[int, object]:
+    """A native C function with ``abi``'s boundary signature that calls the Python
+    ``function``: its address, and the objects it refers to, which the caller keeps
+    alive as long as the address is used. ``helpers`` provides ``pending_address``
+    (the counter of failed calls), ``call_failed()``, ``record(error)`` and
+    ``convert_result(value)``.
+    """
+    jit = _jit()
+    symbol = f"pymlirjit_callback_{next(jit.counter)}"
+    builder = _TrampolineBuilder(signature, abi, function, helpers, symbol)
+    module = builder.build()
+    return jit.compile(module, symbol), builder.embedded
