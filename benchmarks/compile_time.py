@@ -1,0 +1,175 @@
+"""e. Compile time: cold compiles (a fresh :class:`~pymlirjit.Session` each time) of a
+tiny module and of a ~100-line module, and an in-process cache hit."""
+
+from __future__ import annotations
+
+from mlir.execution_engine import ExecutionEngine
+
+from pymlirjit import Session
+from pymlirjit.pipeline import lower, new_context, parse_module
+
+from ._timing import CaseResult, Config, Target, interleaved, per_call, per_run_cold
+
+__all__ = ["LARGE", "SMALL", "run"]
+
+SMALL = """
+func.func @add(%a: f64, %b: f64) -> f64 {
+  %r = arith.addf %a, %b : f64
+  return %r : f64
+}
+"""
+
+#: About 100 lines: matmul, dot, axpy, a sum, a softmax and a clamp, with scf loops.
+LARGE = """
+func.func @matmul(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = memref.dim %a, %c0 : memref<?x?xf32>
+  %k = memref.dim %a, %c1 : memref<?x?xf32>
+  %n = memref.dim %b, %c1 : memref<?x?xf32>
+  scf.for %i = %c0 to %m step %c1 {
+    scf.for %j = %c0 to %n step %c1 {
+      %zero = arith.constant 0.0 : f32
+      %acc = scf.for %p = %c0 to %k step %c1 iter_args(%s = %zero) -> f32 {
+        %x = memref.load %a[%i, %p] : memref<?x?xf32>
+        %y = memref.load %b[%p, %j] : memref<?x?xf32>
+        %xy = arith.mulf %x, %y : f32
+        %t = arith.addf %s, %xy : f32
+        scf.yield %t : f32
+      }
+      memref.store %acc, %c[%i, %j] : memref<?x?xf32>
+    }
+  }
+  return
+}
+
+func.func @dot(%a: memref<?xf64>, %b: memref<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  %zero = arith.constant 0.0 : f64
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%s = %zero) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64>
+    %y = memref.load %b[%i] : memref<?xf64>
+    %xy = arith.mulf %x, %y : f64
+    %t = arith.addf %s, %xy : f64
+    scf.yield %t : f64
+  }
+  return %r : f64
+}
+
+func.func @axpy(%alpha: f64, %x: memref<?xf64>, %y: memref<?xf64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf64>
+  scf.for %i = %c0 to %n step %c1 {
+    %xi = memref.load %x[%i] : memref<?xf64>
+    %yi = memref.load %y[%i] : memref<?xf64>
+    %p = arith.mulf %alpha, %xi : f64
+    %s = arith.addf %p, %yi : f64
+    memref.store %s, %y[%i] : memref<?xf64>
+  }
+  return
+}
+
+func.func @softmax(%x: memref<?xf32>, %out: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %lowest = arith.constant -3.0e38 : f32
+  %max = scf.for %i = %c0 to %n step %c1 iter_args(%m = %lowest) -> f32 {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %g = arith.maximumf %m, %v : f32
+    scf.yield %g : f32
+  }
+  %zero = arith.constant 0.0 : f32
+  %sum = scf.for %i = %c0 to %n step %c1 iter_args(%s = %zero) -> f32 {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %d = arith.subf %v, %max : f32
+    %e = math.exp %d : f32
+    memref.store %e, %out[%i] : memref<?xf32>
+    %t = arith.addf %s, %e : f32
+    scf.yield %t : f32
+  }
+  scf.for %i = %c0 to %n step %c1 {
+    %e = memref.load %out[%i] : memref<?xf32>
+    %q = arith.divf %e, %sum : f32
+    memref.store %q, %out[%i] : memref<?xf32>
+  }
+  return
+}
+
+func.func @clamp(%x: memref<?xf64>, %lo: f64, %hi: f64) -> i64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf64>
+  %none = arith.constant 0 : i64
+  %one = arith.constant 1 : i64
+  %count = scf.for %i = %c0 to %n step %c1 iter_args(%k = %none) -> i64 {
+    %v = memref.load %x[%i] : memref<?xf64>
+    %a = arith.maximumf %v, %lo : f64
+    %b = arith.minimumf %a, %hi : f64
+    memref.store %b, %x[%i] : memref<?xf64>
+    %changed = arith.cmpf one, %b, %v : f64
+    %inc = arith.select %changed, %one, %none : i64
+    %k2 = arith.addi %k, %inc : i64
+    scf.yield %k2 : i64
+  }
+  return %count : i64
+}
+"""
+
+
+def _pymlirjit_cold(source: str) -> None:
+    module = Session().compile(source)
+    assert module.functions
+
+
+def _upstream_cold(source: str) -> None:
+    """Parse, mark for the C interface, lower, JIT and look up every function with
+    upstream's engine directly: the work a cold pymlirjit compile wraps."""
+    from mlir import ir
+
+    context = new_context()
+    module = parse_module(source, context)
+    names = []
+    with context:
+        for op in module.body.operations:
+            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            names.append(ir.StringAttr(op.attributes["sym_name"]).value)
+    engine = ExecutionEngine(lower(module), opt_level=2)
+    for name in names:
+        assert engine.raw_lookup("_mlir_ciface_" + name)
+
+
+def run(config: Config) -> CaseResult:
+    """Measure cold compiles (pymlirjit and bare upstream) and a cache hit."""
+    repeat = config.repeat
+    lines = len(LARGE.strip().splitlines())
+    result = CaseResult("e", "compile (ns per compile, opt level 2)")
+    for key, source, label in (("small", SMALL, "4-line add"),
+                               ("large", LARGE, f"{lines}-line, 5 functions")):
+        _pymlirjit_cold(source)  # load what loads lazily, once, outside the timing
+        _upstream_cold(source)
+        ours, theirs = interleaved(
+            lambda source=source: per_run_cold(lambda: _pymlirjit_cold(source), repeat=1),
+            lambda source=source: per_run_cold(lambda: _upstream_cold(source), repeat=1),
+            repeat=repeat)
+        result.add(f"pymlirjit {key}", f"pymlirjit cold, fresh Session, {label}", ours,
+                   f"upstream {key}")
+        result.add(f"upstream {key}", f"upstream parse+lower+engine+lookup, {label}", theirs,
+                   f"upstream {key}")
+
+    session = Session()
+    session.compile(LARGE)
+    result.add("hit", f"pymlirjit cache hit, session.compile of the {lines}-line source",
+               per_call(session.compile, (LARGE,), calls=config.pick(20_000, 500),
+                        repeat=repeat), None)
+    assert session.cache_info().hits > 0
+
+    for key, reference in (("small", "11 ms (tiny module)"),
+                           ("large", "80 ms (53-line scf matmul)")):
+        ms = result.median(f"pymlirjit {key}") / 1e6
+        result.targets.append(Target(f"cold compile {key}: reference figure {reference}, "
+                                     f"no target", None, f"{ms:.1f} ms here"))
+    return result

@@ -1,0 +1,102 @@
+"""c. Kernel call overhead with scalars: an MLIR function adding two f64, called from
+Python, against upstream ``invoke``, numba and a Python function of the same arity."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+from pymlirjit import Session, f64, mlir_kernel
+
+from ._timing import CaseResult, Config, Target, interleaved, per_call
+from ._upstream import compile_upstream
+
+__all__ = ["run"]
+
+SOURCE = """
+func.func @add(%a: f64, %b: f64) -> f64 {attrs} {{
+  %r = arith.addf %a, %b : f64
+  return %r : f64
+}}
+"""
+
+
+def add(a: float, b: float) -> float:
+    """The floor: a Python function of the same arity."""
+    return a + b
+
+
+def _numba_baselines(address: int) -> dict[str, Callable[..., Any]] | str:
+    """numba ``@njit`` add, and ``@njit`` calling the MLIR function pointer; or why not."""
+    try:
+        import numba
+    except Exception as error:  # numba is optional (the `bench` extra)
+        return f"numba unavailable ({type(error).__name__}: {error})"
+    jit_add = numba.njit(add)
+    mlir_add = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)(address)
+
+    @numba.njit
+    def call_pointer(a: float, b: float) -> float:
+        return mlir_add(a, b)  # type: ignore[no-any-return]
+
+    assert jit_add(1.0, 2.0) == 3.0 and call_pointer(1.0, 2.0) == 3.0
+    return {"numba": jit_add, "numba pointer": call_pointer}
+
+
+def run(config: Config) -> CaseResult:
+    """Measure a pymlirjit scalar kernel call against its baselines."""
+    repeat = config.repeat
+    calls = config.pick(200_000, 5_000)
+    upstream_calls = config.pick(20_000, 500)
+    result = CaseResult("c", "kernel call with scalars, (f64, f64) -> f64 add, from a Python "
+                             "loop (ns per call)")
+
+    @mlir_kernel(source=SOURCE.format(attrs=""), name="add", session=Session())
+    def mlir_add(a: f64, b: f64) -> f64: ...
+
+    assert mlir_add(1.0, 2.0) == 3.0
+    compiled = mlir_add.compile()
+    raw = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)(compiled.address)
+
+    upstream = compile_upstream(SOURCE.format(attrs="attributes {llvm.emit_c_interface}"))
+    a, b, out = ctypes.c_double(1.0), ctypes.c_double(2.0), ctypes.c_double()
+    pointers = ctypes.pointer(a), ctypes.pointer(b), ctypes.pointer(out)
+    upstream.invoke("add", *pointers)
+    assert out.value == 3.0
+
+    paths: list[tuple[str, str, Callable[..., Any], tuple[Any, ...], int]] = [
+        ("floor", "Python loop calling def add(a, b): return a + b", add, (1.0, 2.0), calls),
+        ("pymlirjit", "pymlirjit @mlir_kernel", mlir_add, (1.0, 2.0), calls),
+        ("compiled", "pymlirjit CompiledFunction (kernel.compile())", compiled, (1.0, 2.0),
+         calls),
+        ("ctypes", "ctypes CFUNCTYPE on the same C-ABI address", raw,
+         (1.0, 2.0), calls),
+        ("upstream", "upstream invoke, ctypes pointers prebuilt", upstream.engine.invoke,
+         ("add", *pointers), upstream_calls),
+    ]
+    numba = _numba_baselines(compiled.address)
+    if isinstance(numba, str):
+        result.notes.append(numba + "; numba rows skipped")
+    else:
+        paths += [
+            ("numba", "numba @njit add (numba dispatch)", numba["numba"], (1.0, 2.0), calls),
+            ("numba pointer", "numba @njit calling the MLIR C-ABI function pointer",
+             numba["numba pointer"], (1.0, 2.0), calls),
+        ]
+    samples = interleaved(*(lambda f=f, args=args, n=n: per_call(f, args, calls=n, repeat=1)
+                            for _, _, f, args, n in paths), repeat=repeat)
+    for (key, label, *_), measured in zip(paths, samples):
+        result.add(key, label, measured, "floor")
+
+    ratio = result.ratio("pymlirjit", "floor")
+    result.targets.append(Target("pymlirjit kernel call <= 2x floor (Python function, same "
+                                 "arity)", ratio <= 2.0, f"{ratio:.2f}x"))
+    if result.has("numba"):
+        versus = result.ratio("pymlirjit", "numba")
+        result.targets.append(Target("pymlirjit kernel call faster than numba @njit dispatch",
+                                     versus < 1.0, f"{versus:.2f}x numba"))
+    else:
+        result.targets.append(Target("pymlirjit kernel call faster than numba @njit dispatch",
+                                     None, "numba not installed"))
+    return result

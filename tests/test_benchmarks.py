@@ -1,0 +1,27 @@
+"""Smoke test of the on-demand benchmark suite: ``python -m benchmarks --quick`` runs
+every case at tiny sizes and prints the result tables. The suite itself is not part of
+the test run (see docs/performance.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_benchmarks_run_and_print_the_table() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    output = completed.stdout
+    headers = [line for line in output.splitlines()
+               if line.startswith("case") and "median ns" in line and "ratio" in line]
+    assert len(headers) == 5, output
+    assert "machine:" in output and "numpy:" in output
+    for letter in "abcde":
+        assert f"\n{letter}. " in output, f"case {letter} missing:\n{output}"
+    assert "targets (design.md):" in output
