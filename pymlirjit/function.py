@@ -45,20 +45,24 @@ class CompiledFunction:
 
     ``name`` is the MLIR symbol, ``signature`` its MLIR signature, ``address`` the
     C-ABI entry point called (``_mlir_ciface_<entry>``), ``owner`` the compiled module
-    that keeps the engine alive.
+    that keeps the engine alive. ``release_gil`` says whether calls release the GIL
+    while compiled code runs.
     """
 
-    def __init__(self, owner: Any, name: str, signature: Signature, address: int,
+    def __init__(self, owner: Any, name: str, signature: Signature, address: int, *,
                  display_name: str | None = None, links_callbacks: bool = True,
-                 native: bool = True) -> None:
+                 release_gil: bool = True, native: bool = True) -> None:
         self.owner = owner
         self.name = name
         self.display_name = display_name or name
         self.signature = signature
         self.address = address
+        self.release_gil = release_gil
         self.abi: BoundaryABI = boundary_abi(signature)
         head = [ctypes.c_void_p] if self.abi.results_via_pointer else []
-        self._cfunc = ctypes.CFUNCTYPE(self.abi.c_result, *head, *self.abi.c_params)(address)
+        # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
+        prototype = ctypes.CFUNCTYPE if release_gil else ctypes.PYFUNCTYPE
+        self._cfunc = prototype(self.abi.c_result, *head, *self.abi.c_params)(address)
         self._marshal = [_argument_marshaller(p.type,
                                               f"{self.display_name}() parameter {p.name!r}")
                          for p in signature.params]
@@ -71,11 +75,15 @@ class CompiledFunction:
     def __repr__(self) -> str:
         return f"<compiled function @{self.name} {self.signature.mlir}>"
 
-    def renamed(self, display_name: str, param_names: list[str]) -> CompiledFunction:
-        """The same function, naming itself and its parameters so in error messages."""
-        return CompiledFunction(self.owner, self.name, self.signature.with_names(param_names),
-                                self.address, display_name, self._links_callbacks,
-                                self._native_wanted)
+    def with_options(self, display_name: str, param_names: list[str],
+                     release_gil: bool | None = None) -> CompiledFunction:
+        """The same function, naming itself and its parameters so in error messages,
+        and releasing the GIL as asked (``None``: as this one does)."""
+        return CompiledFunction(
+            self.owner, self.name, self.signature.with_names(param_names), self.address,
+            display_name=display_name, links_callbacks=self._links_callbacks,
+            release_gil=self.release_gil if release_gil is None else release_gil,
+            native=self._native_wanted)
 
     def _arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
         params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
@@ -95,7 +103,8 @@ class CompiledFunction:
                 if self.native is None:
                     frames = (enter_call, exit_call) if self._links_callbacks else None
                     native, self._native_keepalive = kernel_entry(
-                        self.abi, self.address, self.call_python, frames, self.display_name)
+                        self.abi, self.address, self.call_python, frames, self.display_name,
+                        self.release_gil)
                     self.__class__ = _class_calling(native)
                     self.native = native
         return self.native

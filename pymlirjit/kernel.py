@@ -50,7 +50,7 @@ class Kernel:
                  pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                  callbacks: Iterable[Callback] | None = None,
                  shared_libs: Iterable[str] | None = None,
-                 session: Session | None = None) -> None:
+                 session: Session | None = None, release_gil: bool | None = None) -> None:
         if not isinstance(source, (str, Path)):
             raise TypeError(f"@mlir_kernel source must be MLIR text or a pathlib.Path, "
                             f"got {type(source).__name__}")
@@ -66,6 +66,7 @@ class Kernel:
                              shared_libs=None if shared_libs is None else tuple(shared_libs),
                              callbacks=tuple(callbacks or ()))
         self._session = session
+        self.release_gil = release_gil
         self._compiled: CompiledFunction | None = None
         self._generation = -1
         self._lock = threading.Lock()
@@ -88,8 +89,13 @@ class Kernel:
             stub = self.__wrapped__
             if stub is not None:
                 _check_stub(stub, function.signature, self.name)
-                function = function.renamed(stub.__name__,
-                                            list(inspect.signature(stub).parameters))
+                function = function.with_options(stub.__name__,
+                                                 list(inspect.signature(stub).parameters),
+                                                 self.release_gil)
+            elif self.release_gil is not None:
+                function = function.with_options(self.name,
+                                                 [p.name for p in function.signature.params],
+                                                 self.release_gil)
             self._compiled = function
             self._generation = session.generation
             # Clearing the cache or (re)defining a callback makes the kernel relink.
@@ -193,12 +199,18 @@ def _check_annotation(annotation: Any, actual: Type, what: str, signature: Signa
 def mlir_kernel(*, source: str | Path, name: str | None = None,
                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                 callbacks: Iterable[Callback] | None = None,
-                shared_libs: Iterable[str] | None = None,
-                session: Session | None = None) -> Callable[[Callable[..., Any]], Kernel]:
+                shared_libs: Iterable[str] | None = None, session: Session | None = None,
+                release_gil: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
     """Turn the MLIR function named like the decorated stub (or ``name``) into a
     Python callable. The stub's body is unused; its annotations, where present, are
-    checked against the MLIR signature. Compilation happens on first call."""
+    checked against the MLIR signature. Compilation happens on first call.
+
+    ``release_gil``: whether a call releases the GIL while compiled code runs. By
+    default it does, except for modules that call Python callbacks and use no shared
+    libraries (callbacks would only re-take it, at a cost on every callback); pass
+    ``True`` for such a module when other Python threads must run meanwhile.
+    """
     def decorate(stub: Callable[..., Any]) -> Kernel:
         return Kernel(stub, source, name or stub.__name__, pipeline, opt_level, callbacks,
-                      shared_libs, session)
+                      shared_libs, session, release_gil)
     return decorate

@@ -124,10 +124,17 @@ class _Jit:
         self.lock = threading.Lock()
         self.counter = itertools.count()
 
+    def optimize(self, module: Any) -> None:
+        """Run LLVM's O2 pipeline (the IR is written simply, with allocas)."""
+        options = self.llvm.PipelineTuningOptions(speed_level=2)
+        builder = self.llvm.create_pass_builder(self.machine, options)
+        builder.getModulePassManager().run(module, builder)
+
     def compile(self, module: ir.Module, name: str) -> int:
         module.triple = self.machine.triple
         parsed = self.llvm.parse_assembly(str(module))
         parsed.verify()
+        self.optimize(parsed)
         with self.lock:
             self.engine.add_module(parsed)
             self.engine.finalize_object()
@@ -151,8 +158,9 @@ class _EntryBuilder:
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, abi: BoundaryABI, target: int, frames: tuple[Any, Any] | None,
-                 name: str) -> None:
+                 name: str, release_gil: bool) -> None:
         self.abi = abi
+        self.release_gil = release_gil
         self.module = ir.Module(name=name)
         self.api = {n: ir.Function(self.module, fn_type, n) for n, fn_type in _C_API.items()}
         entry_type = ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr])
@@ -292,9 +300,12 @@ class _EntryBuilder:
             b.position_at_end(failed)
             b.ret(frame)
             b.position_at_end(entered)
-        state = b.call(self.api["PyEval_SaveThread"], [])
-        value = b.call(target, c_args)
-        b.call(self.api["PyEval_RestoreThread"], [state])
+        if self.release_gil:
+            state = b.call(self.api["PyEval_SaveThread"], [])
+            value = b.call(target, c_args)
+            b.call(self.api["PyEval_RestoreThread"], [state])
+        else:
+            value = b.call(target, c_args)
         if frame is not None:
             assert self.frames is not None
             done = b.call(self.api["PyObject_CallOneArg"],
@@ -330,17 +341,18 @@ class _EntryBuilder:
 
 def kernel_entry(abi: BoundaryABI, target: int, python_path: Callable[..., Any],
                  frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
-                 name: str) -> tuple[Callable[..., Any], object]:
+                 name: str, release_gil: bool = True) -> tuple[Callable[..., Any], object]:
     """A builtin function calling the C-ABI function at ``target`` natively.
 
     ``python_path`` handles every call the native code does not take (it gets the
     original arguments); ``frames`` are the ``(enter_call, exit_call)`` functions to
-    wrap the call in when the module links Python callbacks, else ``None``. Returns the
+    wrap the call in when the module links Python callbacks, else ``None``;
+    ``release_gil`` whether to release the GIL while the compiled code runs. Returns the
     builtin and an object that must outlive it (its method definition).
     """
     jit = _jit()
     symbol = f"pymlirjit_entry_{next(jit.counter)}"
-    builder = _EntryBuilder(abi, target, frames, symbol)
+    builder = _EntryBuilder(abi, target, frames, symbol, release_gil)
     address = jit.compile(builder.build(), symbol)
     definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
     builtin = _new_builtin(ctypes.byref(definition), python_path, None)

@@ -87,15 +87,20 @@ class CompiledModule:
 
     def __init__(self, engine: ExecutionEngine, source: str, lowered: Any,
                  signatures: dict[str, tuple[Signature, str]],
-                 callbacks: dict[str, Callback]) -> None:
+                 callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = ()) -> None:
         self.engine = engine
         self.source = source
         self._lowered = lowered
         self.callbacks = callbacks
+        # Compiled code that calls back into Python gains nothing from dropping the GIL
+        # and pays for re-taking it in every callback; but code that may start threads
+        # (anything using shared libraries, such as MLIR's async runtime) must drop it,
+        # or its threads' callbacks would wait for the GIL forever.
+        release_gil = not callbacks or bool(shared_libs)
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(self, name, signature,
                                    engine.function_address("_mlir_ciface_" + entry),
-                                   links_callbacks=bool(callbacks))
+                                   links_callbacks=bool(callbacks), release_gil=release_gil)
             for name, (signature, entry) in signatures.items()
         }
         for name, function in self.functions.items():
@@ -278,7 +283,8 @@ class Session:
                 f"{filename}: no @callback and no shared library defines "
                 f"{', '.join('@' + n for n in names)}; define them with @callback (or pass "
                 f"callbacks=[...]) or pass the shared library that defines them", names)
-        compiled = CompiledModule(engine, key.source, module, signatures, linked)
+        compiled = CompiledModule(engine, key.source, module, signatures, linked,
+                                  key.shared_libs)
         compiled._context = context  # type: ignore[attr-defined]
         return compiled, tuple(declared)
 
