@@ -63,13 +63,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # -- error capture across compiled frames ------------------------------------------------
 
+class CallRecord(ctypes.Structure):
+    """The part of a call frame that native code reads: whether a callback of the call
+    failed, and the ``jmp_buf`` of a native kernel entry that can unwind the call."""
+
+    _fields_ = [("failed", ctypes.c_int64), ("jump_buffer", ctypes.c_void_p)]
+
+
 class CallFrame:
     """The state of one call into compiled code: the first exception a callback raised."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "record")
 
-    def __init__(self) -> None:
+    def __init__(self, jump_buffer: int = 0) -> None:
         self.error: BaseException | None = None
+        self.record = CallRecord(0, jump_buffer)
 
 
 class _ThreadFrames(threading.local):
@@ -81,16 +89,39 @@ _frames = _ThreadFrames()
 # Callbacks running on threads the compiled code started itself have no frame of their
 # own; their errors go here and surface from the next call into compiled code that ends.
 _foreign = CallFrame()
-# How many frames (the foreign slot included) hold an error. Native trampolines read it
-# directly: while it is 0, no callback needs to ask whether its call already failed.
-_pending = ctypes.c_int64(0)
-_pending_lock = threading.Lock()
+_error_lock = threading.Lock()
 
 
-def enter_call() -> CallFrame:
-    """Open a frame for a call into compiled code on this thread."""
-    frame = CallFrame()
-    _frames.stack.append(frame)
+class _NativeFrameSlot:
+    """A pthread key holding, per thread, the address of the current frame's record, so
+    that a native trampoline finds it without the GIL."""
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None)
+        self.key = ctypes.c_uint(0)
+        if libc.pthread_key_create(ctypes.byref(self.key), None) != 0:
+            raise OSError("pthread_key_create failed")
+        self._set = libc.pthread_setspecific
+        self._set.argtypes = [ctypes.c_uint, ctypes.c_void_p]
+        self._set.restype = ctypes.c_int
+
+    def point_at(self, frame: CallFrame | None) -> None:
+        self._set(self.key, ctypes.addressof(frame.record) if frame is not None else None)
+
+
+@functools.cache
+def native_frame_slot() -> _NativeFrameSlot:
+    """The pthread key native trampolines read (created on first use)."""
+    return _NativeFrameSlot()
+
+
+def enter_call(jump_buffer: int = 0) -> CallFrame:
+    """Open a frame for a call into compiled code on this thread. ``jump_buffer`` is the
+    address of a ``jmp_buf`` that a failing callback may ``longjmp`` to."""
+    frame = CallFrame(jump_buffer)
+    stack = _frames.stack
+    stack.append(frame)
+    native_frame_slot().point_at(frame)
     return frame
 
 
@@ -121,6 +152,7 @@ def _pop(frame: CallFrame) -> None:
     stack = _frames.stack
     if stack and stack[-1] is frame:
         stack.pop()
+        native_frame_slot().point_at(stack[-1] if stack else None)
 
 
 def _current_frame() -> CallFrame:
@@ -130,26 +162,20 @@ def _current_frame() -> CallFrame:
 
 def _record(frame: CallFrame, error: BaseException, name: str) -> None:
     """Keep the first error of a call, noting which callback raised it."""
-    with _pending_lock:
+    with _error_lock:
         if frame.error is not None:
             return
         _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
         frame.error = error
-        _pending.value += 1
+        frame.record.failed = 1
 
 
 def _take_error(frame: CallFrame) -> BaseException | None:
-    with _pending_lock:
+    with _error_lock:
         error = frame.error
-        if error is not None:
-            frame.error = None
-            _pending.value -= 1
+        frame.error = None
+        frame.record.failed = 0
         return error
-
-
-def _call_failed() -> bool:
-    """Whether the current call into compiled code already failed (callbacks skip)."""
-    return _current_frame().error is not None
 
 
 def _add_note(error: BaseException, note: str) -> None:
@@ -266,11 +292,10 @@ class _Entry:
 class _TrampolineHelpers:
     """The Python side of a native trampoline: what it calls in the rare cases."""
 
-    pending_address = ctypes.addressof(_pending)
-
     def __init__(self, cb: Callback) -> None:
         self.name = cb.name
-        self.call_failed = _call_failed
+        self.frame_key = native_frame_slot().key.value
+        self.foreign_record = ctypes.addressof(_foreign.record)
         results = cb.signature.results
         self.result_type = results[0] if results else None
 

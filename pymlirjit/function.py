@@ -46,18 +46,21 @@ class CompiledFunction:
     ``name`` is the MLIR symbol, ``signature`` its MLIR signature, ``address`` the
     C-ABI entry point called (``_mlir_ciface_<entry>``), ``owner`` the compiled module
     that keeps the engine alive. ``release_gil`` says whether calls release the GIL
-    while compiled code runs.
+    while compiled code runs; ``unwind`` whether a failing callback ends the call at once
+    (native entries only) instead of letting it run on with callbacks skipped.
     """
 
     def __init__(self, owner: Any, name: str, signature: Signature, address: int, *,
                  display_name: str | None = None, links_callbacks: bool = True,
-                 release_gil: bool = True, native: bool = True) -> None:
+                 release_gil: bool = True, unwind: bool = False,
+                 native: bool = True) -> None:
         self.owner = owner
         self.name = name
         self.display_name = display_name or name
         self.signature = signature
         self.address = address
         self.release_gil = release_gil
+        self.unwind = unwind
         self.abi: BoundaryABI = boundary_abi(signature)
         head = [ctypes.c_void_p] if self.abi.results_via_pointer else []
         # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
@@ -83,7 +86,7 @@ class CompiledFunction:
             self.owner, self.name, self.signature.with_names(param_names), self.address,
             display_name=display_name, links_callbacks=self._links_callbacks,
             release_gil=self.release_gil if release_gil is None else release_gil,
-            native=self._native_wanted)
+            unwind=self.unwind, native=self._native_wanted)
 
     def _arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
         params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
@@ -104,14 +107,16 @@ class CompiledFunction:
                     frames = (enter_call, exit_call) if self._links_callbacks else None
                     native, self._native_keepalive = kernel_entry(
                         self.abi, self.address, self.call_python, frames, self.display_name,
-                        self.release_gil)
+                        self.release_gil, self.unwind)
                     self.__class__ = _class_calling(native)
                     self.native = native
         return self.native
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the compiled function (natively from the first call on, where possible)."""
-        self.ensure_native()
+        native = self.ensure_native()
+        if native is not None:
+            return native(*args, **kwargs)
         return self.call_python(*args, **kwargs)
 
     def call_python(self, *args: Any, **kwargs: Any) -> Any:

@@ -96,6 +96,22 @@ def _array_from_descr() -> int:
     return address
 
 
+# The C library functions the generated code calls: unwinding and the per-thread frame.
+_LIBC: dict[str, ir.FunctionType] = {
+    "_setjmp": ir.FunctionType(_i32, [_ptr]),
+    "longjmp": ir.FunctionType(ir.VoidType(), [_ptr, _i32]),
+    "pthread_getspecific": ir.FunctionType(_ptr, [_i32]),
+}
+_JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
+
+
+def _declare_libc(module: ir.Module) -> dict[str, ir.Function]:
+    functions = {n: ir.Function(module, t, n) for n, t in _LIBC.items()}
+    functions["_setjmp"].attributes.add("returns_twice")
+    functions["longjmp"].attributes.add("noreturn")
+    return functions
+
+
 class _PyMethodDef(ctypes.Structure):
     _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
                 ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
@@ -117,6 +133,9 @@ class _Jit:
         for name in _C_API:
             address = ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
             llvm.add_symbol(name, address)
+        libc = ctypes.CDLL(None)
+        for name in _LIBC:
+            llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
         self.llvm = llvm
         target = llvm.Target.from_default_triple()
         self.machine = target.create_target_machine(opt=2)
@@ -158,9 +177,10 @@ class _EntryBuilder:
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, abi: BoundaryABI, target: int, frames: tuple[Any, Any] | None,
-                 name: str, release_gil: bool) -> None:
+                 name: str, release_gil: bool, unwind: bool) -> None:
         self.abi = abi
         self.release_gil = release_gil
+        self.unwind = unwind and frames is not None
         self.module = ir.Module(name=name)
         self.api = {n: ir.Function(self.module, fn_type, n) for n, fn_type in _C_API.items()}
         entry_type = ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr])
@@ -290,9 +310,18 @@ class _EntryBuilder:
         target_type = ir.FunctionType(llvm_result, [a.type for a in c_args])
         target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
         frame = None
+        jump_buffer = None
         if self.frames is not None:
-            frame = b.call(self.api["PyObject_CallNoArgs"],
-                           [self.constant_pointer(self.frames[0])])
+            enter = self.constant_pointer(self.frames[0])
+            if self.unwind:
+                jump_buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
+                jump_buffer.align = 16
+                jump_buffer = b.bitcast(jump_buffer, _ptr)
+                address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(jump_buffer, _i64)])
+                frame = b.call(self.api["PyObject_CallOneArg"], [enter, address])
+                b.call(self.api["Py_DecRef"], [address])
+            else:
+                frame = b.call(self.api["PyObject_CallNoArgs"], [enter])
             failed = self.function.append_basic_block("enter_failed")
             entered = self.function.append_basic_block("entered")
             b.cbranch(b.icmp_unsigned("==", b.ptrtoint(frame, _i64), ir.Constant(_i64, 0)),
@@ -300,12 +329,22 @@ class _EntryBuilder:
             b.position_at_end(failed)
             b.ret(frame)
             b.position_at_end(entered)
-        if self.release_gil:
-            state = b.call(self.api["PyEval_SaveThread"], [])
-            value = b.call(target, c_args)
-            b.call(self.api["PyEval_RestoreThread"], [state])
+        state = b.call(self.api["PyEval_SaveThread"], []) if self.release_gil else None
+        if jump_buffer is not None:
+            # A failing callback longjmps back here (see _TrampolineBuilder): the call
+            # ends at once, its result undefined, and exit_call below raises the error.
+            result_slot = b.alloca(llvm_result) if result_types else None
+            libc = _declare_libc(self.module)
+            jumped = b.call(libc["_setjmp"], [jump_buffer])
+            with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
+                returned = b.call(target, c_args)
+                if result_slot is not None:
+                    b.store(returned, result_slot)
+            value = b.load(result_slot) if result_slot is not None else None
         else:
             value = b.call(target, c_args)
+        if state is not None:
+            b.call(self.api["PyEval_RestoreThread"], [state])
         if frame is not None:
             assert self.frames is not None
             done = b.call(self.api["PyObject_CallOneArg"],
@@ -341,18 +380,21 @@ class _EntryBuilder:
 
 def kernel_entry(abi: BoundaryABI, target: int, python_path: Callable[..., Any],
                  frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
-                 name: str, release_gil: bool = True) -> tuple[Callable[..., Any], object]:
+                 name: str, release_gil: bool = True,
+                 unwind: bool = False) -> tuple[Callable[..., Any], object]:
     """A builtin function calling the C-ABI function at ``target`` natively.
 
     ``python_path`` handles every call the native code does not take (it gets the
     original arguments); ``frames`` are the ``(enter_call, exit_call)`` functions to
     wrap the call in when the module links Python callbacks, else ``None``;
-    ``release_gil`` whether to release the GIL while the compiled code runs. Returns the
+    ``release_gil`` whether to release the GIL while the compiled code runs; ``unwind``
+    whether a failing callback may end the call at once with ``longjmp`` (only safe for
+    code that starts no threads and holds no resources across calls). Returns the
     builtin and an object that must outlive it (its method definition).
     """
     jit = _jit()
     symbol = f"pymlirjit_entry_{next(jit.counter)}"
-    builder = _EntryBuilder(abi, target, frames, symbol, release_gil)
+    builder = _EntryBuilder(abi, target, frames, symbol, release_gil, unwind)
     address = jit.compile(builder.build(), symbol)
     definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
     builtin = _new_builtin(ctypes.byref(definition), python_path, None)
@@ -376,7 +418,9 @@ class _TrampolineBuilder:
         self.result_type = _llvm_type(results[0]) if results else ir.VoidType()  # type: ignore[arg-type]
         self.function = ir.Function(self.module, ir.FunctionType(self.result_type, params), name)
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self.libc = _declare_libc(self.module)
         self.gil: ir.Value = None
+        self.frame_record: ir.Value = None
         self.embedded: list[object] = []
 
     def pointer(self, obj: object) -> ir.Value:
@@ -414,6 +458,11 @@ class _TrampolineBuilder:
         for obj in (done, kind, value, traceback):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
+        jump_buffer = b.load(b.gep(self.frame_record, [ir.Constant(_i64, 1)]))
+        with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
+            b.call(self.api["PyGILState_Release"], [self.gil])
+            b.call(self.libc["longjmp"], [b.inttoptr(jump_buffer, _ptr), ir.Constant(_i32, 1)])
+            b.unreachable()
         self.leave(self.zero())
 
     def branch_on_error(self, failed: ir.Value, label: str) -> None:
@@ -548,16 +597,20 @@ class _TrampolineBuilder:
 
     def build(self) -> ir.Module:
         b = self.builder
+        # This thread's current call record ({failed, jump_buffer}), or the one of
+        # threads the compiled code started; a failed call skips callbacks, GIL-free.
+        record = b.call(self.libc["pthread_getspecific"],
+                        [ir.Constant(_i32, self.helpers.frame_key)])
+        foreign = ir.Constant(_i64, self.helpers.foreign_record).inttoptr(_ptr)
+        record = b.select(self.is_null(record), foreign, record)
+        self.frame_record = b.bitcast(record, _i64.as_pointer())
+        with b.if_then(b.icmp_signed("!=", b.load(self.frame_record), ir.Constant(_i64, 0))):
+            zero = self.zero()
+            if zero is None:
+                b.ret_void()
+            else:
+                b.ret(zero)
         self.gil = b.call(self.api["PyGILState_Ensure"], [])
-        pending = b.load(ir.Constant(_i64, self.helpers.pending_address).inttoptr(
-            _i64.as_pointer()))
-        with b.if_then(b.icmp_signed("!=", pending, ir.Constant(_i64, 0))):
-            skip = b.call(self.api["PyObject_CallNoArgs"],
-                          [self.pointer(self.helpers.call_failed)])
-            b.call(self.api["Py_DecRef"], [skip])
-            skipping = b.icmp_unsigned("==", b.ptrtoint(skip, _i64), ir.Constant(_i64, id(True)))
-            with b.if_then(skipping):
-                self.leave(self.zero())
         interrupted = b.icmp_signed("!=", b.call(self.api["PyErr_CheckSignals"], []),
                                     ir.Constant(_i32, 0))
         self.branch_on_error(interrupted, "no_signal")
@@ -589,9 +642,9 @@ def callback_trampoline(signature: Any, abi: BoundaryABI, function: Any, helpers
                         name: str) -> tuple[int, object]:
     """A native C function with ``abi``'s boundary signature that calls the Python
     ``function``: its address, and the objects it refers to, which the caller keeps
-    alive as long as the address is used. ``helpers`` provides ``pending_address``
-    (the counter of failed calls), ``call_failed()``, ``record(error)`` and
-    ``convert_result(value)``.
+    alive as long as the address is used. ``helpers`` provides ``frame_key`` (the
+    pthread key of the current call record), ``foreign_record`` (the record of threads
+    without a call), ``record(error)`` and ``convert_result(value)``.
     """
     jit = _jit()
     symbol = f"pymlirjit_callback_{next(jit.counter)}"

@@ -97,10 +97,14 @@ class CompiledModule:
         # (anything using shared libraries, such as MLIR's async runtime) must drop it,
         # or its threads' callbacks would wait for the GIL forever.
         release_gil = not callbacks or bool(shared_libs)
+        # For the same reason, only code without shared libraries may be unwound
+        # (longjmp) out of when a callback fails: it has no threads and no runtime state.
+        unwind = bool(callbacks) and not shared_libs
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(self, name, signature,
                                    engine.function_address("_mlir_ciface_" + entry),
-                                   links_callbacks=bool(callbacks), release_gil=release_gil)
+                                   links_callbacks=bool(callbacks), release_gil=release_gil,
+                                   unwind=unwind)
             for name, (signature, entry) in signatures.items()
         }
         for name, function in self.functions.items():

@@ -280,3 +280,60 @@ def test_callback_defined_after_the_kernel_links(session: Session) -> None:
         return x + 1
 
     assert use(1.0) == 2.0
+
+
+ASYNC_PIPELINE = [
+    "async-parallel-for{async-dispatch=false num-workers=4 min-task-size=1}",
+    "async-to-async-runtime", "async-runtime-ref-counting", "async-runtime-ref-counting-opt",
+    "convert-async-to-llvm",
+]
+
+PARALLEL = """
+func.func @par(%n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    func.call @visit(%i) : (index) -> ()
+    scf.reduce
+  }
+  return
+}
+func.func private @visit(index)
+"""
+
+
+def test_callbacks_from_threads_the_compiled_code_starts() -> None:
+    import threading
+
+    from pymlirjit import DEFAULT_PIPELINE
+
+    session = Session(shared_libs=["mlir_async_runtime"])
+    seen: list[int] = []
+    threads: set[int] = set()
+
+    @callback(session=session)
+    def visit(i: index) -> None:
+        seen.append(i)
+        threads.add(threading.get_ident())
+
+    par = session.compile(PARALLEL, pipeline=[*ASYNC_PIPELINE, *DEFAULT_PIPELINE]).par
+    assert par.release_gil  # the workers' callbacks need the GIL the caller dropped
+    par(2000)
+    assert sorted(seen) == list(range(2000))
+    assert len(threads) > 1
+
+
+def test_an_error_on_a_worker_thread_reaches_the_caller() -> None:
+    from pymlirjit import DEFAULT_PIPELINE
+
+    session = Session(shared_libs=["mlir_async_runtime"])
+
+    @callback(session=session)
+    def visit(i: index) -> None:
+        if i == 777:
+            raise ArithmeticError("bad index 777")
+
+    par = session.compile(PARALLEL, pipeline=[*ASYNC_PIPELINE, *DEFAULT_PIPELINE]).par
+    with pytest.raises(ArithmeticError, match="777"):
+        par(2000)
+    par(10)  # nothing left over for the next call

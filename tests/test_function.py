@@ -177,3 +177,41 @@ def test_memref_callback_view_shares_memory(session: Session) -> None:
     data = np.array([5.0, 6.0])
     assert module.take(data) == 5.0
     assert data.tolist() == [0.0, 6.0]
+
+
+def test_ctrl_c_during_a_long_loop_with_callbacks() -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        from pymlirjit import Session, callback, i64
+        session = Session()
+
+        @callback(session=session)
+        def tick(i: i64) -> None:
+            pass
+
+        loop = session.compile('''
+        func.func @loop(%n: i64) {
+          %c0 = arith.constant 0 : i64
+          %c1 = arith.constant 1 : i64
+          scf.for %i = %c0 to %n step %c1 : i64 {
+            func.call @tick(%i) : (i64) -> ()
+          }
+          return
+        }
+        func.func private @tick(i64)
+        ''').loop
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        start = time.perf_counter()
+        try:
+            loop(10**12)
+        except KeyboardInterrupt:
+            print(f"interrupted after {time.perf_counter() - start:.1f} s")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "interrupted after" in done.stdout
