@@ -23,7 +23,7 @@ import ctypes
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
@@ -56,6 +56,7 @@ __all__ = [
     "default_registry",
     "enter_call",
     "exit_call",
+    "prepare_entries",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -227,10 +228,8 @@ class Callback:
         use): a trampoline generated with llvmlite where the types allow one, else a
         ctypes callback."""
         if self._entry is None:
-            with self._lock:
-                if self._entry is None:
-                    self._entry = _build_entry(self)
-        return self._entry.address  # type: ignore[no-any-return]
+            prepare_entries([self])
+        return self._entry.address  # type: ignore[union-attr]
 
     @property
     def native_entry(self) -> int:
@@ -311,14 +310,32 @@ class _TrampolineHelpers:
         return to_python_scalar(t, value, f"callback {self.name!r}: result #0")
 
 
+def prepare_entries(callbacks: Iterable[Callback]) -> None:
+    """Build the entry points of ``callbacks`` that have none yet, generating all native
+    trampolines together (code generation has a fixed cost per batch)."""
+    pending = [cb for cb in callbacks if cb._entry is None]
+    native = [cb for cb in pending if native_callback_supported(cb.signature)]
+    if native:
+        from .native import NativeBatch  # llvmlite loads only when needed
+
+        batch = NativeBatch()
+        indices = [batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                                 _TrampolineHelpers(cb)) for cb in native]
+        addresses, keepalive = batch.compile()
+        for cb, index in zip(native, indices):
+            with cb._lock:
+                if cb._entry is None:
+                    cb._entry = _Entry(addresses[index], keepalive)
+    for cb in pending:
+        with cb._lock:
+            if cb._entry is None:
+                cb._entry = _build_entry(cb)
+
+
 def _build_entry(cb: Callback) -> _Entry:
     if native_callback_supported(cb.signature):
-        from .native import callback_trampoline  # llvmlite loads only when needed
-
-        helpers = _TrampolineHelpers(cb)
-        address, embedded = callback_trampoline(cb.signature, cb.abi, cb.__wrapped__, helpers,
-                                                cb.name)
-        return _Entry(address, embedded)
+        prepare_entries([cb])
+        return cb._entry  # type: ignore[return-value]
     entry = _build_ctypes_entry(cb)
     return _Entry(ctypes.cast(entry, ctypes.c_void_p).value or 0, entry)
 

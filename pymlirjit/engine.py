@@ -173,6 +173,11 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
             self._registered[symbol] = callback
 
     @property
+    def needed_symbols(self) -> frozenset[str]:
+        """The external symbols the module declares (callbacks, libc, libraries)."""
+        return self._needed
+
+    @property
     def registered_symbols(self) -> tuple[str, ...]:
         """The runtime symbols registered so far."""
         return tuple(self._registered)

@@ -82,11 +82,15 @@ class CompiledFunction:
                      release_gil: bool | None = None) -> CompiledFunction:
         """The same function, naming itself and its parameters so in error messages,
         and releasing the GIL as asked (``None``: as this one does)."""
-        return CompiledFunction(
+        release = self.release_gil if release_gil is None else release_gil
+        copy = CompiledFunction(
             self.owner, self.name, self.signature.with_names(param_names), self.address,
             display_name=display_name, links_callbacks=self._links_callbacks,
-            release_gil=self.release_gil if release_gil is None else release_gil,
-            unwind=self.unwind, native=self._native_wanted)
+            release_gil=release, unwind=self.unwind, native=self._native_wanted)
+        if self.native is not None and release == self.release_gil:
+            copy._batch_keepalive = getattr(self, "_batch_keepalive", None)
+            copy._use_native(self._native_address)  # the same machine code
+        return copy
 
     def _arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
         params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
@@ -96,20 +100,40 @@ class CompiledFunction:
         return TypeError(f"{self.display_name}() takes {self._arity} arguments ({params}), "
                          f"got {len(args)}")
 
+    def add_native_entry(self, batch: Any) -> Callable[[list[int]], None] | None:
+        """Add this function's native entry to ``batch`` (a
+        :class:`pymlirjit.native.NativeBatch`) if its types allow one; returns what to
+        call with the batch's addresses once compiled, or ``None``."""
+        if not self._native_wanted or self.native is not None:
+            return None
+        frames = (enter_call, exit_call) if self._links_callbacks else None
+        index = batch.add_kernel_entry(self.abi, self.address, frames, self.release_gil,
+                                       self.unwind)
+        return lambda addresses: self._use_native(addresses[index])
+
+    def _use_native(self, address: int) -> None:
+        from .native import make_builtin
+
+        native, definition = make_builtin(address, self.call_python, self.display_name)
+        self._native_keepalive = definition
+        # Calls then go straight to the builtin, without a Python-level __call__.
+        self.__class__ = _class_calling(native)
+        self.native = native
+        self._native_address = address
+
     def ensure_native(self) -> Callable[..., Any] | None:
         """Build the native entry point (see :mod:`pymlirjit.native`) if this function's
         types allow one; later calls then go straight to it. Returns it, or ``None``."""
         if self._native_wanted and self.native is None:
-            from .native import kernel_entry  # llvmlite loads only when needed
+            from .native import NativeBatch  # llvmlite loads only when needed
 
             with _native_lock:  # first calls from several threads build it once
                 if self.native is None:
-                    frames = (enter_call, exit_call) if self._links_callbacks else None
-                    native, self._native_keepalive = kernel_entry(
-                        self.abi, self.address, self.call_python, frames, self.display_name,
-                        self.release_gil, self.unwind)
-                    self.__class__ = _class_calling(native)
-                    self.native = native
+                    batch = NativeBatch()
+                    ready = self.add_native_entry(batch)
+                    addresses, self._batch_keepalive = batch.compile()
+                    if ready is not None:
+                        ready(addresses)
         return self.native
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -50,7 +50,8 @@ class Kernel:
                  pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                  callbacks: Iterable[Callback] | None = None,
                  shared_libs: Iterable[str] | None = None,
-                 session: Session | None = None, release_gil: bool | None = None) -> None:
+                 session: Session | None = None, release_gil: bool | None = None,
+                 cache: bool | None = None) -> None:
         if not isinstance(source, (str, Path)):
             raise TypeError(f"@mlir_kernel source must be MLIR text or a pathlib.Path, "
                             f"got {type(source).__name__}")
@@ -64,7 +65,7 @@ class Kernel:
         self.source = source
         self._options = dict(pipeline=pipeline, opt_level=opt_level,
                              shared_libs=None if shared_libs is None else tuple(shared_libs),
-                             callbacks=tuple(callbacks or ()))
+                             callbacks=tuple(callbacks or ()), cache=cache)
         self._session = session
         self.release_gil = release_gil
         self._compiled: CompiledFunction | None = None
@@ -200,7 +201,8 @@ def mlir_kernel(*, source: str | Path, name: str | None = None,
                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                 callbacks: Iterable[Callback] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
-                release_gil: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
+                release_gil: bool | None = None,
+                cache: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
     """Turn the MLIR function named like the decorated stub (or ``name``) into a
     Python callable. The stub's body is unused; its annotations, where present, are
     checked against the MLIR signature. Compilation happens on first call.
@@ -209,8 +211,11 @@ def mlir_kernel(*, source: str | Path, name: str | None = None,
     default it does, except for modules that call Python callbacks and use no shared
     libraries (callbacks would only re-take it, at a cost on every callback); pass
     ``True`` for such a module when other Python threads must run meanwhile.
+
+    ``cache=True`` keeps the machine code on disk (the session's ``cache_dir``, else
+    :func:`pymlirjit.cache.default_cache_dir`), so that a new process skips compiling.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
         return Kernel(stub, source, name or stub.__name__, pipeline, opt_level, callbacks,
-                      shared_libs, session, release_gil)
+                      shared_libs, session, release_gil, cache)
     return decorate

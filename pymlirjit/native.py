@@ -1,6 +1,6 @@
 """Native entry points generated with llvmlite: crossing the boundary without ctypes.
 
-:func:`kernel_entry` builds, for one compiled function, a CPython builtin function
+:meth:`NativeBatch.add_kernel_entry` builds, for one compiled function, a CPython builtin function
 (``METH_FASTCALL | METH_KEYWORDS``) that unboxes exact ``float``/``int``/``bool``
 arguments and exact ``numpy.ndarray`` arguments straight from their object layout,
 releases the GIL, calls the C-ABI entry point and boxes the scalar result. Anything it
@@ -9,7 +9,7 @@ an identity layout, keyword arguments, an error) is handed, untouched, to the Py
 implementation, which converts it or raises the precise error. So the native path only
 ever makes the common case fast; it never decides an error on its own.
 
-:func:`callback_trampoline` builds the other direction: a C function with a
+:meth:`NativeBatch.add_callback_trampoline` builds the other direction: a C function with a
 callback's exact ABI that takes the GIL, boxes the arguments (memrefs as numpy arrays
 made with ``PyArray_NewFromDescr``, aliasing the descriptor's memory), calls the Python
 function with vectorcall and unboxes an exact result; any other result goes through a
@@ -36,7 +36,7 @@ from llvmlite import ir
 from .abi import BoundaryABI
 from .types import MemRefType, ScalarType, TensorType
 
-__all__ = ["callback_trampoline", "kernel_entry"]
+__all__ = ["NativeBatch", "make_builtin"]
 
 _NPY_C_CONTIGUOUS = 0x0001
 _NPY_WRITEABLE = 0x0400
@@ -149,7 +149,7 @@ class _Jit:
         builder = self.llvm.create_pass_builder(self.machine, options)
         builder.getModulePassManager().run(module, builder)
 
-    def compile(self, module: ir.Module, name: str) -> int:
+    def compile_all(self, module: ir.Module, names: list[str]) -> list[int]:
         module.triple = self.machine.triple
         parsed = self.llvm.parse_assembly(str(module))
         parsed.verify()
@@ -157,12 +157,84 @@ class _Jit:
         with self.lock:
             self.engine.add_module(parsed)
             self.engine.finalize_object()
-            return int(self.engine.get_function_address(name))
+            return [int(self.engine.get_function_address(name)) for name in names]
 
 
 @functools.cache
 def _jit() -> _Jit:
     return _Jit()
+
+
+class _Unit:
+    """One LLVM module being generated: its declarations and the Python objects its
+    code points at (kept alive as long as the code)."""
+
+    def __init__(self, name: str) -> None:
+        self.module = ir.Module(name=name)
+        self.api = {n: ir.Function(self.module, t, n) for n, t in _C_API.items()}
+        self.libc = _declare_libc(self.module)
+        self.embedded: list[object] = []
+
+    def pointer(self, obj: object) -> ir.Value:
+        """A constant pointer to ``obj``; the object is kept alive with the code."""
+        self.embedded.append(obj)
+        return ir.Constant(_i64, id(obj)).inttoptr(_ptr)
+
+
+class NativeBatch:
+    """Entry points and trampolines generated together: one LLVM module, one code
+    generation (which costs milliseconds whatever the module's size)."""
+
+    def __init__(self) -> None:
+        self.jit = _jit()
+        self.unit = _Unit(f"pymlirjit_batch_{next(self.jit.counter)}")
+        self.symbols: list[str] = []
+
+    def _symbol(self, kind: str) -> str:
+        symbol = f"pymlirjit_{kind}_{next(self.jit.counter)}"
+        self.symbols.append(symbol)
+        return symbol
+
+    def add_kernel_entry(self, abi: BoundaryABI, target: int,
+                         frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
+                         release_gil: bool = True, unwind: bool = False) -> int:
+        """Add the native entry of the C-ABI function at ``target``; returns its index.
+
+        ``frames`` are the ``(enter_call, exit_call)`` functions to wrap the call in
+        when the module links Python callbacks, else ``None``; ``release_gil`` whether
+        to release the GIL while the compiled code runs; ``unwind`` whether a failing
+        callback may end the call at once with ``longjmp`` (only safe for code that
+        starts no threads and holds no resources across calls). The entry is a
+        ``METH_FASTCALL | METH_KEYWORDS`` function: see :func:`make_builtin`.
+        """
+        _EntryBuilder(self.unit, self._symbol("entry"), abi, target, frames, release_gil,
+                      unwind).build()
+        return len(self.symbols) - 1
+
+    def add_callback_trampoline(self, signature: Any, abi: BoundaryABI, function: Any,
+                                helpers: Any) -> int:
+        """Add a C function with ``abi``'s boundary signature calling the Python
+        ``function``; returns its index. ``helpers`` provides ``frame_key`` (the pthread
+        key of the current call record), ``foreign_record`` (the record of threads
+        without a call), ``record(error)`` and ``convert_result(value)``."""
+        _TrampolineBuilder(self.unit, self._symbol("callback"), signature, abi, function,
+                           helpers).build()
+        return len(self.symbols) - 1
+
+    def compile(self) -> tuple[list[int], object]:
+        """Generate the code: the addresses (by index), and what must outlive them."""
+        if not self.symbols:
+            return [], ()
+        return self.jit.compile_all(self.unit.module, self.symbols), self.unit.embedded
+
+
+def make_builtin(address: int, python_path: Callable[..., Any],
+                 name: str) -> tuple[Callable[..., Any], object]:
+    """A builtin function running the native entry at ``address`` with ``python_path``
+    (which handles every call the native code does not take) as its ``self``. Returns
+    it and its method definition, which must outlive it."""
+    definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
+    return _new_builtin(ctypes.byref(definition), python_path, None), definition
 
 
 def _llvm_type(t: ScalarType) -> ir.Type:
@@ -176,25 +248,21 @@ def _llvm_type(t: ScalarType) -> ir.Type:
 class _EntryBuilder:
     """Emits the LLVM IR of one entry point."""
 
-    def __init__(self, abi: BoundaryABI, target: int, frames: tuple[Any, Any] | None,
-                 name: str, release_gil: bool, unwind: bool) -> None:
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int,
+                 frames: tuple[Any, Any] | None, release_gil: bool, unwind: bool) -> None:
+        self.unit = unit
         self.abi = abi
         self.release_gil = release_gil
         self.unwind = unwind and frames is not None
-        self.module = ir.Module(name=name)
-        self.api = {n: ir.Function(self.module, fn_type, n) for n, fn_type in _C_API.items()}
+        self.module = unit.module
+        self.api = unit.api
         entry_type = ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr])
         self.function = ir.Function(self.module, entry_type, name)
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.fallback = self.function.append_basic_block("fallback")
         self.target = target
         self.frames = frames
-        self.embedded: list[object] = []
-
-    def constant_pointer(self, obj: object) -> ir.Value:
-        """A constant pointer to ``obj``; the object is kept alive with the code."""
-        self.embedded.append(obj)
-        return ir.Constant(_i64, id(obj)).inttoptr(_ptr)
+        self.constant_pointer = unit.pointer
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
@@ -289,7 +357,7 @@ class _EntryBuilder:
             b.store(stride, b.gep(descriptor, [zero, ir.Constant(_i32, 4), axis_index]))
         return b.bitcast(descriptor, _ptr)
 
-    def build(self) -> ir.Module:
+    def build(self) -> None:
         b = self.builder
         self_obj, args, nargs, kwnames = self.function.args
         signature = self.abi.signature
@@ -334,8 +402,7 @@ class _EntryBuilder:
             # A failing callback longjmps back here (see _TrampolineBuilder): the call
             # ends at once, its result undefined, and exit_call below raises the error.
             result_slot = b.alloca(llvm_result) if result_types else None
-            libc = _declare_libc(self.module)
-            jumped = b.call(libc["_setjmp"], [jump_buffer])
+            jumped = b.call(self.unit.libc["_setjmp"], [jump_buffer])
             with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
                 returned = b.call(target, c_args)
                 if result_slot is not None:
@@ -361,7 +428,6 @@ class _EntryBuilder:
         b.ret(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
         b.ret(b.call(self.api["PyObject_Vectorcall"], [self_obj, args, nargs, kwnames]))
-        return self.module
 
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         b = self.builder
@@ -378,55 +444,27 @@ class _EntryBuilder:
         return b.call(self.api["PyLong_FromLongLong"], [wide])
 
 
-def kernel_entry(abi: BoundaryABI, target: int, python_path: Callable[..., Any],
-                 frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
-                 name: str, release_gil: bool = True,
-                 unwind: bool = False) -> tuple[Callable[..., Any], object]:
-    """A builtin function calling the C-ABI function at ``target`` natively.
-
-    ``python_path`` handles every call the native code does not take (it gets the
-    original arguments); ``frames`` are the ``(enter_call, exit_call)`` functions to
-    wrap the call in when the module links Python callbacks, else ``None``;
-    ``release_gil`` whether to release the GIL while the compiled code runs; ``unwind``
-    whether a failing callback may end the call at once with ``longjmp`` (only safe for
-    code that starts no threads and holds no resources across calls). Returns the
-    builtin and an object that must outlive it (its method definition).
-    """
-    jit = _jit()
-    symbol = f"pymlirjit_entry_{next(jit.counter)}"
-    builder = _EntryBuilder(abi, target, frames, symbol, release_gil, unwind)
-    address = jit.compile(builder.build(), symbol)
-    definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
-    builtin = _new_builtin(ctypes.byref(definition), python_path, None)
-    return builtin, (definition, builder.embedded)
-
-
 class _TrampolineBuilder:
     """Emits the LLVM IR of one callback trampoline."""
 
-    def __init__(self, signature: Any, abi: BoundaryABI, function: Any, helpers: Any,
-                 name: str) -> None:
+    def __init__(self, unit: _Unit, name: str, signature: Any, abi: BoundaryABI,
+                 function: Any, helpers: Any) -> None:
         self.signature = signature
         self.abi = abi
         self.helpers = helpers
         self.callee = function
-        self.module = ir.Module(name=name)
-        self.api = {n: ir.Function(self.module, t, n) for n, t in _C_API.items()}
+        self.module = unit.module
+        self.api = unit.api
         params = [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
                   for t in abi.boundary.param_types]
         results = abi.boundary.results
         self.result_type = _llvm_type(results[0]) if results else ir.VoidType()  # type: ignore[arg-type]
         self.function = ir.Function(self.module, ir.FunctionType(self.result_type, params), name)
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
-        self.libc = _declare_libc(self.module)
+        self.libc = unit.libc
+        self.pointer = unit.pointer
         self.gil: ir.Value = None
         self.frame_record: ir.Value = None
-        self.embedded: list[object] = []
-
-    def pointer(self, obj: object) -> ir.Value:
-        """A constant pointer to ``obj``; the object is kept alive with the code."""
-        self.embedded.append(obj)
-        return ir.Constant(_i64, id(obj)).inttoptr(_ptr)
 
     def is_null(self, value: ir.Value) -> ir.Value:
         return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
@@ -595,7 +633,7 @@ class _TrampolineBuilder:
         result.add_incoming(wrapped, slow_block)
         return b.trunc(result, ir.IntType(t.bits)) if t.bits < 64 else result
 
-    def build(self) -> ir.Module:
+    def build(self) -> None:
         b = self.builder
         # This thread's current call record ({failed, jump_buffer}), or the one of
         # threads the compiled code started; a failed call skips callbacks, GIL-free.
@@ -635,19 +673,5 @@ class _TrampolineBuilder:
             b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(self.is_null(result), "called")
         self.leave(self.unbox_result(result))
-        return self.module
 
 
-def callback_trampoline(signature: Any, abi: BoundaryABI, function: Any, helpers: Any,
-                        name: str) -> tuple[int, object]:
-    """A native C function with ``abi``'s boundary signature that calls the Python
-    ``function``: its address, and the objects it refers to, which the caller keeps
-    alive as long as the address is used. ``helpers`` provides ``frame_key`` (the
-    pthread key of the current call record), ``foreign_record`` (the record of threads
-    without a call), ``record(error)`` and ``convert_result(value)``.
-    """
-    jit = _jit()
-    symbol = f"pymlirjit_callback_{next(jit.counter)}"
-    builder = _TrampolineBuilder(signature, abi, function, helpers, symbol)
-    module = builder.build()
-    return jit.compile(module, symbol), builder.embedded

@@ -21,6 +21,7 @@ same source again with the same options and callbacks returns the cached module.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .abi import boundary_abi, callback_shim, kernel_shim
-from .callbacks import Callback, CallbackRegistry, default_registry
+from .cache import CachedModule, DiskCache, ObjectEngine, default_cache_dir
+from .callbacks import Callback, CallbackRegistry, default_registry, prepare_entries
 from .engine import ExecutionEngine
 from .errors import LinkError
 from .function import CompiledFunction
@@ -85,13 +87,16 @@ class CompiledModule:
     """A JIT-compiled module: its functions as attributes (or ``module["name"]``),
     ``engine``, ``source`` (the MLIR given) and ``lowered_mlir`` (after the pipeline)."""
 
-    def __init__(self, engine: ExecutionEngine, source: str, lowered: Any,
+    def __init__(self, engine: ExecutionEngine | ObjectEngine, source: str, lowered: Any,
                  signatures: dict[str, tuple[Signature, str]],
-                 callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = ()) -> None:
+                 callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = (),
+                 runtime_symbols: dict[str, Callback] | None = None) -> None:
         self.engine = engine
         self.source = source
         self._lowered = lowered
         self.callbacks = callbacks
+        self.runtime_symbols = runtime_symbols or {}
+        self.entries = signatures  # name -> (signature, C-ABI entry function)
         # Compiled code that calls back into Python gains nothing from dropping the GIL
         # and pays for re-taking it in every callback; but code that may start threads
         # (anything using shared libraries, such as MLIR's async runtime) must drop it,
@@ -107,13 +112,28 @@ class CompiledModule:
                                    unwind=unwind)
             for name, (signature, entry) in signatures.items()
         }
+        self._prepare_native_entries()
         for name, function in self.functions.items():
             if not hasattr(type(self), name) and name not in self.__dict__:
                 self.__dict__[name] = function  # plain attribute access: no __getattr__
 
+    def _prepare_native_entries(self) -> None:
+        from .abi import native_kernel_supported
+
+        if not any(native_kernel_supported(f.signature) for f in self.functions.values()):
+            return
+        from .native import NativeBatch  # llvmlite loads only when needed
+
+        batch = NativeBatch()
+        ready = [f.add_native_entry(batch) for f in self.functions.values()]
+        addresses, self._native_keepalive = batch.compile()
+        for use in ready:
+            if use is not None:
+                use(addresses)
+
     @property
     def lowered_mlir(self) -> str:
-        """The module in the LLVM dialect, as it was JIT-compiled."""
+        """The module in the LLVM dialect, as it was JIT-compiled (or loaded)."""
         return str(self._lowered)
 
     def __getitem__(self, name: str) -> CompiledFunction:
@@ -141,12 +161,16 @@ class Session:
     :data:`pymlirjit.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
     are defaults for :meth:`compile`. ``callbacks`` is this session's registry:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
-    visible to every session.
+    visible to every session. ``cache_dir`` turns on the on-disk cache (see
+    :mod:`pymlirjit.cache`): a new process then loads modules compiled before instead
+    of compiling them again.
     """
 
     def __init__(self, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
                  shared_libs: Iterable[str] = (), *,
-                 registry: CallbackRegistry | None = None) -> None:
+                 registry: CallbackRegistry | None = None,
+                 cache_dir: str | Path | None = None) -> None:
+        self.disk_cache = DiskCache(cache_dir) if cache_dir is not None else None
         self.pipeline = normalize_pipeline(pipeline)
         self.opt_level = _check_opt_level(opt_level)
         self.shared_libs = tuple(runtime_library(str(p)) for p in shared_libs)
@@ -193,9 +217,14 @@ class Session:
 
     def compile(self, source: str | Path, *, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
-                callbacks: Iterable[Callback] = ()) -> CompiledModule:
+                callbacks: Iterable[Callback] = (), cache: bool | None = None,
+                ) -> CompiledModule:
         """Compile ``source`` (MLIR text or a path to a ``.mlir`` file), or return the
-        cached module compiled from the same source, options and callbacks."""
+        cached module compiled from the same source, options and callbacks.
+
+        ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
+        ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
+        """
         text, filename = _read_source(source)
         explicit = tuple(callbacks)
         for cb in explicit:
@@ -218,11 +247,51 @@ class Session:
                     self._hits += 1
                     return cached
             self._misses += 1
-            module, declared = self._build(key, filename)
-            full_key = (key, tuple(module.callbacks.get(n) for n in declared))
+            module, declared = self._compile_or_load(key, filename, self._disk_cache(cache))
+            full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))
             self._declared[key] = declared
             self._cache[full_key] = module
             return module
+
+    def _disk_cache(self, cache: bool | None) -> DiskCache | None:
+        if cache is None or (cache and self.disk_cache is not None):
+            return self.disk_cache
+        return _default_disk_cache() if cache else None
+
+    def _compile_or_load(self, key: _ModuleKey, filename: str, disk: DiskCache | None,
+                         ) -> tuple[CompiledModule, tuple[str, ...]]:
+        if disk is None:
+            return self._build(key, filename)
+        # Every callback the source could link is part of the key: those named by an
+        # @symbol in it (a superset of its private declarations, known without parsing).
+        linkable = {}
+        for name in set(_SYMBOL_REFERENCE.findall(key.source)):
+            cb = self.find_callback(name, key.explicit)
+            if cb is not None:
+                linkable[name] = cb
+        disk_key = DiskCache.key(key.source, key.pipeline, key.opt_level, key.shared_libs,
+                                 [(n, cb.signature.mlir) for n, cb in linkable.items()])
+        entry = disk.load(disk_key)
+        if entry is not None:
+            try:
+                return self._from_disk(entry, key, linkable), entry.declared
+            except (LinkError, OSError, RuntimeError):
+                pass  # unusable here (e.g. a library moved): compile afresh
+        module, declared = self._build(key, filename)
+        if isinstance(module.engine, ExecutionEngine):
+            callbacks = {symbol: cb.name for symbol, cb in module.runtime_symbols.items()}
+            disk.store(disk_key, module.engine, module.entries, callbacks, declared,
+                       key.shared_libs, module.lowered_mlir)
+        return module, declared
+
+    def _from_disk(self, entry: CachedModule, key: _ModuleKey,
+                   linkable: dict[str, Callback]) -> CompiledModule:
+        symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
+        prepare_entries(symbols.values())
+        engine = ObjectEngine(entry.object_path, symbols, entry.shared_libs, entry.needed)
+        return CompiledModule(engine, key.source, entry.lowered_mlir, entry.functions,
+                              {name: linkable[name] for name in entry.callbacks.values()},
+                              key.shared_libs, symbols)
 
     def _build(self, key: _ModuleKey, filename: str) -> tuple[CompiledModule, tuple[str, ...]]:
         from mlir import ir
@@ -278,6 +347,7 @@ class Session:
                     module.body.append(op)
         lower(module, key.pipeline, filename)
         engine = ExecutionEngine(module, key.opt_level, key.shared_libs)
+        prepare_entries(cb for _, cb in registrations)
         for symbol, cb in registrations:
             engine.raw_register_runtime(symbol, cb.native_entry)
         missing = engine.missing_symbols()
@@ -288,7 +358,7 @@ class Session:
                 f"{', '.join('@' + n for n in names)}; define them with @callback (or pass "
                 f"callbacks=[...]) or pass the shared library that defines them", names)
         compiled = CompiledModule(engine, key.source, module, signatures, linked,
-                                  key.shared_libs)
+                                  key.shared_libs, dict(registrations))
         compiled._context = context  # type: ignore[attr-defined]
         return compiled, tuple(declared)
 
@@ -327,6 +397,19 @@ def _read_source(source: str | Path) -> tuple[str, str]:
         raise TypeError(f"source must be MLIR text or a pathlib.Path, "
                         f"got {type(source).__name__}")
     return source, "<source>"
+
+
+_SYMBOL_REFERENCE = re.compile(r"@([A-Za-z_$.][\w$.]*)")
+
+_default_disk: DiskCache | None = None
+
+
+def _default_disk_cache() -> DiskCache:
+    global _default_disk
+    with _default_lock:
+        if _default_disk is None:
+            _default_disk = DiskCache(default_cache_dir())
+        return _default_disk
 
 
 _default_session: Session | None = None

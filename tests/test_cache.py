@@ -1,0 +1,132 @@
+"""The on-disk compile cache: cross-process hits, keys, corrupted entries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pymlirjit import Session, callback, f64
+from pymlirjit.cache import DiskCache, decode_signature, encode_signature
+from pymlirjit.signature import as_signature
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from pymlirjit import MemRef, Session, callback, f64
+    session = Session(cache_dir=sys.argv[1])
+
+    @callback(session=session)
+    def hook(x: f64) -> f64:
+        return x * FACTOR
+
+    @callback(session=session)
+    def total(a: MemRef[f64, None]) -> f64:
+        return float(a.sum())
+
+    module = session.compile('''
+    func.func @run(%x: f64) -> f64 {
+      %r = call @hook(%x) : (f64) -> f64
+      %s = math.sqrt %r : f64
+      return %s : f64
+    }
+    func.func @sum(%a: memref<?xf64>) -> f64 {
+      %r = call @total(%a) : (memref<?xf64>) -> f64
+      return %r : f64
+    }
+    func.func @pair(%a: complex<f64>, %h: f16) -> (complex<f64>, f16) {
+      return %a, %h : complex<f64>, f16
+    }
+    func.func private @hook(f64) -> f64
+    func.func private @total(memref<?xf64>) -> f64
+    ''')
+    cache = session.disk_cache
+    print(module.run(2.0), module.sum(np.arange(4.0)), module.pair(1 + 2j, 0.5),
+          type(module.engine).__name__, cache.hits, cache.misses)
+""")
+
+
+def run(cache_dir: Path, factor: str = "8") -> list[str]:
+    done = subprocess.run([sys.executable, "-c", SCRIPT.replace("FACTOR", factor),
+                           str(cache_dir)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return done.stdout.split()
+
+
+def test_a_new_process_loads_what_an_earlier_one_compiled(tmp_path: Path) -> None:
+    first = run(tmp_path)
+    assert first[-3:] == ["ExecutionEngine", "0", "1"]
+    second = run(tmp_path)
+    assert second[-3:] == ["ObjectEngine", "1", "0"]
+    assert first[:-3] == second[:-3] == ["4.0", "6.0", "((1+2j),", "0.5)"]
+
+
+def test_a_corrupted_or_truncated_entry_is_compiled_again(tmp_path: Path) -> None:
+    run(tmp_path)
+    (obj,) = tmp_path.glob("*.o")
+    obj.write_bytes(obj.read_bytes()[:100])
+    assert run(tmp_path)[-3:] == ["ExecutionEngine", "0", "1"]
+    (meta,) = tmp_path.glob("*.json")
+    meta.write_text("{not json")
+    assert run(tmp_path)[-3:] == ["ExecutionEngine", "0", "1"]
+    assert run(tmp_path)[-3:] == ["ObjectEngine", "1", "0"]
+
+
+def test_a_different_callback_body_with_the_same_signature_reuses_code(tmp_path: Path,
+                                                                        ) -> None:
+    run(tmp_path, "8")
+    result = run(tmp_path, "2")
+    assert result[0] == "2.0"  # the machine code is shared; the callback is this one
+    assert result[-3:] == ["ObjectEngine", "1", "0"]
+
+
+def test_keys_change_with_every_input() -> None:
+    base = ("src", "pipe", 2, ("lib",), [("cb", "(f64) -> f64")])
+    key = DiskCache.key(*base)
+    assert DiskCache.key(*base) == key
+    variants = [("src2", "pipe", 2, ("lib",), [("cb", "(f64) -> f64")]),
+                ("src", "pipe2", 2, ("lib",), [("cb", "(f64) -> f64")]),
+                ("src", "pipe", 3, ("lib",), [("cb", "(f64) -> f64")]),
+                ("src", "pipe", 2, (), [("cb", "(f64) -> f64")]),
+                ("src", "pipe", 2, ("lib",), [("cb", "(f32) -> f32")]),
+                ("src", "pipe", 2, ("lib",), [])]
+    assert len({DiskCache.key(*v) for v in variants} | {key}) == len(variants) + 1
+
+
+def test_callback_signature_changes_miss(tmp_path: Path) -> None:
+    source = """
+    func.func @run(%x: f64) -> f64 {
+      %r = call @cb(%x) : (f64) -> f64
+      return %r : f64
+    }
+    func.func private @cb(f64) -> f64
+    """
+    first = Session(cache_dir=tmp_path)
+
+    @callback(name="cb", session=first)
+    def cb(x: f64) -> f64:
+        return x + 1
+
+    assert first.compile(source).run(1.0) == 2.0
+    assert first.disk_cache is not None and first.disk_cache.stores == 1
+    second = Session(cache_dir=tmp_path)
+
+    @callback("(f64) -> f64", name="cb", session=second)
+    def cb_again(x: float) -> float:
+        return x + 2
+
+    assert second.compile(source).run(1.0) == 3.0
+    assert second.disk_cache is not None and second.disk_cache.hits == 1
+
+
+@pytest.mark.parametrize("text", [
+    "(f32, memref<?x4xf32, strided<[?, 1], offset: ?>>, memref<*xi8>) -> (f64, complex<f32>)",
+    "(tensor<2x?xbf16>, i1, index) -> ()",
+])
+def test_signatures_round_trip_through_json(text: str) -> None:
+    signature = as_signature(text)
+    assert decode_signature(encode_signature(signature)) == signature
