@@ -208,7 +208,7 @@ class Callback:
             if isinstance(t, TensorType):
                 raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) is a "
                                      f"tensor; callbacks take and return memrefs")
-        self._entry: Any = None
+        self._entry: _Entry | None = None
         self._lock = threading.Lock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -229,7 +229,8 @@ class Callback:
         ctypes callback."""
         if self._entry is None:
             prepare_entries([self])
-        return self._entry.address  # type: ignore[union-attr]
+        assert self._entry is not None
+        return self._entry.address
 
     @property
     def native_entry(self) -> int:
@@ -335,7 +336,8 @@ def prepare_entries(callbacks: Iterable[Callback]) -> None:
 def _build_entry(cb: Callback) -> _Entry:
     if native_callback_supported(cb.signature):
         prepare_entries([cb])
-        return cb._entry  # type: ignore[return-value]
+        assert cb._entry is not None
+        return cb._entry
     entry = _build_ctypes_entry(cb)
     return _Entry(ctypes.cast(entry, ctypes.c_void_p).value or 0, entry)
 
@@ -376,7 +378,7 @@ def _build_ctypes_entry(cb: Callback) -> Any:
         struct_type = abi.result_struct
         size = ctypes.sizeof(struct_type)
 
-        def entry(out: int, *c_args: Any) -> None:
+        def entry_via_pointer(out: int, *c_args: Any) -> None:
             frame = _current_frame()
             if frame.error is not None:
                 ctypes.memset(out, 0, size)
@@ -391,10 +393,10 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                 fail(error, frame)
 
         prototype = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *abi.c_params)
-        return prototype(entry)
+        return prototype(entry_via_pointer)
 
     if not results:
-        def entry(*c_args: Any) -> None:
+        def entry_without_result(*c_args: Any) -> None:
             frame = _current_frame()
             if frame.error is not None:
                 return
@@ -406,7 +408,7 @@ def _build_ctypes_entry(cb: Callback) -> Any:
             except BaseException as error:
                 fail(error, frame)
 
-        return ctypes.CFUNCTYPE(None, *abi.c_params)(entry)
+        return ctypes.CFUNCTYPE(None, *abi.c_params)(entry_without_result)
 
     result_type = results[0]
     assert isinstance(result_type, ScalarType)  # aggregates go through the pointer

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
@@ -51,11 +52,11 @@ def run_demo(say: Callable[[str], None] = print) -> None:
     module = lower(parse_module(SEED_MLIR, new_context()))
     engine = ExecutionEngine(module)
 
-    @ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float, ctypes.c_int)
-    def some_callback_into_python(a: float, b: int) -> float:
+    def halve_and_add(a: float, b: int) -> float:
         return a / 2 + b / 2
 
-    engine.register_runtime("some_callback_into_python", some_callback_into_python)
+    prototype = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float, ctypes.c_int)
+    engine.register_runtime("some_callback_into_python", prototype(halve_and_add))
     a, b, result = ctypes.c_float(42.0), ctypes.c_int(2), ctypes.c_float()
     engine.invoke("add", ctypes.pointer(a), ctypes.pointer(b), ctypes.pointer(result))
     say(f"   add(42.0, 2) -> MLIR -> Python a/2 + b/2 -> {result.value}")
@@ -63,8 +64,9 @@ def run_demo(say: Callable[[str], None] = print) -> None:
     say("2. Typed API: @callback + Session (no ctypes, no pointers)")
     session = Session()
 
+    # Annotated[...] keeps static type checkers happy: they see float and int.
     @callback(name="some_callback_into_python", session=session)
-    def halves(a: f32, b: i32) -> f32:
+    def halves(a: Annotated[float, f32], b: Annotated[int, i32]) -> Annotated[float, f32]:
         return a / 2 + b / 2
 
     typed = session.compile(SEED_MLIR)
@@ -73,7 +75,7 @@ def run_demo(say: Callable[[str], None] = print) -> None:
     seen: list[str] = []
 
     @callback(session=session)
-    def row_sum(row: MemRef[f32, None]) -> f32:
+    def row_sum(row: Annotated[np.ndarray, MemRef[f32, None]]) -> Annotated[float, f32]:
         seen.append(np.array2string(row, precision=1))
         return float(row.sum())
 

@@ -63,9 +63,11 @@ class Kernel:
         self.__name__ = name
         self.name = name
         self.source = source
-        self._options = dict(pipeline=pipeline, opt_level=opt_level,
-                             shared_libs=None if shared_libs is None else tuple(shared_libs),
-                             callbacks=tuple(callbacks or ()), cache=cache)
+        self._pipeline = pipeline
+        self._opt_level = opt_level
+        self._shared_libs = None if shared_libs is None else tuple(shared_libs)
+        self._callbacks = tuple(callbacks or ())
+        self._cache = cache
         self._session = session
         self.release_gil = release_gil
         self._compiled: CompiledFunction | None = None
@@ -82,7 +84,9 @@ class Kernel:
         with self._lock:
             if self._compiled is not None and self._generation == session.generation:
                 return self._compiled
-            module: CompiledModule = session.compile(self.source, **self._options)
+            module: CompiledModule = session.compile(
+                self.source, pipeline=self._pipeline, opt_level=self._opt_level,
+                shared_libs=self._shared_libs, callbacks=self._callbacks, cache=self._cache)
             try:
                 function = module[self.name]
             except KeyError as exc:

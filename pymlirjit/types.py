@@ -81,7 +81,8 @@ class ScalarType:
                 raise TypeError(
                     "bf16 arrays need the ml_dtypes package: pip install 'pymlirjit[bf16]'"
                 ) from exc
-            return np.dtype(ml_dtypes.bfloat16)
+            bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+            return bfloat16
         return np.dtype(self.dtype_name)
 
     def __repr__(self) -> str:
