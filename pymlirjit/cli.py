@@ -517,6 +517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _fail("interrupted", args.traceback)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`pymlirjit demo | head`): stop quietly, as cat does.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except Exception as error:
         return _fail(error_message(error), args.traceback)
     return 0
