@@ -112,6 +112,9 @@ def _external_symbols(module: Any) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(declared), frozenset(defined)
 
 
+_engines_never_destroyed: list[ExecutionEngine] = []
+
+
 class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
     """MLIR's ExecutionEngine, JIT-compiling an LLVM-dialect ``module``.
 
@@ -140,6 +143,11 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         self._libraries = [_load_library(path) for path in self._shared_libs]
         _load_compiler_runtime()
         super().__init__(module, opt_level, list(self._shared_libs), **options)
+        if any(hasattr(lib, "__mlir_execution_engine_destroy") for lib in self._libraries):
+            # Destroying an engine runs the library's destroy hook, which tears down
+            # process-wide state (MLIR's async runtime resets its default runtime, and
+            # any later engine using it crashes): such engines live until exit.
+            _engines_never_destroyed.append(self)
         self._process = ctypes.CDLL(None)
         self._registered: dict[str, Any] = {}
         self._linked = False

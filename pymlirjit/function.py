@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
 from .callbacks import enter_call, exit_call
 from .memref import (
+    GLOBAL_MEMREF_MARKER,
     _libc,
     descriptor_for_argument,
     descriptor_for_unranked,
@@ -44,17 +46,20 @@ class CompiledFunction:
     """A function of a compiled module, callable with Python scalars and numpy arrays.
 
     ``name`` is the MLIR symbol, ``signature`` its MLIR signature, ``address`` the
-    C-ABI entry point called (``_mlir_ciface_<entry>``), ``owner`` the compiled module
-    that keeps the engine alive. ``release_gil`` says whether calls release the GIL
-    while compiled code runs; ``unwind`` whether a failing callback ends the call at once
+    C-ABI entry point called (``_mlir_ciface_<entry>``), ``engine`` the engine holding
+    its code (kept alive by the function), ``module`` the compiled module it came from
+    (held weakly: a module refers to its functions, not the other way round).
+    ``release_gil`` says whether calls release the GIL while compiled code runs;
+    ``unwind`` whether a failing callback ends the call at once
     (native entries only) instead of letting it run on with callbacks skipped.
     """
 
-    def __init__(self, owner: Any, name: str, signature: Signature, address: int, *,
-                 display_name: str | None = None, links_callbacks: bool = True,
-                 release_gil: bool = True, unwind: bool = False,
-                 native: bool = True) -> None:
-        self.owner = owner
+    def __init__(self, engine: Any, name: str, signature: Signature, address: int, *,
+                 module: Any = None, display_name: str | None = None,
+                 links_callbacks: bool = True, release_gil: bool = True,
+                 unwind: bool = False, native: bool = True) -> None:
+        self.engine = engine
+        self._module = weakref.ref(module) if module is not None else None
         self.name = name
         self.display_name = display_name or name
         self.signature = signature
@@ -62,15 +67,8 @@ class CompiledFunction:
         self.release_gil = release_gil
         self.unwind = unwind
         self.abi: BoundaryABI = boundary_abi(signature)
-        head = [ctypes.c_void_p] if self.abi.results_via_pointer else []
-        # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
-        prototype = ctypes.CFUNCTYPE if release_gil else ctypes.PYFUNCTYPE
-        self._cfunc = prototype(self.abi.c_result, *head, *self.abi.c_params)(address)
-        self._marshal = [_argument_marshaller(p.type,
-                                              f"{self.display_name}() parameter {p.name!r}")
-                         for p in signature.params]
-        self._unmarshal = [_result_reader(t) for t in signature.results]
-        self._arity = len(signature.params)
+        self._python_call = _PythonCall(engine, self.display_name, signature, self.abi,
+                                        address, release_gil)
         self._links_callbacks = links_callbacks
         self._native_wanted = native and native_kernel_supported(self.signature)
         self.native: Callable[..., Any] | None = None
@@ -78,27 +76,24 @@ class CompiledFunction:
     def __repr__(self) -> str:
         return f"<compiled function @{self.name} {self.signature.mlir}>"
 
+    @property
+    def module(self) -> Any:
+        """The compiled module this function came from, or ``None`` once it is gone."""
+        return self._module() if self._module is not None else None
+
     def with_options(self, display_name: str, param_names: list[str],
                      release_gil: bool | None = None) -> CompiledFunction:
         """The same function, naming itself and its parameters so in error messages,
         and releasing the GIL as asked (``None``: as this one does)."""
         release = self.release_gil if release_gil is None else release_gil
         copy = CompiledFunction(
-            self.owner, self.name, self.signature.with_names(param_names), self.address,
-            display_name=display_name, links_callbacks=self._links_callbacks,
+            self.engine, self.name, self.signature.with_names(param_names), self.address,
+            module=self.module, display_name=display_name, links_callbacks=self._links_callbacks,
             release_gil=release, unwind=self.unwind, native=self._native_wanted)
         if self.native is not None and release == self.release_gil:
             copy._batch_keepalive = getattr(self, "_batch_keepalive", None)
             copy._use_native(self._native_address)  # the same machine code
         return copy
-
-    def _arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
-        params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
-        if kwargs:
-            return TypeError(f"{self.display_name}() takes positional arguments only ({params}); "
-                             f"got keyword arguments {sorted(kwargs)}")
-        return TypeError(f"{self.display_name}() takes {self._arity} arguments ({params}), "
-                         f"got {len(args)}")
 
     def add_native_entry(self, batch: Any) -> Callable[[list[int]], None] | None:
         """Add this function's native entry to ``batch`` (a
@@ -114,8 +109,10 @@ class CompiledFunction:
     def _use_native(self, address: int) -> None:
         from .native import make_builtin
 
-        native, definition = make_builtin(address, self.call_python, self.display_name)
-        self._native_keepalive = definition
+        native, definition = make_builtin(address, self._python_call, self.display_name)
+        # The builtin's method definition must live exactly as long as the builtin (the
+        # garbage collector reads it while traversing): its `self` keeps it.
+        self._python_call.method_definition = definition
         # Calls then go straight to the builtin, without a Python-level __call__.
         self.__class__ = _class_calling(native)
         self.native = native
@@ -145,12 +142,46 @@ class CompiledFunction:
 
     def call_python(self, *args: Any, **kwargs: Any) -> Any:
         """The Python implementation of a call: every conversion and every check."""
-        if kwargs or len(args) != self._arity:
-            raise self._arity_error(args, kwargs)
+        return self._python_call(*args, **kwargs)
+
+
+class _PythonCall:
+    """A call through ctypes, with every conversion and check in Python. It refers to
+    no CompiledFunction, so that a native builtin falling back to it (see
+    :func:`pymlirjit.native.make_builtin`) creates no reference cycle."""
+
+    def __init__(self, engine: Any, display_name: str, signature: Signature,
+                 abi: BoundaryABI, address: int, release_gil: bool) -> None:
+        self.engine = engine
+        self.display_name = display_name
+        self.signature = signature
+        self.abi = abi
+        head = [ctypes.c_void_p] if abi.results_via_pointer else []
+        # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
+        prototype = ctypes.CFUNCTYPE if release_gil else ctypes.PYFUNCTYPE
+        self.cfunc = prototype(abi.c_result, *head, *abi.c_params)(address)
+        self.marshal = [_argument_marshaller(p.type, f"{display_name}() parameter {p.name!r}")
+                        for p in signature.params]
+        self.unmarshal = [_result_reader(t) for t in signature.results]
+        self.arity = len(signature.params)
+        self.method_definition: object = None
+
+    def arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
+        params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
+        if kwargs:
+            return TypeError(f"{self.display_name}() takes positional arguments only "
+                             f"({params}); got keyword arguments {sorted(kwargs)}")
+        return TypeError(f"{self.display_name}() takes {self.arity} arguments ({params}), "
+                         f"got {len(args)}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != self.arity:
+            raise self.arity_error(args, kwargs)
         c_args: list[Any] = []
         keepalive: list[Any] = []
-        owners: dict[int, object] = {}
-        for marshal, value in zip(self._marshal, args):
+        # A memref.get_global result lives in the engine's memory: the array keeps it.
+        owners: dict[int, object] = {GLOBAL_MEMREF_MARKER: self.engine}
+        for marshal, value in zip(self.marshal, args):
             marshal(value, c_args, keepalive, owners)
         struct = None
         if self.abi.results_via_pointer:
@@ -158,15 +189,15 @@ class CompiledFunction:
             c_args.insert(0, ctypes.addressof(struct))
         frame = enter_call()
         try:
-            result = self._cfunc(*c_args)
+            result = self.cfunc(*c_args)
         finally:
             exit_call(frame)
         if struct is None:
-            if not self._unmarshal:
+            if not self.unmarshal:
                 return None
             return _from_boundary(self.signature.results[0], result)
         values = tuple(read(getattr(struct, f"r{i}"), owners)
-                       for i, read in enumerate(self._unmarshal))
+                       for i, read in enumerate(self.unmarshal))
         return values[0] if len(values) == 1 else values
 
 

@@ -71,6 +71,7 @@ class Kernel:
         self._session = session
         self.release_gil = release_gil
         self._compiled: CompiledFunction | None = None
+        self._module: CompiledModule | None = None
         self._generation = -1
         self._lock = threading.Lock()
 
@@ -102,6 +103,7 @@ class Kernel:
                                                  [p.name for p in function.signature.params],
                                                  self.release_gil)
             self._compiled = function
+            self._module = module
             self._generation = session.generation
             # Clearing the cache or (re)defining a callback makes the kernel relink.
             session.watch(self)
@@ -129,7 +131,7 @@ class Kernel:
     @property
     def engine(self) -> Any:
         """The ExecutionEngine that runs this kernel (compiles if needed)."""
-        return self.compile().owner.engine
+        return self.compile().engine
 
     @property
     def address(self) -> int:
@@ -144,7 +146,9 @@ class Kernel:
     @property
     def lowered_mlir(self) -> str:
         """The whole module after lowering to the LLVM dialect (compiles if needed)."""
-        return str(self.compile().owner.lowered_mlir)
+        self.compile()
+        assert self._module is not None
+        return str(self._module.lowered_mlir)
 
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"

@@ -128,11 +128,12 @@ def owned_array_from_descriptor(descriptor: Any, rank: int, element: ScalarType,
     ``owners`` maps an ``allocated`` pointer to the object that keeps it alive: the
     argument array it aliases, or the owner made for an earlier result of the same call.
     A pointer seen nowhere else was allocated by the compiled code with ``malloc``: the
-    array takes it over and frees it when collected.
+    array takes it over and frees it when collected. (Put the engine under
+    :data:`GLOBAL_MEMREF_MARKER` for results that are MLIR globals.)
     """
     allocated = read_descriptor(descriptor, rank)[0]
     owner = owners.get(allocated)
-    if owner is None and allocated and allocated != GLOBAL_MEMREF_MARKER:
+    if owner is None and allocated:
         owner = owners[allocated] = _MallocedBuffer(allocated)
     return array_from_descriptor(descriptor, rank, element, owner)
 

@@ -232,7 +232,8 @@ def make_builtin(address: int, python_path: Callable[..., Any],
                  name: str) -> tuple[Callable[..., Any], object]:
     """A builtin function running the native entry at ``address`` with ``python_path``
     (which handles every call the native code does not take) as its ``self``. Returns
-    it and its method definition, which must outlive it."""
+    it and its method definition, which must live as long as it: keep it on
+    ``python_path``, which the builtin holds."""
     definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
     return _new_builtin(ctypes.byref(definition), python_path, None), definition
 

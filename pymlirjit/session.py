@@ -106,10 +106,10 @@ class CompiledModule:
         # (longjmp) out of when a callback fails: it has no threads and no runtime state.
         unwind = bool(callbacks) and not shared_libs
         self.functions: dict[str, CompiledFunction] = {
-            name: CompiledFunction(self, name, signature,
+            name: CompiledFunction(engine, name, signature,
                                    engine.function_address("_mlir_ciface_" + entry),
-                                   links_callbacks=bool(callbacks), release_gil=release_gil,
-                                   unwind=unwind)
+                                   module=self, links_callbacks=bool(callbacks),
+                                   release_gil=release_gil, unwind=unwind)
             for name, (signature, entry) in signatures.items()
         }
         self._prepare_native_entries()
@@ -349,7 +349,7 @@ class Session:
         engine = ExecutionEngine(module, key.opt_level, key.shared_libs)
         prepare_entries(cb for _, cb in registrations)
         for symbol, cb in registrations:
-            engine.raw_register_runtime(symbol, cb.native_entry)
+            engine.raw_register_runtime(symbol, cb)  # the engine keeps the callback alive
         missing = engine.missing_symbols()
         if missing:
             names = sorted({s.removeprefix("_mlir_ciface_") for s in missing})
