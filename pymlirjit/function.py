@@ -91,28 +91,29 @@ class CompiledFunction:
             module=self.module, display_name=display_name, links_callbacks=self._links_callbacks,
             release_gil=release, unwind=self.unwind, native=self._native_wanted)
         if self.native is not None and release == self.release_gil:
-            copy._batch_keepalive = getattr(self, "_batch_keepalive", None)
-            copy._use_native(self._native_address)  # the same machine code
+            copy._use_native(self._native_address, self._python_call.native_code)
         return copy
 
-    def add_native_entry(self, batch: Any) -> Callable[[list[int]], None] | None:
+    def add_native_entry(self, batch: Any) -> Callable[[list[int], object], None] | None:
         """Add this function's native entry to ``batch`` (a
         :class:`pymlirjit.native.NativeBatch`) if its types allow one; returns what to
-        call with the batch's addresses once compiled, or ``None``."""
+        call with the batch's addresses and code once compiled, or ``None``."""
         if not self._native_wanted or self.native is not None:
             return None
         frames = (enter_call, exit_call) if self._links_callbacks else None
         index = batch.add_kernel_entry(self.abi, self.address, frames, self.release_gil,
                                        self.unwind)
-        return lambda addresses: self._use_native(addresses[index])
+        return lambda addresses, code: self._use_native(addresses[index], code)
 
-    def _use_native(self, address: int) -> None:
+    def _use_native(self, address: int, code: object) -> None:
         from .native import make_builtin
 
         native, definition = make_builtin(address, self._python_call, self.display_name)
-        # The builtin's method definition must live exactly as long as the builtin (the
-        # garbage collector reads it while traversing): its `self` keeps it.
+        # The builtin's method definition and machine code must live exactly as long as
+        # the builtin (the garbage collector reads the definition while traversing):
+        # its `self` keeps them.
         self._python_call.method_definition = definition
+        self._python_call.native_code = code
         # Calls then go straight to the builtin, without a Python-level __call__.
         self.__class__ = _class_calling(native)
         self.native = native
@@ -128,9 +129,9 @@ class CompiledFunction:
                 if self.native is None:
                     batch = NativeBatch()
                     ready = self.add_native_entry(batch)
-                    addresses, self._batch_keepalive = batch.compile()
+                    addresses, code = batch.compile()
                     if ready is not None:
-                        ready(addresses)
+                        ready(addresses, code)
         return self.native
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -165,6 +166,7 @@ class _PythonCall:
         self.unmarshal = [_result_reader(t) for t in signature.results]
         self.arity = len(signature.params)
         self.method_definition: object = None
+        self.native_code: object = None
 
     def arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
         params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)

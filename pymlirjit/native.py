@@ -138,8 +138,8 @@ class _Jit:
             llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
         self.llvm = llvm
         target = llvm.Target.from_default_triple()
-        self.machine = target.create_target_machine(opt=2)
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.machine)
+        self.target = target
+        self.machine = target.create_target_machine(opt=2)  # for triples and passes
         self.lock = threading.Lock()
         self.counter = itertools.count()
 
@@ -149,15 +149,20 @@ class _Jit:
         builder = self.llvm.create_pass_builder(self.machine, options)
         builder.getModulePassManager().run(module, builder)
 
-    def compile_all(self, module: ir.Module, names: list[str]) -> list[int]:
+    def compile_all(self, module: ir.Module, names: list[str]) -> tuple[list[int], Any]:
+        """The addresses of ``names`` in ``module``, and the owner of their code (its own
+        engine, so that the code is freed when the owner is collected)."""
         module.triple = self.machine.triple
         parsed = self.llvm.parse_assembly(str(module))
         parsed.verify()
         self.optimize(parsed)
         with self.lock:
-            self.engine.add_module(parsed)
-            self.engine.finalize_object()
-            return [int(self.engine.get_function_address(name)) for name in names]
+            # An engine takes ownership of its target machine: each gets its own.
+            machine = self.target.create_target_machine(opt=2)
+            engine = self.llvm.create_mcjit_compiler(parsed, machine)
+            engine.finalize_object()
+            addresses = [int(engine.get_function_address(name)) for name in names]
+            return addresses, engine
 
 
 @functools.cache
@@ -222,10 +227,12 @@ class NativeBatch:
         return len(self.symbols) - 1
 
     def compile(self) -> tuple[list[int], object]:
-        """Generate the code: the addresses (by index), and what must outlive them."""
+        """Generate the code: the addresses (by index), and what must outlive every use
+        of them (the code itself and the objects it points at)."""
         if not self.symbols:
             return [], ()
-        return self.jit.compile_all(self.unit.module, self.symbols), self.unit.embedded
+        addresses, engine = self.jit.compile_all(self.unit.module, self.symbols)
+        return addresses, (engine, self.unit.embedded)
 
 
 def make_builtin(address: int, python_path: Callable[..., Any],

@@ -126,10 +126,10 @@ class CompiledModule:
 
         batch = NativeBatch()
         ready = [f.add_native_entry(batch) for f in self.functions.values()]
-        addresses, self._native_keepalive = batch.compile()
+        addresses, code = batch.compile()
         for use in ready:
             if use is not None:
-                use(addresses)
+                use(addresses, code)
 
     @property
     def lowered_mlir(self) -> str:
