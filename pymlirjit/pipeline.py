@@ -97,15 +97,60 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     text = normalize_pipeline(pipeline)
     with module.context:
         try:
-            manager = PassManager.parse(text)
+            PassManager.parse(text)
         except ValueError as exc:
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
-        try:
-            manager.run(module.operation)
-        except ir.MLIRError as exc:
-            raise MLIRError("lowering failed", _diagnostics(exc, filename)) from None
+        for stage in _stages(text):
+            _check_no_sub_byte_access(module, filename)
+            try:
+                PassManager.parse(stage).run(module.operation)
+            except ir.MLIRError as exc:
+                raise MLIRError("lowering failed", _diagnostics(exc, filename)) from None
     _check_lowered(module, filename)
     return module
+
+
+_MEMREF_LOWERING = "finalize-memref-to-llvm"
+
+
+def _stages(pipeline: str) -> list[str]:
+    """``pipeline``, split before a top-level memref lowering pass (so that what
+    bufferization produced can be checked before it is lowered)."""
+    depth = 0
+    for i, char in enumerate(pipeline):
+        if char in "({":
+            depth += 1
+        elif char in ")}":
+            depth -= 1
+        elif char == "," and depth == 1 and pipeline.startswith(_MEMREF_LOWERING, i + 1):
+            return [pipeline[:i] + ")", "builtin.module(" + pipeline[i + 1:]]
+    return [pipeline]
+
+
+_MEMORY_ACCESSES = {"memref.load": 0, "memref.store": 1, "affine.load": 0, "affine.store": 1}
+
+
+def _check_no_sub_byte_access(module: Any, filename: str) -> None:
+    """Raise instead of letting MLIR 22 abort the process: its memref lowering asserts
+    on loads and stores of integers narrower than a byte (such as i1)."""
+    from mlir import ir
+
+    found: list[Diagnostic] = []
+
+    def visit(op: Any) -> Any:
+        operand = _MEMORY_ACCESSES.get(op.name)
+        if operand is not None and len(found) < 5:
+            element = ir.MemRefType(op.operands[operand].type).element_type
+            if isinstance(element, ir.IntegerType) and element.width < 8:
+                found.append(Diagnostic(
+                    "error", f"'{op.name}' of {element} cannot be lowered by MLIR 22 (its "
+                    f"memref lowering aborts on elements narrower than a byte); use i8 and "
+                    f"arith.trunci/arith.extui", str(op.location)).renamed_source(filename))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if found:
+        raise MLIRError("unsupported memory access", found)
 
 
 def _check_lowered(module: Any, filename: str) -> None:

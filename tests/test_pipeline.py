@@ -529,3 +529,17 @@ def test_compile_and_clear_cycles() -> None:
 @pytest.mark.usefixtures("slow_opt_in")
 def test_compile_and_clear_cycles_long() -> None:
     compile_clear_cycles(1000, LEAK_BOUND_KB)
+
+
+def test_sub_byte_loads_after_bufferization_raise() -> None:
+    from pymlirjit import MLIRError
+    from pymlirjit.pipeline import lower, new_context, parse_module
+
+    module = parse_module("""
+    func.func @f(%a: tensor<?xi1>) -> i1 {
+      %c0 = arith.constant 0 : index
+      %v = tensor.extract %a[%c0] : tensor<?xi1>
+      return %v : i1
+    }""", new_context())
+    with pytest.raises(MLIRError, match=r"'memref\.load' of i1"):
+        lower(module)
