@@ -110,7 +110,8 @@ def boundary_abi(signature: Signature) -> BoundaryABI:
 
 
 def _plain_scalar(t: Type) -> bool:
-    return isinstance(t, ScalarType) and t.kind in ("bool", "int", "float") and t.bits != 16
+    return isinstance(t, ScalarType) and t.kind in ("bool", "int", "float") and t.mlir not in (
+        "f16", "bf16")
 
 
 def native_kernel_supported(signature: Signature) -> bool:

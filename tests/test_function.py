@@ -215,3 +215,46 @@ def test_ctrl_c_during_a_long_loop_with_callbacks() -> None:
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert "interrupted after" in done.stdout
+
+
+@pytest.mark.parametrize(("mlir_type", "values"), [
+    ("i1", [True, False]), ("i8", [-128, 255, 7]), ("i16", [-32768, 65535]),
+    ("i32", [-(2**31), 2**32 - 1]), ("i64", [-(2**63), 2**63 - 1]), ("index", [0, 2**40]),
+    ("f32", [0.1, -1e30, float("inf")]), ("f64", [1e-300, float("-inf")]),
+])
+def test_native_and_python_paths_agree(session: Session, mlir_type: str,
+                                       values: list[object]) -> None:
+    function = session.compile(f"""
+    func.func @same(%a: {mlir_type}) -> {mlir_type} {{
+      return %a : {mlir_type}
+    }}""").same
+    native = function.ensure_native()
+    assert native is not None
+    for value in values:
+        assert native(value) == function.call_python(value)
+        assert type(native(value)) is type(function.call_python(value))
+    for bad in ("text", None, [1]):
+        with pytest.raises(TypeError) as from_python:
+            function.call_python(bad)
+        with pytest.raises(TypeError) as from_native:
+            native(bad)
+        assert str(from_native.value) == str(from_python.value)
+
+
+def test_native_array_path_matches_python_path(session: Session) -> None:
+    function = session.compile("""
+    func.func @first(%a: memref<?x3xf64>) -> f64 {
+      %c0 = arith.constant 0 : index
+      %x = memref.load %a[%c0, %c0] : memref<?x3xf64>
+      return %x : f64
+    }""").first
+    native = function.ensure_native()
+    assert native is not None
+    data = np.arange(6.0).reshape(2, 3)
+    assert native(data) == function.call_python(data) == 0.0
+    for bad in (data.T, data.astype(np.float32), np.zeros((2, 4)), data[:, :1]):
+        with pytest.raises((TypeError, ValueError)) as from_python:
+            function.call_python(bad)
+        with pytest.raises((TypeError, ValueError)) as from_native:
+            native(bad)
+        assert str(from_native.value) == str(from_python.value)
