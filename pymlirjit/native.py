@@ -278,6 +278,17 @@ class _EntryBuilder:
         self.builder.cbranch(condition, ok, self.fallback)
         self.builder.position_at_end(ok)
 
+    def return_if_null(self, obj: ir.Value, label: str) -> None:
+        """Return NULL (an exception is set) if a C API call returned NULL."""
+        b = self.builder
+        failed = self.function.append_basic_block(f"{label}_failed")
+        ok = self.function.append_basic_block(label)
+        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, 0)),
+                  failed, ok)
+        b.position_at_end(failed)
+        b.ret(obj)
+        b.position_at_end(ok)
+
     def field(self, obj: ir.Value, offset: int, field_type: ir.Type) -> ir.Value:
         b = self.builder
         address = b.gep(obj, [ir.Constant(_i64, offset)])
@@ -398,13 +409,7 @@ class _EntryBuilder:
                 b.call(self.api["Py_DecRef"], [address])
             else:
                 frame = b.call(self.api["PyObject_CallNoArgs"], [enter])
-            failed = self.function.append_basic_block("enter_failed")
-            entered = self.function.append_basic_block("entered")
-            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(frame, _i64), ir.Constant(_i64, 0)),
-                      failed, entered)
-            b.position_at_end(failed)
-            b.ret(frame)
-            b.position_at_end(entered)
+            self.return_if_null(frame, "entered")
         state = b.call(self.api["PyEval_SaveThread"], []) if self.release_gil else None
         if jump_buffer is not None:
             # A failing callback longjmps back here (see _TrampolineBuilder): the call
@@ -425,13 +430,7 @@ class _EntryBuilder:
             done = b.call(self.api["PyObject_CallOneArg"],
                           [self.constant_pointer(self.frames[1]), frame])
             b.call(self.api["Py_DecRef"], [frame])
-            raised = self.function.append_basic_block("callback_raised")
-            clean = self.function.append_basic_block("clean")
-            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(done, _i64), ir.Constant(_i64, 0)),
-                      raised, clean)
-            b.position_at_end(raised)
-            b.ret(done)
-            b.position_at_end(clean)
+            self.return_if_null(done, "exited")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
         b.ret(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)

@@ -118,6 +118,11 @@ _BY_DTYPE = {t.dtype_name: t for t in SCALARS if t is not index}
 _PYTHON_TYPES: dict[Any, ScalarType] = {float: f64, int: i64, bool: i1, complex: complex128}
 
 
+def _dims(shape: tuple[int | None, ...]) -> str:
+    """``2x?x`` for shape (2, None): the dims part of a memref or tensor type."""
+    return "".join(("?" if d is None else str(d)) + "x" for d in shape)
+
+
 @dataclass(frozen=True)
 class MemRefType:
     """A ranked memref: element type, shape (``None`` for a dynamic dim) and layout.
@@ -138,7 +143,7 @@ class MemRefType:
 
     @property
     def mlir(self) -> str:
-        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        dims = _dims(self.shape)
         layout = ""
         if self.strides is not None:
             strides = ", ".join("?" if s is None else str(s) for s in self.strides)
@@ -183,8 +188,7 @@ class TensorType:
 
     @property
     def mlir(self) -> str:
-        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
-        return f"tensor<{dims}{self.element.mlir}>"
+        return f"tensor<{_dims(self.shape)}{self.element.mlir}>"
 
     def __repr__(self) -> str:
         return self.mlir
