@@ -11,6 +11,15 @@ from pymlirjit import Session
 DATA = Path(__file__).parent / "data"
 
 
+def rss_bytes() -> int:
+    """This process's resident memory, from /proc/self/status."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")  # pragma: no cover
+
+
 @pytest.fixture
 def session() -> Session:
     """A fresh session with its own callback registry and cache."""

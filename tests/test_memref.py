@@ -52,6 +52,8 @@ from pymlirjit.memref import (
 )
 from pymlirjit.types import MemRefType, ScalarType, parse_type
 
+from .conftest import rss_bytes
+
 # Hypothesis imports libcst to write its failing-example patch after a failure; libcst
 # warns at import (mypy_extensions.TypedDict), and pyproject turns warnings into errors,
 # which would hide the failure behind an INTERNALERROR. Import it now, warnings off.
@@ -446,14 +448,6 @@ def test_fill_descriptor_with_copy_of_an_empty_array() -> None:
 
 
 # -- c. memory: returned arrays and callback views are freed --------------------------------
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")  # pragma: no cover
-
 
 ALLOC_SOURCE = """
 func.func @make(%n: index) -> memref<?xf64> {

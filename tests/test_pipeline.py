@@ -28,6 +28,8 @@ from pymlirjit.pipeline import (
     parse_module,
 )
 
+from .conftest import rss_bytes
+
 LONG_FUZZ = os.environ.get("PYMLIRJIT_FUZZ") == "long"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -484,14 +486,6 @@ func.func @poly(%x: f64, %n: index) -> f64 {
   return %s : f64
 }
 """)
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")  # pragma: no cover
 
 
 def compile_clear_cycles(cycles: int, bound_kb_per_cycle: float) -> None:
