@@ -248,3 +248,34 @@ def test_memref_annotation_in_stub(session: Session) -> None:
     def f(a: MemRef[f32, 2, 2]) -> None: ...
 
     assert f(np.zeros((2, 2), np.float32)) is None
+
+
+def test_tensor_arguments_are_values(session: Session) -> None:
+    module = session.compile("""
+    func.func @set_first(%t: tensor<?xf64>, %v: f64) -> tensor<?xf64> {
+      %c0 = arith.constant 0 : index
+      %r = tensor.insert %v into %t[%c0] : tensor<?xf64>
+      return %r : tensor<?xf64>
+    }
+    func.func @same(%t: tensor<?xf64>) -> tensor<?xf64> {
+      return %t : tensor<?xf64>
+    }""")
+    data = np.arange(4.0)
+    assert module.set_first(data, 9.0).tolist() == [9.0, 1.0, 2.0, 3.0]
+    assert data.tolist() == [0.0, 1.0, 2.0, 3.0]
+    echoed = module.same(data)
+    echoed[0] = 5.0
+    assert data[0] == 0.0
+    read_only = np.arange(3.0)
+    read_only.flags.writeable = False
+    assert module.same(read_only).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_stub_may_annotate_arrays_with_ndarray(session: Session) -> None:
+    @mlir_kernel(source="""
+    func.func @echo(%a: memref<?xf64>) -> memref<?xf64> {
+      return %a : memref<?xf64>
+    }""", session=session)
+    def echo(a: np.ndarray) -> np.ndarray: ...
+
+    assert echo(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
