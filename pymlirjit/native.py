@@ -451,6 +451,14 @@ class _EntryBuilder:
         return b.call(self.api["PyLong_FromLongLong"], [wide])
 
 
+# Exact results a trampoline unboxes without calling the Python converter (these
+# objects are immortal: types and the bool singletons).
+_BOOLS: list[object] = [True, False, np.True_, np.False_]
+_FLOAT_TYPES: list[object] = [float, np.float64, np.float32, np.float16]
+_INT_TYPES: list[object] = [int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                            np.uint32, np.uint64]
+
+
 class _TrampolineBuilder:
     """Emits the LLVM IR of one callback trampoline."""
 
@@ -570,16 +578,14 @@ class _TrampolineBuilder:
         convert = self.function.append_basic_block("convert")
         join = self.function.append_basic_block("join")
         if t is None:
-            fits = b.icmp_unsigned("==", b.ptrtoint(result, _i64), ir.Constant(_i64, id(None)))
-        elif t.kind == "float":
-            fits = b.icmp_unsigned("==", self.type_of(result), ir.Constant(_i64, id(float)))
+            fits = self.is_one_of(result, [None])
         elif t.kind == "bool":
-            fits = b.or_(b.icmp_unsigned("==", b.ptrtoint(result, _i64),
-                                         ir.Constant(_i64, id(True))),
-                         b.icmp_unsigned("==", b.ptrtoint(result, _i64),
-                                         ir.Constant(_i64, id(False))))
+            fits = self.is_one_of(result, _BOOLS)
         else:
-            fits = b.icmp_unsigned("==", self.type_of(result), ir.Constant(_i64, id(int)))
+            # Python and numpy scalars of the right kind convert exactly through
+            # PyFloat_AsDouble / PyLong_AsLongLongAndOverflow (numpy's __float__/__index__).
+            types = _FLOAT_TYPES if t.kind == "float" else _INT_TYPES
+            fits = self.is_one_of(b.inttoptr(self.type_of(result), _ptr), types)
         b.cbranch(fits, exact, convert)
         # The Python converter checks the value (raising the precise error) and returns
         # an exact float/int/bool, or None for a void callback.
@@ -600,6 +606,15 @@ class _TrampolineBuilder:
         b.call(self.api["Py_DecRef"], [value])
         return unboxed
 
+    def is_one_of(self, obj: ir.Value, candidates: list[object]) -> ir.Value:
+        b = self.builder
+        address = b.ptrtoint(obj, _i64)
+        found: ir.Value = ir.Constant(ir.IntType(1), 0)
+        for candidate in candidates:
+            found = b.or_(found, b.icmp_unsigned("==", address,
+                                                 ir.Constant(_i64, id(candidate))))
+        return found
+
     def type_of(self, obj: ir.Value) -> ir.Value:
         b = self.builder
         return b.load(b.bitcast(b.gep(obj, [ir.Constant(_i64, 8)]), _i64.as_pointer()))
@@ -612,8 +627,7 @@ class _TrampolineBuilder:
             value = b.call(self.api["PyFloat_AsDouble"], [obj])
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
         if t.kind == "bool":
-            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, id(True)))
-            return b.zext(is_true, _i8)
+            return b.zext(self.is_one_of(obj, [True, np.True_]), _i8)
         overflow = b.alloca(_i32)
         value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
         # The converter returns ints already wrapped to the signed range of the type,

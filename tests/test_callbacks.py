@@ -337,3 +337,24 @@ def test_an_error_on_a_worker_thread_reaches_the_caller() -> None:
     with pytest.raises(ArithmeticError, match="777"):
         par(2000)
     par(10)  # nothing left over for the next call
+
+
+@pytest.mark.parametrize(("mlir_type", "returned", "expected"), [
+    ("f32", np.float32(0.5), 0.5), ("f64", np.float64(-2.25), -2.25),
+    ("i32", np.int64(-7), -7), ("i8", np.uint8(255), -1), ("i1", np.True_, True),
+    ("i1", np.False_, False), ("i64", np.uint64(2**64 - 1), -1),
+])
+def test_callbacks_may_return_numpy_scalars(session: Session, mlir_type: str,
+                                            returned: object, expected: object) -> None:
+    @callback(f"() -> {mlir_type}", name="give", session=session)
+    def give() -> object:
+        return returned
+
+    module = session.compile(f"""
+    func.func @get() -> {mlir_type} {{
+      %r = call @give() : () -> {mlir_type}
+      return %r : {mlir_type}
+    }}
+    func.func private @give() -> {mlir_type}
+    """)
+    assert module.get() == expected
