@@ -55,7 +55,11 @@ def run(config: Config) -> CaseResult:
     @mlir_kernel(source=SOURCE.format(attrs=""), name="add", session=Session())
     def mlir_add(a: f64, b: f64) -> f64: ...
 
-    assert mlir_add(1.0, 2.0) == 3.0
+    @mlir_kernel(source=SOURCE.format(attrs=""), name="add", session=Session(),
+                 release_gil=False)
+    def add_keeping_gil(a: f64, b: f64) -> f64: ...
+
+    assert mlir_add(1.0, 2.0) == add_keeping_gil(1.0, 2.0) == 3.0
     compiled = mlir_add.compile()
     raw = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)(compiled.address)
 
@@ -70,6 +74,8 @@ def run(config: Config) -> CaseResult:
         ("pymlirjit", "pymlirjit @mlir_kernel", mlir_add, (1.0, 2.0), calls),
         ("compiled", "pymlirjit CompiledFunction (kernel.compile())", compiled, (1.0, 2.0),
          calls),
+        ("keep_gil", "pymlirjit @mlir_kernel(release_gil=False)", add_keeping_gil,
+         (1.0, 2.0), calls),
         ("ctypes", "ctypes CFUNCTYPE on the same C-ABI address", raw,
          (1.0, 2.0), calls),
         ("upstream", "upstream invoke, ctypes pointers prebuilt", upstream.engine.invoke,
