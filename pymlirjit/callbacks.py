@@ -66,9 +66,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class CallRecord(ctypes.Structure):
     """The part of a call frame that native code reads: whether a callback of the call
-    failed, and the ``jmp_buf`` of a native kernel entry that can unwind the call."""
+    failed, the ``jmp_buf`` of a native kernel entry that can unwind the call, and
+    whether the calling thread keeps the GIL during the call."""
 
-    _fields_ = [("failed", ctypes.c_int64), ("jump_buffer", ctypes.c_void_p)]
+    _fields_ = [("failed", ctypes.c_int64), ("jump_buffer", ctypes.c_void_p),
+                ("holds_gil", ctypes.c_int64)]
 
 
 class CallFrame:
@@ -76,9 +78,9 @@ class CallFrame:
 
     __slots__ = ("error", "record")
 
-    def __init__(self, jump_buffer: int = 0) -> None:
+    def __init__(self, jump_buffer: int = 0, holds_gil: bool = False) -> None:
         self.error: BaseException | None = None
-        self.record = CallRecord(0, jump_buffer)
+        self.record = CallRecord(0, jump_buffer, int(holds_gil))
 
 
 class _ThreadFrames(threading.local):
@@ -116,10 +118,12 @@ def native_frame_slot() -> _NativeFrameSlot:
     return _NativeFrameSlot()
 
 
-def enter_call(jump_buffer: int = 0) -> CallFrame:
+def enter_call(jump_buffer: int = 0, holds_gil: bool = False) -> CallFrame:
     """Open a frame for a call into compiled code on this thread. ``jump_buffer`` is the
-    address of a ``jmp_buf`` that a failing callback may ``longjmp`` to."""
-    frame = CallFrame(jump_buffer)
+    address of a ``jmp_buf`` that a failing callback may ``longjmp`` to; ``holds_gil``
+    says that this thread keeps the GIL for the whole call (callbacks on this thread
+    then skip taking it)."""
+    frame = CallFrame(jump_buffer, holds_gil)
     stack = _frames.stack
     stack.append(frame)
     native_frame_slot().point_at(frame)

@@ -161,6 +161,7 @@ class _PythonCall:
         # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
         prototype = ctypes.CFUNCTYPE if release_gil else ctypes.PYFUNCTYPE
         self.cfunc = prototype(abi.c_result, *head, *abi.c_params)(address)
+        self.release_gil = release_gil
         self.marshal = [_argument_marshaller(p.type, f"{display_name}() parameter {p.name!r}")
                         for p in signature.params]
         self.unmarshal = [_result_reader(t) for t in signature.results]
@@ -189,7 +190,7 @@ class _PythonCall:
         if self.abi.results_via_pointer:
             struct = self.abi.result_struct()
             c_args.insert(0, ctypes.addressof(struct))
-        frame = enter_call()
+        frame = enter_call(0, not self.release_gil)
         try:
             result = self.cfunc(*c_args)
         finally:

@@ -62,7 +62,6 @@ _C_API: dict[str, ir.FunctionType] = {
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "PyGILState_Ensure": ir.FunctionType(_i32, []),
     "PyGILState_Release": ir.FunctionType(ir.VoidType(), [_i32]),
-    "PyErr_CheckSignals": ir.FunctionType(_i32, []),
     "PyErr_Fetch": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
     "PyErr_NormalizeException": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
     "PyException_SetTraceback": ir.FunctionType(_i32, [_ptr, _ptr]),
@@ -399,16 +398,24 @@ class _EntryBuilder:
         frame = None
         jump_buffer = None
         if self.frames is not None:
-            enter = self.constant_pointer(self.frames[0])
+            # enter_call(jump_buffer, holds_gil): the call's record tells trampolines
+            # where to longjmp on failure, and whether this thread keeps the GIL.
+            address: ir.Value = ir.Constant(_i64, 0)
             if self.unwind:
                 jump_buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
                 jump_buffer.align = 16
                 jump_buffer = b.bitcast(jump_buffer, _ptr)
-                address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(jump_buffer, _i64)])
-                frame = b.call(self.api["PyObject_CallOneArg"], [enter, address])
-                b.call(self.api["Py_DecRef"], [address])
-            else:
-                frame = b.call(self.api["PyObject_CallNoArgs"], [enter])
+                address = b.ptrtoint(jump_buffer, _i64)
+            argv = b.alloca(_ptr, 2)
+            boxed_address = b.call(self.api["PyLong_FromLongLong"], [address])
+            self.return_if_null(boxed_address, "boxed_address")
+            b.store(boxed_address, b.gep(argv, [ir.Constant(_i64, 0)]))
+            holds_gil = self.constant_pointer(not self.release_gil)
+            b.store(holds_gil, b.gep(argv, [ir.Constant(_i64, 1)]))
+            frame = b.call(self.api["PyObject_Vectorcall"],
+                           [self.constant_pointer(self.frames[0]), argv, ir.Constant(_i64, 2),
+                            ir.Constant(_ptr, None)])
+            b.call(self.api["Py_DecRef"], [boxed_address])
             self.return_if_null(frame, "entered")
         state = b.call(self.api["PyEval_SaveThread"], []) if self.release_gil else None
         if jump_buffer is not None:
@@ -451,6 +458,8 @@ class _EntryBuilder:
         return b.call(self.api["PyLong_FromLongLong"], [wide])
 
 
+_GIL_ALREADY_HELD = -1  # not a PyGILState_STATE value: nothing to release
+
 # Exact results a trampoline unboxes without calling the Python converter (these
 # objects are immortal: types and the bool singletons).
 _BOOLS: list[object] = [True, False, np.True_, np.False_]
@@ -490,9 +499,14 @@ class _TrampolineBuilder:
             return None
         return ir.Constant(self.result_type, 0)
 
+    def release_gil(self) -> None:
+        b = self.builder
+        with b.if_then(b.icmp_signed("!=", self.gil, ir.Constant(_i32, _GIL_ALREADY_HELD))):
+            b.call(self.api["PyGILState_Release"], [self.gil])
+
     def leave(self, value: ir.Value | None) -> None:
         b = self.builder
-        b.call(self.api["PyGILState_Release"], [self.gil])
+        self.release_gil()
         if value is None:
             b.ret_void()
         else:
@@ -513,7 +527,7 @@ class _TrampolineBuilder:
         b.call(self.api["PyErr_Clear"], [])
         jump_buffer = b.load(b.gep(self.frame_record, [ir.Constant(_i64, 1)]))
         with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
-            b.call(self.api["PyGILState_Release"], [self.gil])
+            self.release_gil()
             b.call(self.libc["longjmp"], [b.inttoptr(jump_buffer, _ptr), ir.Constant(_i32, 1)])
             b.unreachable()
         self.leave(self.zero())
@@ -656,7 +670,7 @@ class _TrampolineBuilder:
 
     def build(self) -> None:
         b = self.builder
-        # This thread's current call record ({failed, jump_buffer}), or the one of
+        # This thread's current call record ({failed, jump_buffer, holds_gil}), or the one of
         # threads the compiled code started; a failed call skips callbacks, GIL-free.
         record = b.call(self.libc["pthread_getspecific"],
                         [ir.Constant(_i32, self.helpers.frame_key)])
@@ -669,10 +683,22 @@ class _TrampolineBuilder:
                 b.ret_void()
             else:
                 b.ret(zero)
-        self.gil = b.call(self.api["PyGILState_Ensure"], [])
-        interrupted = b.icmp_signed("!=", b.call(self.api["PyErr_CheckSignals"], []),
-                                    ir.Constant(_i32, 0))
-        self.branch_on_error(interrupted, "no_signal")
+        # A kernel call that kept the GIL on this thread says so in its record: the GIL
+        # is then held already, and taking it again would only cost time.
+        holds_gil = b.load(b.gep(self.frame_record, [ir.Constant(_i64, 2)]))
+        before = b.block
+        take = self.function.append_basic_block("take_gil")
+        taken = self.function.append_basic_block("gil_taken")
+        b.cbranch(b.icmp_signed("!=", holds_gil, ir.Constant(_i64, 0)), taken, take)
+        b.position_at_end(take)
+        state = b.call(self.api["PyGILState_Ensure"], [])
+        b.branch(taken)
+        b.position_at_end(taken)
+        self.gil = b.phi(_i32)
+        self.gil.add_incoming(ir.Constant(_i32, _GIL_ALREADY_HELD), before)
+        self.gil.add_incoming(state, take)
+        # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
+        # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
         count = len(self.signature.params)
         argv = b.alloca(_ptr, max(count, 1))
         boxed = []
