@@ -3,12 +3,25 @@ tiny module and of a ~100-line module, and an in-process cache hit."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+
 from mlir.execution_engine import ExecutionEngine
 
 from pymlirjit import Session
 from pymlirjit.pipeline import lower, new_context, parse_module
 
-from ._timing import CaseResult, Config, Target, interleaved, per_call, per_run_cold
+from ._timing import (
+    CaseResult,
+    Config,
+    Samples,
+    Target,
+    interleaved,
+    per_call,
+    per_run_cold,
+)
 
 __all__ = ["LARGE", "SMALL", "run"]
 
@@ -142,6 +155,34 @@ def _upstream_cold(source: str) -> None:
         assert engine.raw_lookup("_mlir_ciface_" + name)
 
 
+_NEW_PROCESS = """
+import sys, time
+from pymlirjit import Session
+source = open(sys.argv[2]).read()
+start = time.perf_counter()
+Session(cache_dir=sys.argv[1]).compile(source)
+print(time.perf_counter() - start)
+"""
+
+
+def _new_process_compiles(source: str, repeat: int) -> tuple[Samples, Samples]:
+    """``session.compile`` timed inside fresh interpreters: with an empty disk cache, then
+    with the entry the first one stored (interpreter start and imports not counted)."""
+    cold: list[float] = []
+    warm: list[float] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "module.mlir")
+        with open(path, "w") as out:
+            out.write(source)
+        for i in range(repeat):
+            cache = os.path.join(scratch, f"cache{i}")
+            for into in (cold, warm):
+                done = subprocess.run([sys.executable, "-c", _NEW_PROCESS, cache, path],
+                                      capture_output=True, text=True, check=True)
+                into.append(float(done.stdout) * 1e9)
+    return Samples(tuple(cold)), Samples(tuple(warm))
+
+
 def run(config: Config) -> CaseResult:
     """Measure cold compiles (pymlirjit and bare upstream) and a cache hit."""
     repeat = config.repeat
@@ -166,6 +207,17 @@ def run(config: Config) -> CaseResult:
                per_call(session.compile, (LARGE,), calls=config.pick(20_000, 500),
                         repeat=repeat), None)
     assert session.cache_info().hits > 0
+    hit_us = result.median("hit") / 1e3
+    result.targets.append(Target("in-process cache hit < 10 us", hit_us < 10,
+                                 f"{hit_us:.1f} us"))
+
+    cold, warm = _new_process_compiles(LARGE, repeat=max(2, repeat // 2))
+    result.add("disk cold", f"new process, empty disk cache, {lines}-line", cold, "disk cold")
+    result.add("disk warm", f"new process, warm disk cache, {lines}-line", warm, "disk cold")
+    speedup = cold.median / warm.median
+    result.targets.append(Target("warm start from the disk cache >= 10x faster than a cold "
+                                 "compile (new processes)", speedup >= 10,
+                                 f"{speedup:.1f}x"))
 
     for key, reference in (("small", "11 ms (tiny module)"),
                            ("large", "80 ms (53-line scf matmul)")):
