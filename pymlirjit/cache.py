@@ -15,6 +15,7 @@ use: a corrupted or truncated entry is a miss, never a crash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,7 +52,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "pymlirjit"
 
 
-def _environment() -> list[str]:
+@functools.cache
+def _environment() -> tuple[str, ...]:
     from importlib.metadata import PackageNotFoundError, version
 
     import llvmlite
@@ -63,10 +65,10 @@ def _environment() -> list[str]:
         mlir_version = version("xtc-mlir-python-bindings")
     except PackageNotFoundError:  # pragma: no cover - another build of the bindings
         mlir_version = "unknown"
-    return [f"format={_FORMAT}", f"pymlirjit={__version__}", f"mlir={mlir_version}",
+    return (f"format={_FORMAT}", f"pymlirjit={__version__}", f"mlir={mlir_version}",
             f"llvmlite={llvmlite.__version__}", f"cpu={llvm.get_host_cpu_name()}",
             f"features={llvm.get_host_cpu_features().flatten()}",
-            f"triple={llvm.get_process_triple()}"]
+            f"triple={llvm.get_process_triple()}")
 
 
 def encode_signature(signature: Signature) -> dict[str, Any]:
