@@ -138,23 +138,18 @@ class _Jit:
         self.llvm = llvm
         target = llvm.Target.from_default_triple()
         self.target = target
-        self.machine = target.create_target_machine(opt=2)  # for triples and passes
+        self.machine = target.create_target_machine(opt=2)  # for the triple
         self.lock = threading.Lock()
         self.counter = itertools.count()
-
-    def optimize(self, module: Any) -> None:
-        """Run LLVM's O2 pipeline (the IR is written simply, with allocas)."""
-        options = self.llvm.PipelineTuningOptions(speed_level=2)
-        builder = self.llvm.create_pass_builder(self.machine, options)
-        builder.getModulePassManager().run(module, builder)
 
     def compile_all(self, module: ir.Module, names: list[str]) -> tuple[list[int], Any]:
         """The addresses of ``names`` in ``module``, and the owner of their code (its own
         engine, so that the code is freed when the owner is collected)."""
         module.triple = self.machine.triple
+        # No IR optimization pipeline: code generation at -O2 makes these small
+        # functions as fast, and llvmlite's pass managers leak ~60 KB per module run.
         parsed = self.llvm.parse_assembly(str(module))
         parsed.verify()
-        self.optimize(parsed)
         with self.lock:
             # An engine takes ownership of its target machine: each gets its own.
             machine = self.target.create_target_machine(opt=2)
