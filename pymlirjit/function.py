@@ -49,14 +49,15 @@ class CompiledFunction:
     C-ABI entry point called (``_mlir_ciface_<entry>``), ``engine`` the engine holding
     its code (kept alive by the function), ``module`` the compiled module it came from
     (held weakly: a module refers to its functions, not the other way round).
-    ``release_gil`` says whether calls release the GIL while compiled code runs;
+    ``release_gil`` says whether calls release the GIL while compiled code runs
+    (``None``: when other Python threads exist);
     ``unwind`` whether a failing callback ends the call at once
     (native entries only) instead of letting it run on with callbacks skipped.
     """
 
     def __init__(self, engine: Any, name: str, signature: Signature, address: int, *,
                  module: Any = None, display_name: str | None = None,
-                 links_callbacks: bool = True, release_gil: bool = True,
+                 links_callbacks: bool = True, release_gil: bool | None = True,
                  unwind: bool = False, native: bool = True) -> None:
         self.engine = engine
         self._module = weakref.ref(module) if module is not None else None
@@ -152,14 +153,14 @@ class _PythonCall:
     :func:`pymlirjit.native.make_builtin`) creates no reference cycle."""
 
     def __init__(self, engine: Any, display_name: str, signature: Signature,
-                 abi: BoundaryABI, address: int, release_gil: bool) -> None:
+                 abi: BoundaryABI, address: int, release_gil: bool | None) -> None:
         self.engine = engine
         self.display_name = display_name
         self.signature = signature
         self.abi = abi
         head = [ctypes.c_void_p] if abi.results_via_pointer else []
         # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
-        prototype = ctypes.CFUNCTYPE if release_gil else ctypes.PYFUNCTYPE
+        prototype = ctypes.PYFUNCTYPE if release_gil is False else ctypes.CFUNCTYPE
         self.cfunc = prototype(abi.c_result, *head, *abi.c_params)(address)
         self.release_gil = release_gil
         self.marshal = [_argument_marshaller(p.type, f"{display_name}() parameter {p.name!r}")
@@ -190,7 +191,7 @@ class _PythonCall:
         if self.abi.results_via_pointer:
             struct = self.abi.result_struct()
             c_args.insert(0, ctypes.addressof(struct))
-        frame = enter_call(0, not self.release_gil)
+        frame = enter_call(0, self.release_gil is False)
         try:
             result = self.cfunc(*c_args)
         finally:

@@ -216,9 +216,10 @@ def mlir_kernel(*, source: str | Path, name: str | None = None,
     checked against the MLIR signature. Compilation happens on first call.
 
     ``release_gil``: whether a call releases the GIL while compiled code runs. By
-    default it does, except for modules that call Python callbacks and use no shared
-    libraries (callbacks would only re-take it, at a cost on every callback); pass
-    ``True`` for such a module when other Python threads must run meanwhile.
+    default, modules using shared libraries (which may start threads) always release it;
+    modules that call no Python callback release it when other Python threads exist;
+    modules that call Python callbacks and use no shared libraries keep it (their
+    callbacks would only take it back). Pass ``True`` or ``False`` to decide.
 
     ``cache=True`` keeps the machine code on disk (the session's ``cache_dir``, else
     :func:`pymlirjit.cache.default_cache_dir`), so that a new process skips compiling.

@@ -54,6 +54,9 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyLong_FromLongLong": ir.FunctionType(_ptr, [_i64]),
     "PyBool_FromLong": ir.FunctionType(_ptr, [_i64]),
     "PyEval_SaveThread": ir.FunctionType(_ptr, []),
+    "PyInterpreterState_Get": ir.FunctionType(_ptr, []),
+    "PyInterpreterState_ThreadHead": ir.FunctionType(_ptr, [_ptr]),
+    "PyThreadState_Next": ir.FunctionType(_ptr, [_ptr]),
     "PyEval_RestoreThread": ir.FunctionType(ir.VoidType(), [_ptr]),
     "PyObject_Vectorcall": ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr]),
     "PyObject_CallNoArgs": ir.FunctionType(_ptr, [_ptr]),
@@ -196,12 +199,13 @@ class NativeBatch:
 
     def add_kernel_entry(self, abi: BoundaryABI, target: int,
                          frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
-                         release_gil: bool = True, unwind: bool = False) -> int:
+                         release_gil: bool | None = True, unwind: bool = False) -> int:
         """Add the native entry of the C-ABI function at ``target``; returns its index.
 
         ``frames`` are the ``(enter_call, exit_call)`` functions to wrap the call in
         when the module links Python callbacks, else ``None``; ``release_gil`` whether
-        to release the GIL while the compiled code runs; ``unwind`` whether a failing
+        to release the GIL while the compiled code runs (``None``: only when other Python
+        threads exist); ``unwind`` whether a failing
         callback may end the call at once with ``longjmp`` (only safe for code that
         starts no threads and holds no resources across calls). The entry is a
         ``METH_FASTCALL | METH_KEYWORDS`` function: see :func:`make_builtin`.
@@ -251,7 +255,8 @@ class _EntryBuilder:
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int,
-                 frames: tuple[Any, Any] | None, release_gil: bool, unwind: bool) -> None:
+                 frames: tuple[Any, Any] | None, release_gil: bool | None,
+                 unwind: bool) -> None:
         self.unit = unit
         self.abi = abi
         self.release_gil = release_gil
@@ -271,6 +276,37 @@ class _EntryBuilder:
         ok = self.function.append_basic_block(label)
         self.builder.cbranch(condition, ok, self.fallback)
         self.builder.position_at_end(ok)
+
+    def is_null_pointer(self, value: ir.Value) -> ir.Value:
+        return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
+                                          ir.Constant(_i64, 0))
+
+    def save_thread(self) -> ir.Value | None:
+        """Release the GIL as the policy says; the thread state to restore (NULL if it
+        was kept), or ``None`` where it is never released."""
+        b = self.builder
+        if self.release_gil is False:
+            return None
+        if self.release_gil is True:
+            return b.call(self.api["PyEval_SaveThread"], [])
+        # Only when other Python threads exist: alone, releasing would gain nothing and
+        # cost two GIL hand-overs. (Such modules call no Python callback, so no thread
+        # the compiled code starts can be waiting for the GIL.)
+        head = b.call(self.api["PyInterpreterState_ThreadHead"],
+                      [b.call(self.api["PyInterpreterState_Get"], [])])
+        second = b.call(self.api["PyThreadState_Next"], [head])
+        before = b.block
+        save = self.function.append_basic_block("save_thread")
+        saved = self.function.append_basic_block("thread_saved")
+        b.cbranch(self.is_null_pointer(second), saved, save)
+        b.position_at_end(save)
+        state = b.call(self.api["PyEval_SaveThread"], [])
+        b.branch(saved)
+        b.position_at_end(saved)
+        result = b.phi(_ptr)
+        result.add_incoming(ir.Constant(_ptr, None), before)
+        result.add_incoming(state, save)
+        return result
 
     def return_if_null(self, obj: ir.Value, label: str) -> None:
         """Return NULL (an exception is set) if a C API call returned NULL."""
@@ -405,14 +441,14 @@ class _EntryBuilder:
             boxed_address = b.call(self.api["PyLong_FromLongLong"], [address])
             self.return_if_null(boxed_address, "boxed_address")
             b.store(boxed_address, b.gep(argv, [ir.Constant(_i64, 0)]))
-            holds_gil = self.constant_pointer(not self.release_gil)
+            holds_gil = self.constant_pointer(self.release_gil is False)
             b.store(holds_gil, b.gep(argv, [ir.Constant(_i64, 1)]))
             frame = b.call(self.api["PyObject_Vectorcall"],
                            [self.constant_pointer(self.frames[0]), argv, ir.Constant(_i64, 2),
                             ir.Constant(_ptr, None)])
             b.call(self.api["Py_DecRef"], [boxed_address])
             self.return_if_null(frame, "entered")
-        state = b.call(self.api["PyEval_SaveThread"], []) if self.release_gil else None
+        state = self.save_thread()
         if jump_buffer is not None:
             # A failing callback longjmps back here (see _TrampolineBuilder): the call
             # ends at once, its result undefined, and exit_call below raises the error.
@@ -426,7 +462,8 @@ class _EntryBuilder:
         else:
             value = b.call(target, c_args)
         if state is not None:
-            b.call(self.api["PyEval_RestoreThread"], [state])
+            with b.if_then(b.not_(self.is_null_pointer(state))):
+                b.call(self.api["PyEval_RestoreThread"], [state])
         if frame is not None:
             assert self.frames is not None
             done = b.call(self.api["PyObject_CallOneArg"],

@@ -100,8 +100,9 @@ class CompiledModule:
         # Compiled code that calls back into Python gains nothing from dropping the GIL
         # and pays for re-taking it in every callback; but code that may start threads
         # (anything using shared libraries, such as MLIR's async runtime) must drop it,
-        # or its threads' callbacks would wait for the GIL forever.
-        release_gil = not callbacks or bool(shared_libs)
+        # or its threads' callbacks would wait for the GIL forever. Code that never calls
+        # back drops it when other Python threads exist (None), for them to run.
+        release_gil: bool | None = True if shared_libs else (None if not callbacks else False)
         # For the same reason, only code without shared libraries may be unwound
         # (longjmp) out of when a callback fails: it has no threads and no runtime state.
         unwind = bool(callbacks) and not shared_libs
