@@ -20,6 +20,7 @@ same source again with the same options and callbacks returns the cached module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -276,13 +277,14 @@ class Session:
         if entry is not None:
             try:
                 return self._from_disk(entry, key, linkable), entry.declared
-            except (LinkError, OSError, RuntimeError):
+            except (LinkError, OSError, RuntimeError, KeyError):
                 pass  # unusable here (e.g. a library moved): compile afresh
         module, declared = self._build(key, filename)
         if isinstance(module.engine, ExecutionEngine):
             callbacks = {symbol: cb.name for symbol, cb in module.runtime_symbols.items()}
-            disk.store(disk_key, module.engine, module.entries, callbacks, declared,
-                       key.shared_libs, module.lowered_mlir)
+            with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
+                disk.store(disk_key, module.engine, module.entries, callbacks, declared,
+                           key.shared_libs, module.lowered_mlir)
         return module, declared
 
     def _from_disk(self, entry: CachedModule, key: _ModuleKey,

@@ -130,3 +130,16 @@ def test_callback_signature_changes_miss(tmp_path: Path) -> None:
 def test_signatures_round_trip_through_json(text: str) -> None:
     signature = as_signature(text)
     assert decode_signature(encode_signature(signature)) == signature
+
+
+def test_a_cache_that_cannot_be_written_is_no_cache(tmp_path: Path) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    session = Session(cache_dir=not_a_directory)
+    module = session.compile("""
+    func.func @one() -> i64 {
+      %c = arith.constant 1 : i64
+      return %c : i64
+    }""")
+    assert module.one() == 1
+    assert session.disk_cache is not None and session.disk_cache.stores == 0
