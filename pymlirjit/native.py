@@ -1,20 +1,21 @@
 """Native entry points generated with llvmlite: crossing the boundary without ctypes.
 
-:meth:`NativeBatch.add_kernel_entry` builds, for one compiled function, a CPython builtin function
-(``METH_FASTCALL | METH_KEYWORDS``) that unboxes exact ``float``/``int``/``bool``
+:meth:`NativeBatch.add_kernel_entry` builds, for one compiled function, a CPython builtin
+function (``METH_FASTCALL | METH_KEYWORDS``) that unboxes exact ``float``/``int``/``bool``
 arguments and exact ``numpy.ndarray`` arguments straight from their object layout,
-releases the GIL, calls the C-ABI entry point and boxes the scalar result. Anything it
-does not recognise at once (a numpy scalar, a wrong dtype, a non-contiguous array for
-an identity layout, keyword arguments, an error) is handed, untouched, to the Python
-implementation, which converts it or raises the precise error. So the native path only
-ever makes the common case fast; it never decides an error on its own.
+releases the GIL (as the function's policy says), calls the C-ABI entry point and boxes
+the scalar result. Anything it does not recognise at once (a numpy scalar, a wrong dtype,
+a non-contiguous array for an identity layout, keyword arguments, an error) is handed,
+untouched, to the Python implementation, which converts it or raises the precise error.
+So the native path only ever makes the common case fast; it never decides an error on its
+own.
 
-:meth:`NativeBatch.add_callback_trampoline` builds the other direction: a C function with a
-callback's exact ABI that takes the GIL, boxes the arguments (memrefs as numpy arrays
-made with ``PyArray_NewFromDescr``, aliasing the descriptor's memory), calls the Python
-function with vectorcall and unboxes an exact result; any other result goes through a
-Python converter, and any exception is handed to Python to be recorded for the kernel
-call.
+:meth:`NativeBatch.add_callback_trampoline` builds the other direction: a C function with
+a callback's exact ABI that takes the GIL (unless the kernel call kept it), boxes the
+arguments (memrefs as numpy arrays made with ``PyArray_NewFromDescr``, aliasing the
+descriptor's memory), calls the Python function with vectorcall and unboxes an exact
+result; any other result goes through a Python converter, and any exception is handed to
+Python to be recorded for the kernel call.
 
 The object layouts read here are CPython's ``PyObject`` header (``ob_type`` at offset
 8) and numpy's ``PyArrayObject_fields`` (data, nd, dimensions, strides, base, descr,
@@ -251,35 +252,55 @@ def _llvm_type(t: ScalarType) -> ir.Type:
     return ir.IntType(t.bits)
 
 
-class _EntryBuilder:
+class _FunctionBuilder:
+    """What both kinds of generated function need: their unit, the IR builder, and
+    boxing of scalars."""
+
+    def __init__(self, unit: _Unit, name: str, function_type: ir.FunctionType) -> None:
+        self.unit = unit
+        self.module = unit.module
+        self.api = unit.api
+        self.libc = unit.libc
+        self.pointer = unit.pointer
+        self.function = ir.Function(self.module, function_type, name)
+        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+
+    def is_null(self, value: ir.Value) -> ir.Value:
+        return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
+                                          ir.Constant(_i64, 0))
+
+    def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
+        """A new reference to the Python float/int/bool holding ``value``."""
+        b = self.builder
+        if t.kind == "float":
+            wide = b.fpext(value, _double) if t.bits == 32 else value
+            return b.call(self.api["PyFloat_FromDouble"], [wide])
+        if as_bool:
+            return b.call(self.api["PyBool_FromLong"], [b.zext(value, _i64)])
+        wide = b.sext(value, _i64) if t.bits < 64 else value
+        return b.call(self.api["PyLong_FromLongLong"], [wide])
+
+
+class _EntryBuilder(_FunctionBuilder):
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int,
                  frames: tuple[Any, Any] | None, release_gil: bool | None,
                  unwind: bool) -> None:
-        self.unit = unit
+        super().__init__(unit, name, ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64,
+                                                            _ptr]))
         self.abi = abi
         self.release_gil = release_gil
         self.unwind = unwind and frames is not None
-        self.module = unit.module
-        self.api = unit.api
-        entry_type = ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr])
-        self.function = ir.Function(self.module, entry_type, name)
-        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.fallback = self.function.append_basic_block("fallback")
         self.target = target
         self.frames = frames
-        self.constant_pointer = unit.pointer
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
         ok = self.function.append_basic_block(label)
         self.builder.cbranch(condition, ok, self.fallback)
         self.builder.position_at_end(ok)
-
-    def is_null_pointer(self, value: ir.Value) -> ir.Value:
-        return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
-                                          ir.Constant(_i64, 0))
 
     def save_thread(self) -> ir.Value | None:
         """Release the GIL as the policy says; the thread state to restore (NULL if it
@@ -298,7 +319,7 @@ class _EntryBuilder:
         before = b.block
         save = self.function.append_basic_block("save_thread")
         saved = self.function.append_basic_block("thread_saved")
-        b.cbranch(self.is_null_pointer(second), saved, save)
+        b.cbranch(self.is_null(second), saved, save)
         b.position_at_end(save)
         state = b.call(self.api["PyEval_SaveThread"], [])
         b.branch(saved)
@@ -441,10 +462,10 @@ class _EntryBuilder:
             boxed_address = b.call(self.api["PyLong_FromLongLong"], [address])
             self.return_if_null(boxed_address, "boxed_address")
             b.store(boxed_address, b.gep(argv, [ir.Constant(_i64, 0)]))
-            holds_gil = self.constant_pointer(self.release_gil is False)
+            holds_gil = self.pointer(self.release_gil is False)
             b.store(holds_gil, b.gep(argv, [ir.Constant(_i64, 1)]))
             frame = b.call(self.api["PyObject_Vectorcall"],
-                           [self.constant_pointer(self.frames[0]), argv, ir.Constant(_i64, 2),
+                           [self.pointer(self.frames[0]), argv, ir.Constant(_i64, 2),
                             ir.Constant(_ptr, None)])
             b.call(self.api["Py_DecRef"], [boxed_address])
             self.return_if_null(frame, "entered")
@@ -453,7 +474,7 @@ class _EntryBuilder:
             # A failing callback longjmps back here (see _TrampolineBuilder): the call
             # ends at once, its result undefined, and exit_call below raises the error.
             result_slot = b.alloca(llvm_result) if result_types else None
-            jumped = b.call(self.unit.libc["_setjmp"], [jump_buffer])
+            jumped = b.call(self.libc["_setjmp"], [jump_buffer])
             with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
                 returned = b.call(target, c_args)
                 if result_slot is not None:
@@ -462,12 +483,12 @@ class _EntryBuilder:
         else:
             value = b.call(target, c_args)
         if state is not None:
-            with b.if_then(b.not_(self.is_null_pointer(state))):
+            with b.if_then(b.not_(self.is_null(state))):
                 b.call(self.api["PyEval_RestoreThread"], [state])
         if frame is not None:
             assert self.frames is not None
             done = b.call(self.api["PyObject_CallOneArg"],
-                          [self.constant_pointer(self.frames[1]), frame])
+                          [self.pointer(self.frames[1]), frame])
             b.call(self.api["Py_DecRef"], [frame])
             self.return_if_null(done, "exited")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
@@ -476,18 +497,12 @@ class _EntryBuilder:
         b.ret(b.call(self.api["PyObject_Vectorcall"], [self_obj, args, nargs, kwnames]))
 
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
-        b = self.builder
         if t is None:
-            none = self.constant_pointer(None)
-            b.call(self.api["Py_IncRef"], [none])
+            none = self.pointer(None)
+            self.builder.call(self.api["Py_IncRef"], [none])
             return none
-        if t.kind == "float":
-            wide = b.fpext(value, _double) if t.bits == 32 else value
-            return b.call(self.api["PyFloat_FromDouble"], [wide])
-        if t.mlir == "i8" and self.abi.signature.results[0].kind == "bool":  # type: ignore[union-attr]
-            return b.call(self.api["PyBool_FromLong"], [b.zext(value, _i64)])
-        wide = b.sext(value, _i64) if t.bits < 64 else value
-        return b.call(self.api["PyLong_FromLongLong"], [wide])
+        result = self.abi.signature.results[0]
+        return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
 
 
 _GIL_ALREADY_HELD = -1  # not a PyGILState_STATE value: nothing to release
@@ -500,31 +515,22 @@ _INT_TYPES: list[object] = [int, np.int8, np.int16, np.int32, np.int64, np.uint8
                             np.uint32, np.uint64]
 
 
-class _TrampolineBuilder:
+class _TrampolineBuilder(_FunctionBuilder):
     """Emits the LLVM IR of one callback trampoline."""
 
     def __init__(self, unit: _Unit, name: str, signature: Any, abi: BoundaryABI,
                  function: Any, helpers: Any) -> None:
-        self.signature = signature
-        self.abi = abi
-        self.helpers = helpers
-        self.callee = function
-        self.module = unit.module
-        self.api = unit.api
         params = [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
                   for t in abi.boundary.param_types]
         results = abi.boundary.results
         self.result_type = _llvm_type(results[0]) if results else ir.VoidType()  # type: ignore[arg-type]
-        self.function = ir.Function(self.module, ir.FunctionType(self.result_type, params), name)
-        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
-        self.libc = unit.libc
-        self.pointer = unit.pointer
+        super().__init__(unit, name, ir.FunctionType(self.result_type, params))
+        self.signature = signature
+        self.abi = abi
+        self.helpers = helpers
+        self.callee = function
         self.gil: ir.Value = None
         self.frame_record: ir.Value = None
-
-    def is_null(self, value: ir.Value) -> ir.Value:
-        return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
-                                          ir.Constant(_i64, 0))
 
     def zero(self) -> ir.Value | None:
         if isinstance(self.result_type, ir.VoidType):
@@ -574,16 +580,9 @@ class _TrampolineBuilder:
         b.position_at_end(ok)
 
     def box(self, value: ir.Value, t: Any) -> ir.Value:
-        b = self.builder
         if isinstance(t, MemRefType):
             return self.box_memref(value, t)
-        if t.kind == "float":
-            wide = b.fpext(value, _double) if t.bits == 32 else value
-            return b.call(self.api["PyFloat_FromDouble"], [wide])
-        if t.kind == "bool":
-            return b.call(self.api["PyBool_FromLong"], [b.zext(value, _i64)])
-        wide = b.sext(value, _i64) if t.bits < 64 else value
-        return b.call(self.api["PyLong_FromLongLong"], [wide])
+        return self.box_scalar(value, t, t.kind == "bool")
 
     def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
         b = self.builder
