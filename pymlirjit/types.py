@@ -195,7 +195,6 @@ class TensorType:
 
 
 Type = ScalarType | MemRefType | UnrankedMemRefType | TensorType
-ArrayType = MemRefType | UnrankedMemRefType | TensorType
 
 
 def _shape_from_params(params: tuple[Any, ...], what: str) -> tuple[int | None, ...]:
