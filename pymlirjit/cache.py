@@ -1,16 +1,21 @@
 """The on-disk compile cache: machine code of compiled modules, reused across processes.
 
-An entry holds the object file MLIR's ExecutionEngine produced for a module, and what
-is needed to use it without MLIR: the functions' signatures and C-ABI entry names, the
-callback symbols it calls, and the lowered MLIR (for inspection). Loading an entry
-skips parsing, lowering and LLVM code generation: llvmlite links the object in memory
-and resolves its callbacks to the native entry points of this process's callbacks.
+An entry holds the machine code of a module and what is needed to use it without MLIR:
+the functions' signatures and C-ABI entry names, the callback symbols it calls, and
+the lowered MLIR (for inspection). The code is one of two kinds:
+
+- ``shared``: a shared library with the module's code, its native entry points and
+  its callback trampolines (see :mod:`pymlirjit.sharedlib`). Loading it is a
+  ``dlopen``: no MLIR, no LLVM, no code generation.
+- ``object``: the object file MLIR's ExecutionEngine produced, where no shared library
+  can be linked (no C compiler). llvmlite links it when loaded
+  (:class:`ObjectEngine`), and the native entry points are generated again.
 
 The key covers everything that changes the machine code or its meaning: the source,
 pipeline, opt level and shared libraries, the signatures of the callbacks it may link,
-the versions of pymlirjit, MLIR and llvmlite, and the host CPU. Entries are written
-atomically (temporary file, then rename) and checked by a SHA-256 of the object before
-use: a corrupted or truncated entry is a miss, never a crash.
+the versions of pymlirjit, MLIR, llvmlite, Python and numpy, and the host CPU. Entries
+are written atomically (temporary file, then rename) and checked by a SHA-256 of the
+code before use: a corrupted or truncated entry is a miss, never a crash.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ import functools
 import hashlib
 import json
 import os
+import platform
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +47,8 @@ __all__ = ["CachedModule", "DiskCache", "ObjectEngine", "default_cache_dir"]
 
 SCALARS_BY_MLIR = {t.mlir: t for t in SCALARS}
 
-_FORMAT = 1
+_FORMAT = 2
+_SUFFIXES = {"shared": ".so", "object": ".o"}
 
 
 def default_cache_dir() -> Path:
@@ -54,21 +62,51 @@ def default_cache_dir() -> Path:
 
 @functools.cache
 def _environment() -> tuple[str, ...]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import llvmlite
-    import llvmlite.binding as llvm
+    """What, besides the module, decides its machine code (read cheaply: a warm start
+    must not pay for importlib.metadata or for loading LLVM)."""
+    import llvmlite  # its version only; llvmlite.binding (LLVM itself) is not loaded
+    import numpy as np
 
     from . import __version__
 
+    return (f"format={_FORMAT}", f"pymlirjit={__version__}", f"mlir={_mlir_build()}",
+            f"llvmlite={llvmlite.__version__}", f"python={sys.version}",
+            f"numpy={np.__version__}", f"machine={platform.machine()}",
+            f"cpu={_host_cpu()}")
+
+
+def _mlir_build() -> str:
+    """The installed MLIR bindings: their distribution's version (from its dist-info
+    folder's name) and the size and time of their C API library."""
+    import mlir._mlir_libs as libs
+
+    folder = Path(libs.__file__).parent
+    versions = sorted(p.name for p in folder.parent.parent.glob("xtc_mlir_python_bindings-*"))
+    library = folder / "libMLIRPythonCAPI.so"
     try:
-        mlir_version = version("xtc-mlir-python-bindings")
-    except PackageNotFoundError:  # pragma: no cover - another build of the bindings
-        mlir_version = "unknown"
-    return (f"format={_FORMAT}", f"pymlirjit={__version__}", f"mlir={mlir_version}",
-            f"llvmlite={llvmlite.__version__}", f"cpu={llvm.get_host_cpu_name()}",
-            f"features={llvm.get_host_cpu_features().flatten()}",
-            f"triple={llvm.get_process_triple()}")
+        stat = library.stat()
+        identity = f"{stat.st_size}:{stat.st_mtime_ns}"
+    except OSError:
+        identity = "unknown"
+    return f"{','.join(versions)}|{identity}"
+
+
+def _host_cpu() -> str:
+    """The host CPU's model and features (what MLIR's engine generates code for)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = info.read().split("\n\n", 1)[0].splitlines()
+        fields = {k.strip(): v.strip() for k, v in
+                  (line.split(":", 1) for line in lines if ":" in line)}
+        model = fields.get("model name") or fields.get("CPU part", "")
+        features = (fields.get("flags") or fields.get("Features") or "").split()
+        if features:
+            return f"{model}|{' '.join(sorted(features))}"
+    except OSError:
+        pass
+    import llvmlite.binding as llvm  # elsewhere: ask LLVM
+
+    return f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
 
 
 def encode_signature(signature: Signature) -> dict[str, Any]:
@@ -107,15 +145,23 @@ def _decode_type(data: Any) -> Type:
 
 @dataclass(frozen=True)
 class CachedModule:
-    """A loaded cache entry: the object file and its description."""
+    """A cache entry: the machine code and its description.
 
-    object_path: Path
+    ``kind`` is ``"shared"`` or ``"object"`` (see the module's documentation);
+    ``slots`` and ``native_entries`` describe a shared library's native code (see
+    :class:`pymlirjit.sharedlib.NativeCode`).
+    """
+
+    kind: str
+    code: bytes
     functions: dict[str, tuple[Signature, str]]  # name -> (signature, entry symbol)
     callbacks: dict[str, str]  # runtime symbol -> callback name
     declared: tuple[str, ...]  # the module's private declarations
-    needed: tuple[str, ...]  # external symbols the object calls
+    needed: tuple[str, ...]  # external symbols the code calls
     shared_libs: tuple[str, ...]
     lowered_mlir: str
+    slots: tuple[str, ...] = ()
+    native_entries: dict[str, str] = field(default_factory=dict)  # function -> symbol
 
 
 class DiskCache:
@@ -145,20 +191,21 @@ class DiskCache:
 
     def load(self, key: str) -> CachedModule | None:
         """The entry ``key``, or ``None`` if absent or unusable (corrupt, truncated)."""
-        meta_path = self.directory / f"{key}.json"
-        object_path = self.directory / f"{key}.o"
         try:
-            meta = json.loads(meta_path.read_text())
-            data = object_path.read_bytes()
-            if meta.get("format") != _FORMAT or hashlib.sha256(data).hexdigest() != meta["sha256"]:
-                raise ValueError("stale or corrupted entry")
+            meta = json.loads((self.directory / f"{key}.json").read_text())
+            if meta.get("format") != _FORMAT:
+                raise ValueError("an entry of another format")
+            code = (self.directory / f"{key}{_SUFFIXES[meta['kind']]}").read_bytes()
+            if hashlib.sha256(code).hexdigest() != meta["sha256"]:
+                raise ValueError("a corrupted entry")
             entry = CachedModule(
-                object_path,
+                meta["kind"], code,
                 {name: (decode_signature(signature), entry)
                  for name, (signature, entry) in meta["functions"].items()},
                 dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
-                tuple(meta["shared_libs"]), meta["lowered_mlir"])
-        except (OSError, ValueError, KeyError, TypeError):
+                tuple(meta["shared_libs"]), meta["lowered_mlir"], tuple(meta["slots"]),
+                dict(meta["native_entries"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             with self._lock:
                 self.misses += 1
             return None
@@ -166,23 +213,19 @@ class DiskCache:
             self.hits += 1
         return entry
 
-    def store(self, key: str, engine: Any, functions: dict[str, tuple[Signature, str]],
-              callbacks: dict[str, str], declared: tuple[str, ...],
-              shared_libs: tuple[str, ...], lowered_mlir: str) -> None:
-        """Write ``engine``'s object code and the description of the module."""
+    def store(self, key: str, entry: CachedModule) -> None:
+        """Write ``entry`` (its code, then its description)."""
+        meta = {"format": _FORMAT, "kind": entry.kind,
+                "sha256": hashlib.sha256(entry.code).hexdigest(),
+                "functions": {name: [encode_signature(signature), symbol]
+                              for name, (signature, symbol) in entry.functions.items()},
+                "callbacks": entry.callbacks, "declared": list(entry.declared),
+                "needed": list(entry.needed), "shared_libs": list(entry.shared_libs),
+                "lowered_mlir": entry.lowered_mlir, "slots": list(entry.slots),
+                "native_entries": entry.native_entries}
         self.directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.directory) as scratch:
-            dumped = os.path.join(scratch, "module.o")
-            engine.dump_to_object_file(dumped)
-            data = Path(dumped).read_bytes()
-        meta = {"format": _FORMAT, "sha256": hashlib.sha256(data).hexdigest(),
-                "functions": {name: [encode_signature(signature), entry]
-                              for name, (signature, entry) in functions.items()},
-                "callbacks": callbacks, "declared": list(declared),
-                "needed": sorted(engine.needed_symbols), "shared_libs": list(shared_libs),
-                "lowered_mlir": lowered_mlir}
-        # The object first: a description never points at a missing or partial object.
-        _write_atomically(self.directory / f"{key}.o", data)
+        # The code first: a description never points at missing or partial code.
+        _write_atomically(self.directory / f"{key}{_SUFFIXES[entry.kind]}", entry.code)
         _write_atomically(self.directory / f"{key}.json", json.dumps(meta).encode())
         with self._lock:
             self.stores += 1
@@ -190,7 +233,7 @@ class DiskCache:
     def clear(self) -> None:
         """Delete every entry."""
         for path in self.directory.glob("*"):
-            if path.suffix in (".o", ".json"):
+            if path.suffix in (".json", *_SUFFIXES.values()):
                 path.unlink(missing_ok=True)
 
 
@@ -217,7 +260,7 @@ class ObjectEngine:
     callbacks passed in are kept alive with the engine.
     """
 
-    def __init__(self, object_path: Path, symbols: dict[str, Any],
+    def __init__(self, object_code: bytes, symbols: dict[str, Any],
                  shared_libs: Iterable[str] = (), needed: Iterable[str] = ()) -> None:
         import ctypes
 
@@ -245,7 +288,7 @@ class ObjectEngine:
             for symbol, target in symbols.items():
                 llvm.add_symbol(symbol, address_of(target))
             self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
-            self._engine.add_object_file(str(object_path))
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
             self._engine.finalize_object()
 
     def function_address(self, name: str) -> int:

@@ -57,6 +57,7 @@ __all__ = [
     "enter_call",
     "exit_call",
     "prepare_entries",
+    "TrampolineHelpers",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,6 +117,12 @@ class _NativeFrameSlot:
 def native_frame_slot() -> _NativeFrameSlot:
     """The pthread key native trampolines read (created on first use)."""
     return _NativeFrameSlot()
+
+
+def foreign_record_address() -> int:
+    """The address of the call record of threads the compiled code started (which have
+    no call of their own)."""
+    return ctypes.addressof(_foreign.record)
 
 
 def enter_call(jump_buffer: int = 0, holds_gil: bool = False) -> CallFrame:
@@ -293,13 +300,15 @@ class _Entry:
         self.keepalive = keepalive
 
 
-class _TrampolineHelpers:
-    """The Python side of a native trampoline: what it calls in the rare cases."""
+class TrampolineHelpers:
+    """The Python side of a native trampoline: what it calls in the rare cases
+    (``record``, ``convert_result``) and the call machinery it reads (``frame_key``,
+    ``foreign_record``)."""
 
     def __init__(self, cb: Callback) -> None:
         self.name = cb.name
         self.frame_key = native_frame_slot().key.value
-        self.foreign_record = ctypes.addressof(_foreign.record)
+        self.foreign_record = foreign_record_address()
         results = cb.signature.results
         self.result_type = results[0] if results else None
 
@@ -325,7 +334,7 @@ def prepare_entries(callbacks: Iterable[Callback]) -> None:
 
         batch = NativeBatch()
         indices = [batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
-                                                 _TrampolineHelpers(cb)) for cb in native]
+                                                 TrampolineHelpers(cb)) for cb in native]
         addresses, keepalive = batch.compile()
         for cb, index in zip(native, indices):
             with cb._lock:

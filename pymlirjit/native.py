@@ -35,13 +35,24 @@ import numpy as np
 from llvmlite import ir
 
 from .abi import BoundaryABI
+from .relocation import (
+    ARRAY_FROM_DESCR,
+    ENTER_CALL,
+    EXIT_CALL,
+    FOREIGN_RECORD,
+    FRAME_KEY,
+    SLOT_PREFIX,
+    array_from_descr,
+    callback_slot,
+    dtype_slot,
+    name_of,
+)
 from .types import MemRefType, ScalarType, TensorType
 
-__all__ = ["NativeBatch", "make_builtin"]
+__all__ = ["NativeBatch"]
 
 _NPY_C_CONTIGUOUS = 0x0001
 _NPY_WRITEABLE = 0x0400
-_METH_FASTCALL_KEYWORDS = 0x0080 | 0x0002
 
 _i8, _i32, _i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _ptr = _i8.as_pointer()
@@ -76,29 +87,6 @@ _C_API: dict[str, ir.FunctionType] = {
 _NPY_ALIGNED = 0x0100
 
 
-@functools.cache
-def _array_from_descr() -> int:
-    """The address of numpy's ``PyArray_NewFromDescr`` (slot 94 of its C API table),
-    checked once by building an array through it."""
-    core = getattr(np, "_core", None) or np.core  # numpy 2.x / 1.x
-    capsule = core._multiarray_umath._ARRAY_API
-    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-        ("PyCapsule_GetPointer", ctypes.pythonapi))
-    table = ctypes.cast(get_pointer(capsule, None), ctypes.POINTER(ctypes.c_void_p))
-    address = int(table[94])
-    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object, ctypes.c_int,
-                            ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
-                            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)(address)
-    probe = np.arange(6.0)
-    dtype = probe.dtype
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(dtype))  # the function steals it
-    made = new(id(np.ndarray), dtype, 2, (ctypes.c_int64 * 2)(2, 3),
-               (ctypes.c_int64 * 2)(24, 8), probe.ctypes.data, _NPY_WRITEABLE, None)
-    if made.shape != (2, 3) or made.ctypes.data != probe.ctypes.data:
-        raise RuntimeError("numpy's C API table does not have PyArray_NewFromDescr at 94")
-    return address
-
-
 # The C library functions the generated code calls: unwinding and the per-thread frame.
 _LIBC: dict[str, ir.FunctionType] = {
     "_setjmp": ir.FunctionType(_i32, [_ptr]),
@@ -113,16 +101,6 @@ def _declare_libc(module: ir.Module) -> dict[str, ir.Function]:
     functions["_setjmp"].attributes.add("returns_twice")
     functions["longjmp"].attributes.add("noreturn")
     return functions
-
-
-class _PyMethodDef(ctypes.Structure):
-    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
-                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
-
-
-_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
-_new_builtin.argtypes = [ctypes.POINTER(_PyMethodDef), ctypes.py_object, ctypes.c_void_p]
-_new_builtin.restype = ctypes.py_object
 
 
 class _Jit:
@@ -145,6 +123,14 @@ class _Jit:
         self.machine = target.create_target_machine(opt=2)  # for the triple
         self.lock = threading.Lock()
         self.counter = itertools.count()
+
+    def emit_object(self, module: ir.Module) -> bytes:
+        """Position-independent object code of ``module``, for a shared library."""
+        module.triple = self.machine.triple
+        parsed = self.llvm.parse_assembly(str(module))
+        parsed.verify()
+        machine = self.target.create_target_machine(opt=2, reloc="pic", codemodel="default")
+        return bytes(machine.emit_object(parsed))
 
     def compile_all(self, module: ir.Module, names: list[str]) -> tuple[list[int], Any]:
         """The addresses of ``names`` in ``module``, and the owner of their code (its own
@@ -169,39 +155,68 @@ def _jit() -> _Jit:
 
 
 class _Unit:
-    """One LLVM module being generated: its declarations and the Python objects its
-    code points at (kept alive as long as the code)."""
+    """One LLVM module being generated: its declarations, and how its code refers to
+    Python objects and process addresses. Code for this process embeds them as
+    constants (and keeps the objects alive as long as the code); ``relocatable`` code,
+    for a shared library that any process may load, reads each from a named slot (a
+    global) which the loading process fills (see :mod:`pymlirjit.relocation`)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, relocatable: bool = False) -> None:
         self.module = ir.Module(name=name)
         self.api = {n: ir.Function(self.module, t, n) for n, t in _C_API.items()}
         self.libc = _declare_libc(self.module)
+        self.relocatable = relocatable
         self.embedded: list[object] = []
+        self.slots: dict[str, ir.GlobalVariable] = {}
 
-    def pointer(self, obj: object) -> ir.Value:
-        """A constant pointer to ``obj``; the object is kept alive with the code."""
-        self.embedded.append(obj)
-        return ir.Constant(_i64, id(obj)).inttoptr(_ptr)
+    def slot(self, name: str) -> ir.GlobalVariable:
+        """The global holding the value named ``name`` (``pymlirjit_slot_<index>``)."""
+        variable = self.slots.get(name)
+        if variable is None:
+            variable = ir.GlobalVariable(self.module, _i64, f"{SLOT_PREFIX}{len(self.slots)}")
+            variable.initializer = ir.Constant(_i64, 0)
+            self.slots[name] = variable
+        return variable
+
+    def function(self, name: str, function_type: ir.FunctionType) -> ir.Function:
+        """The function ``name``, declared once."""
+        existing = self.module.globals.get(name)
+        if isinstance(existing, ir.Function):
+            return existing
+        return ir.Function(self.module, function_type, name)
 
 
 class NativeBatch:
     """Entry points and trampolines generated together: one LLVM module, one code
     generation (which costs milliseconds whatever the module's size)."""
 
-    def __init__(self) -> None:
+    def __init__(self, relocatable: bool = False) -> None:
         self.jit = _jit()
-        self.unit = _Unit(f"pymlirjit_batch_{next(self.jit.counter)}")
+        self.unit = _Unit(f"pymlirjit_batch_{next(self.jit.counter)}", relocatable)
         self.symbols: list[str] = []
 
-    def _symbol(self, kind: str) -> str:
-        symbol = f"pymlirjit_{kind}_{next(self.jit.counter)}"
+    @property
+    def relocatable(self) -> bool:
+        """Whether the code reads Python objects and addresses from slots (see
+        :class:`_Unit`) and is emitted as an object file rather than run here."""
+        return self.unit.relocatable
+
+    @property
+    def slot_names(self) -> list[str]:
+        """Relocatable code: the name of the value each slot must hold, by index."""
+        return list(self.unit.slots)
+
+    def _symbol(self, kind: str, symbol: str | None = None) -> str:
+        symbol = symbol or f"pymlirjit_{kind}_{next(self.jit.counter)}"
         self.symbols.append(symbol)
         return symbol
 
-    def add_kernel_entry(self, abi: BoundaryABI, target: int,
+    def add_kernel_entry(self, abi: BoundaryABI, target: int | str,
                          frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
-                         release_gil: bool | None = True, unwind: bool = False) -> int:
-        """Add the native entry of the C-ABI function at ``target``; returns its index.
+                         release_gil: bool | None = True, unwind: bool = False,
+                         symbol: str | None = None) -> int:
+        """Add the native entry of the C-ABI function at ``target`` (an address, or
+        the name of a function linked with the code); returns its index.
 
         ``frames`` are the ``(enter_call, exit_call)`` functions to wrap the call in
         when the module links Python callbacks, else ``None``; ``release_gil`` whether
@@ -209,39 +224,67 @@ class NativeBatch:
         threads exist); ``unwind`` whether a failing
         callback may end the call at once with ``longjmp`` (only safe for code that
         starts no threads and holds no resources across calls). The entry is a
-        ``METH_FASTCALL | METH_KEYWORDS`` function: see :func:`make_builtin`.
+        ``METH_FASTCALL | METH_KEYWORDS`` function (see
+        :meth:`pymlirjit.function.CompiledFunction.use_native`). ``symbol``
+        names it (default: a name unique in the process).
         """
-        _EntryBuilder(self.unit, self._symbol("entry"), abi, target, frames, release_gil,
-                      unwind).build()
+        _EntryBuilder(self.unit, self._symbol("entry", symbol), abi, target, frames,
+                      release_gil, unwind).build()
         return len(self.symbols) - 1
 
     def add_callback_trampoline(self, signature: Any, abi: BoundaryABI, function: Any,
-                                helpers: Any) -> int:
+                                helpers: Any, symbol: str | None = None) -> int:
         """Add a C function with ``abi``'s boundary signature calling the Python
-        ``function``; returns its index. ``helpers`` provides ``frame_key`` (the pthread
-        key of the current call record), ``foreign_record`` (the record of threads
-        without a call), ``record(error)`` and ``convert_result(value)``."""
-        _TrampolineBuilder(self.unit, self._symbol("callback"), signature, abi, function,
-                           helpers).build()
+        ``function``; returns its index. ``helpers`` provides ``name`` (the callback's),
+        ``frame_key`` (the pthread key of the current call record), ``foreign_record``
+        (the record of threads without a call), ``record(error)`` and
+        ``convert_result(value)``. Relocatable code names the slots of these after
+        ``callback_slot(helpers.name, ...)``."""
+        _TrampolineBuilder(self.unit, self._symbol("callback", symbol), signature, abi,
+                           function, helpers).build()
+        return len(self.symbols) - 1
+
+    def add_forwarder(self, symbol: str, abi: BoundaryABI, slot: str) -> int:
+        """Relocatable code: a function ``symbol`` with ``abi``'s boundary signature
+        that calls the function whose address the slot ``slot`` holds (a callback's
+        ctypes entry, for types no trampoline serves); returns its index."""
+        assert self.relocatable, "forwarders only serve relocatable code"
+        _forward(self.unit, self._symbol("forwarder", symbol), abi, slot)
         return len(self.symbols) - 1
 
     def compile(self) -> tuple[list[int], object]:
         """Generate the code: the addresses (by index), and what must outlive every use
         of them (the code itself and the objects it points at)."""
+        assert not self.relocatable, "relocatable code is emitted, not run here"
         if not self.symbols:
             return [], ()
         addresses, engine = self.jit.compile_all(self.unit.module, self.symbols)
         return addresses, (engine, self.unit.embedded)
 
+    def emit_object(self) -> bytes:
+        """Relocatable code: the object file defining every function added (by the
+        names in ``symbols``), for a shared library."""
+        assert self.relocatable, "only relocatable code is emitted"
+        return self.jit.emit_object(self.unit.module)
 
-def make_builtin(address: int, python_path: Callable[..., Any],
-                 name: str) -> tuple[Callable[..., Any], object]:
-    """A builtin function running the native entry at ``address`` with ``python_path``
-    (which handles every call the native code does not take) as its ``self``. Returns
-    it and its method definition, which must live as long as it: keep it on
-    ``python_path``, which the builtin holds."""
-    definition = _PyMethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
-    return _new_builtin(ctypes.byref(definition), python_path, None), definition
+
+def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
+    boundary = abi.boundary
+    params: list[ir.Type] = [_ptr] if abi.results_via_pointer else []
+    params += [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
+               for t in boundary.param_types]
+    result: ir.Type = ir.VoidType()
+    if boundary.results and not abi.results_via_pointer:
+        result = _llvm_type(boundary.results[0])  # type: ignore[arg-type]
+    function_type = ir.FunctionType(result, params)
+    function = ir.Function(unit.module, function_type, name)
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    target = b.inttoptr(b.load(unit.slot(slot)), function_type.as_pointer())
+    returned = b.call(target, function.args, tail=True)
+    if isinstance(result, ir.VoidType):
+        b.ret_void()
+    else:
+        b.ret(returned)
 
 
 def _llvm_type(t: ScalarType) -> ir.Type:
@@ -261,9 +304,27 @@ class _FunctionBuilder:
         self.module = unit.module
         self.api = unit.api
         self.libc = unit.libc
-        self.pointer = unit.pointer
         self.function = ir.Function(self.module, function_type, name)
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+
+    def object_id(self, obj: object, slot: str | None = None) -> ir.Value:
+        """The address of ``obj`` as an i64 (read from the slot ``slot``, by default its
+        well-known name, in relocatable code)."""
+        if not self.unit.relocatable:
+            self.unit.embedded.append(obj)
+            return ir.Constant(_i64, id(obj))
+        return self.builder.load(self.unit.slot(slot or name_of(obj)))
+
+    def pointer(self, obj: object, slot: str | None = None) -> ir.Value:
+        """A pointer to ``obj`` (see :meth:`object_id`)."""
+        return self.builder.inttoptr(self.object_id(obj, slot), _ptr)
+
+    def integer(self, value: int, slot: str) -> ir.Value:
+        """``value``, a process-specific number, as an i64 (from ``slot`` in relocatable
+        code)."""
+        if not self.unit.relocatable:
+            return ir.Constant(_i64, value)
+        return self.builder.load(self.unit.slot(slot))
 
     def is_null(self, value: ir.Value) -> ir.Value:
         return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
@@ -284,7 +345,7 @@ class _FunctionBuilder:
 class _EntryBuilder(_FunctionBuilder):
     """Emits the LLVM IR of one entry point."""
 
-    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int,
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
                  frames: tuple[Any, Any] | None, release_gil: bool | None,
                  unwind: bool) -> None:
         super().__init__(unit, name, ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64,
@@ -348,7 +409,7 @@ class _EntryBuilder(_FunctionBuilder):
     def type_is(self, obj: ir.Value, py_type: object, label: str) -> None:
         b = self.builder
         actual = self.field(obj, 8, _i64)
-        self.check(b.icmp_unsigned("==", actual, ir.Constant(_i64, id(py_type))), label)
+        self.check(b.icmp_unsigned("==", actual, self.object_id(py_type)), label)
 
     def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
         b = self.builder
@@ -357,9 +418,8 @@ class _EntryBuilder(_FunctionBuilder):
             value = b.call(self.api["PyFloat_AsDouble"], [obj])
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
         if t.kind == "bool":
-            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, id(True)))
-            is_false = b.icmp_unsigned("==", b.ptrtoint(obj, _i64),
-                                       ir.Constant(_i64, id(False)))
+            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(True))
+            is_false = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(False))
             self.check(b.or_(is_true, is_false), f"bool{i}")
             return b.zext(is_true, _i8)
         self.type_is(obj, int, f"int{i}")
@@ -381,7 +441,8 @@ class _EntryBuilder(_FunctionBuilder):
         rank = t.rank
         self.type_is(obj, np.ndarray, f"ndarray{i}")
         descr = self.field(obj, 56, _i64)
-        self.check(b.icmp_unsigned("==", descr, ir.Constant(_i64, id(element.dtype))),
+        self.check(b.icmp_unsigned("==", descr,
+                                   self.object_id(element.dtype, dtype_slot(element.mlir))),
                    f"dtype{i}")
         nd = self.field(obj, 24, _i32)
         self.check(b.icmp_signed("==", nd, ir.Constant(_i32, rank)), f"rank{i}")
@@ -446,7 +507,10 @@ class _EntryBuilder(_FunctionBuilder):
         result_types = self.abi.boundary.results
         llvm_result = _llvm_type(result_types[0]) if result_types else ir.VoidType()  # type: ignore[arg-type]
         target_type = ir.FunctionType(llvm_result, [a.type for a in c_args])
-        target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
+        if isinstance(self.target, str):
+            target: ir.Value = self.unit.function(self.target, target_type)
+        else:
+            target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
         frame = None
         jump_buffer = None
         if self.frames is not None:
@@ -465,7 +529,8 @@ class _EntryBuilder(_FunctionBuilder):
             holds_gil = self.pointer(self.release_gil is False)
             b.store(holds_gil, b.gep(argv, [ir.Constant(_i64, 1)]))
             frame = b.call(self.api["PyObject_Vectorcall"],
-                           [self.pointer(self.frames[0]), argv, ir.Constant(_i64, 2),
+                           [self.pointer(self.frames[0], ENTER_CALL), argv,
+                            ir.Constant(_i64, 2),
                             ir.Constant(_ptr, None)])
             b.call(self.api["Py_DecRef"], [boxed_address])
             self.return_if_null(frame, "entered")
@@ -488,7 +553,7 @@ class _EntryBuilder(_FunctionBuilder):
         if frame is not None:
             assert self.frames is not None
             done = b.call(self.api["PyObject_CallOneArg"],
-                          [self.pointer(self.frames[1]), frame])
+                          [self.pointer(self.frames[1], EXIT_CALL), frame])
             b.call(self.api["Py_DecRef"], [frame])
             self.return_if_null(done, "exited")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
@@ -532,6 +597,9 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.gil: ir.Value = None
         self.frame_record: ir.Value = None
 
+    def slot_of(self, what: str) -> str:
+        return callback_slot(self.helpers.name, what)
+
     def zero(self) -> ir.Value | None:
         if isinstance(self.result_type, ir.VoidType):
             return None
@@ -559,7 +627,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         kind, value, traceback = (b.load(slot) for slot in slots)
         with b.if_then(b.not_(self.is_null(traceback))):
             b.call(self.api["PyException_SetTraceback"], [value, traceback])
-        done = b.call(self.api["PyObject_CallOneArg"], [self.pointer(self.helpers.record), value])
+        done = b.call(self.api["PyObject_CallOneArg"],
+                      [self.pointer(self.helpers.record, self.slot_of("record")), value])
         for obj in (done, kind, value, traceback):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
@@ -605,11 +674,12 @@ class _TrampolineBuilder(_FunctionBuilder):
                                               ir.Constant(_i32, axis)]))
                 b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
                         b.gep(byte_strides, [ir.Constant(_i64, axis)]))
-        descr = self.pointer(dtype)
+        descr = self.pointer(dtype, dtype_slot(t.element.mlir))
         b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
         new_type = ir.FunctionType(_ptr, [_ptr, _ptr, _i32, _i64.as_pointer(),
                                           _i64.as_pointer(), _ptr, _i32, _ptr])
-        new = b.inttoptr(ir.Constant(_i64, _array_from_descr()), new_type.as_pointer())
+        new = b.inttoptr(self.integer(array_from_descr(), ARRAY_FROM_DESCR),
+                         new_type.as_pointer())
         return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
                             byte_strides, b.inttoptr(data, _ptr),
                             ir.Constant(_i32, _NPY_WRITEABLE | _NPY_ALIGNED),
@@ -636,7 +706,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         # an exact float/int/bool, or None for a void callback.
         b.position_at_end(convert)
         converted = b.call(self.api["PyObject_CallOneArg"],
-                           [self.pointer(self.helpers.convert_result), result])
+                           [self.pointer(self.helpers.convert_result,
+                                         self.slot_of("convert_result")), result])
         b.call(self.api["Py_DecRef"], [result])
         self.branch_on_error(self.is_null(converted), "converted")
         converted_block = b.block
@@ -656,8 +727,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         address = b.ptrtoint(obj, _i64)
         found: ir.Value = ir.Constant(ir.IntType(1), 0)
         for candidate in candidates:
-            found = b.or_(found, b.icmp_unsigned("==", address,
-                                                 ir.Constant(_i64, id(candidate))))
+            found = b.or_(found, b.icmp_unsigned("==", address, self.object_id(candidate)))
         return found
 
     def type_of(self, obj: ir.Value) -> ir.Value:
@@ -687,7 +757,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         b.cbranch(fits, done, slow)
         b.position_at_end(slow)
         converted = b.call(self.api["PyObject_CallOneArg"],
-                           [self.pointer(self.helpers.convert_result), obj])
+                           [self.pointer(self.helpers.convert_result,
+                                         self.slot_of("convert_result")), obj])
         self.branch_on_error(self.is_null(converted), "range_checked")
         wrapped = b.call(self.api["PyLong_AsLongLongAndOverflow"], [converted, overflow])
         b.call(self.api["Py_DecRef"], [converted])
@@ -703,9 +774,10 @@ class _TrampolineBuilder(_FunctionBuilder):
         b = self.builder
         # This thread's current call record ({failed, jump_buffer, holds_gil}), or the one of
         # threads the compiled code started; a failed call skips callbacks, GIL-free.
-        record = b.call(self.libc["pthread_getspecific"],
-                        [ir.Constant(_i32, self.helpers.frame_key)])
-        foreign = ir.Constant(_i64, self.helpers.foreign_record).inttoptr(_ptr)
+        key = b.trunc(self.integer(self.helpers.frame_key, FRAME_KEY), _i32)
+        record = b.call(self.libc["pthread_getspecific"], [key])
+        foreign = b.inttoptr(self.integer(self.helpers.foreign_record, FOREIGN_RECORD),
+                             _ptr)
         record = b.select(self.is_null(record), foreign, record)
         self.frame_record = b.bitcast(record, _i64.as_pointer())
         with b.if_then(b.icmp_signed("!=", b.load(self.frame_record), ir.Constant(_i64, 0))):
@@ -745,7 +817,8 @@ class _TrampolineBuilder(_FunctionBuilder):
                 b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(failed, "boxed")
         result = b.call(self.api["PyObject_Vectorcall"],
-                        [self.pointer(self.callee), argv, ir.Constant(_i64, count),
+                        [self.pointer(self.callee, self.slot_of("function")), argv,
+                         ir.Constant(_i64, count),
                          ir.Constant(_ptr, None)])
         for obj in boxed:
             b.call(self.api["Py_DecRef"], [obj])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -37,6 +38,13 @@ from .engine import ExecutionEngine
 from .errors import LinkError
 from .function import CompiledFunction
 from .pipeline import lower, new_context, normalize_pipeline, parse_module
+from .sharedlib import (
+    SharedLibrary,
+    build_native_code,
+    link_shared_library,
+    slot_values,
+    supported,
+)
 from .signature import Signature, from_func_op
 from .types import TensorType
 
@@ -84,29 +92,40 @@ def runtime_library(name: str) -> str:
                             f"{filename} in the mlir package's lib folder)")
 
 
+def call_policy(calls_back: bool, shared_libs: Sequence[str]) -> tuple[bool | None, bool]:
+    """Whether a module's functions release the GIL (``None``: only when other Python
+    threads exist), and whether a failing callback may unwind their call at once."""
+    # Compiled code that calls back into Python gains nothing from dropping the GIL
+    # and pays for re-taking it in every callback; but code that may start threads
+    # (anything using shared libraries, such as MLIR's async runtime) must drop it,
+    # or its threads' callbacks would wait for the GIL forever. Code that never calls
+    # back drops it when other Python threads exist (None), for them to run.
+    release_gil: bool | None = True if shared_libs else (False if calls_back else None)
+    # For the same reason, only code without shared libraries may be unwound
+    # (longjmp) out of when a callback fails: it has no threads and no runtime state.
+    return release_gil, calls_back and not shared_libs
+
+
 class CompiledModule:
     """A JIT-compiled module: its functions as attributes (or ``module["name"]``),
-    ``engine``, ``source`` (the MLIR given) and ``lowered_mlir`` (after the pipeline)."""
+    ``engine``, ``source`` (the MLIR given) and ``lowered_mlir`` (after the pipeline).
 
-    def __init__(self, engine: ExecutionEngine | ObjectEngine, source: str, lowered: Any,
-                 signatures: dict[str, tuple[Signature, str]],
+    ``native_entries`` gives the addresses of native entry points already compiled
+    with the code (a module loaded from the disk cache); the others are generated.
+    """
+
+    def __init__(self, engine: ExecutionEngine | ObjectEngine | SharedLibrary, source: str,
+                 lowered: Any, signatures: dict[str, tuple[Signature, str]],
                  callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = (),
-                 runtime_symbols: dict[str, Callback] | None = None) -> None:
+                 runtime_symbols: dict[str, Callback] | None = None,
+                 native_entries: dict[str, int] | None = None) -> None:
         self.engine = engine
         self.source = source
         self._lowered = lowered
         self.callbacks = callbacks
         self.runtime_symbols = runtime_symbols or {}
         self.entries = signatures  # name -> (signature, C-ABI entry function)
-        # Compiled code that calls back into Python gains nothing from dropping the GIL
-        # and pays for re-taking it in every callback; but code that may start threads
-        # (anything using shared libraries, such as MLIR's async runtime) must drop it,
-        # or its threads' callbacks would wait for the GIL forever. Code that never calls
-        # back drops it when other Python threads exist (None), for them to run.
-        release_gil: bool | None = True if shared_libs else (None if not callbacks else False)
-        # For the same reason, only code without shared libraries may be unwound
-        # (longjmp) out of when a callback fails: it has no threads and no runtime state.
-        unwind = bool(callbacks) and not shared_libs
+        release_gil, unwind = call_policy(bool(callbacks), shared_libs)
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(engine, name, signature,
                                    engine.function_address("_mlir_ciface_" + entry),
@@ -114,7 +133,11 @@ class CompiledModule:
                                    release_gil=release_gil, unwind=unwind)
             for name, (signature, entry) in signatures.items()
         }
-        self._prepare_native_entries()
+        if native_entries is None:
+            self._prepare_native_entries()
+        else:
+            for name, address in native_entries.items():
+                self.functions[name].use_native(address, engine)
         for name, function in self.functions.items():
             if not hasattr(type(self), name) and name not in self.__dict__:
                 self.__dict__[name] = function  # plain attribute access: no __getattr__
@@ -263,7 +286,8 @@ class Session:
     def _compile_or_load(self, key: _ModuleKey, filename: str, disk: DiskCache | None,
                          ) -> tuple[CompiledModule, tuple[str, ...]]:
         if disk is None:
-            return self._build(key, filename)
+            built = self._build(key, filename)
+            return built.module(key), built.declared
         # Every callback the source could link is part of the key: those named by an
         # @symbol in it (a superset of its private declarations, known without parsing).
         linkable = {}
@@ -276,27 +300,40 @@ class Session:
         entry = disk.load(disk_key)
         if entry is not None:
             try:
-                return self._from_disk(entry, key, linkable), entry.declared
+                return self._load(entry, key, linkable), entry.declared
             except (LinkError, OSError, RuntimeError, KeyError):
                 pass  # unusable here (e.g. a library moved): compile afresh
-        module, declared = self._build(key, filename)
-        if isinstance(module.engine, ExecutionEngine):
-            callbacks = {symbol: cb.name for symbol, cb in module.runtime_symbols.items()}
-            with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
-                disk.store(disk_key, module.engine, module.entries, callbacks, declared,
-                           key.shared_libs, module.lowered_mlir)
-        return module, declared
+        built = self._build(key, filename)
+        if not built.signatures:  # nothing to call: nothing worth caching
+            return built.module(key), built.declared
+        entry = built.cache_entry(key.shared_libs)
+        with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
+            disk.store(disk_key, entry)
+        if entry.kind == "shared":
+            # Run the code every later process will load: the native entries exist only
+            # there, and this process's behaviour is theirs.
+            with contextlib.suppress(LinkError, OSError, RuntimeError, KeyError):
+                return self._load(entry, key, linkable), built.declared
+        return built.module(key), built.declared
 
-    def _from_disk(self, entry: CachedModule, key: _ModuleKey,
-                   linkable: dict[str, Callback]) -> CompiledModule:
+    def _load(self, entry: CachedModule, key: _ModuleKey,
+              linkable: dict[str, Callback]) -> CompiledModule:
+        """The module of a cache entry, its callbacks bound to ``linkable`` ones."""
         symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
+        callbacks = {name: linkable[name] for name in entry.callbacks.values()}
+        if entry.kind == "shared":
+            library = SharedLibrary(entry.code, entry.shared_libs)
+            library.bind(*slot_values(entry.slots, callbacks))
+            native = {name: library.function_address(symbol)
+                      for name, symbol in entry.native_entries.items()}
+            return CompiledModule(library, key.source, entry.lowered_mlir, entry.functions,
+                                  callbacks, key.shared_libs, symbols, native)
         prepare_entries(symbols.values())
-        engine = ObjectEngine(entry.object_path, symbols, entry.shared_libs, entry.needed)
+        engine = ObjectEngine(entry.code, symbols, entry.shared_libs, entry.needed)
         return CompiledModule(engine, key.source, entry.lowered_mlir, entry.functions,
-                              {name: linkable[name] for name in entry.callbacks.values()},
-                              key.shared_libs, symbols)
+                              callbacks, key.shared_libs, symbols)
 
-    def _build(self, key: _ModuleKey, filename: str) -> tuple[CompiledModule, tuple[str, ...]]:
+    def _build(self, key: _ModuleKey, filename: str) -> _Built:
         from mlir import ir
 
         context = new_context()
@@ -360,10 +397,50 @@ class Session:
                 f"{filename}: no @callback and no shared library defines "
                 f"{', '.join('@' + n for n in names)}; define them with @callback (or pass "
                 f"callbacks=[...]) or pass the shared library that defines them", names)
-        compiled = CompiledModule(engine, key.source, module, signatures, linked,
-                                  key.shared_libs, dict(registrations))
-        compiled._context = context  # type: ignore[attr-defined]
-        return compiled, tuple(declared)
+        return _Built(engine, context, module, signatures, linked, dict(registrations),
+                      tuple(declared))
+
+
+@dataclass
+class _Built:
+    """A module compiled by MLIR's engine, before it becomes a :class:`CompiledModule`."""
+
+    engine: ExecutionEngine
+    context: Any
+    lowered: Any  # the MLIR module, in the LLVM dialect
+    signatures: dict[str, tuple[Signature, str]]
+    linked: dict[str, Callback]  # callback name -> callback
+    registrations: dict[str, Callback]  # runtime symbol -> callback
+    declared: tuple[str, ...]
+
+    def module(self, key: _ModuleKey) -> CompiledModule:
+        compiled = CompiledModule(self.engine, key.source, self.lowered, self.signatures,
+                                  self.linked, key.shared_libs, self.registrations)
+        compiled._context = self.context  # type: ignore[attr-defined]
+        return compiled
+
+    def cache_entry(self, shared_libs: tuple[str, ...]) -> CachedModule:
+        """The disk-cache entry of this module: a shared library with its native entry
+        points where one can be linked, else the object code alone."""
+        engine = self.engine
+        engine.function_address("_mlir_ciface_" + next(iter(self.signatures.values()))[1])
+        with tempfile.TemporaryDirectory(prefix="pymlirjit-") as scratch:
+            dumped = Path(scratch, "module.o")
+            engine.dump_to_object_file(str(dumped))  # the code generated by the lookup
+            object_code = dumped.read_bytes()
+        description = (self.signatures,
+                       {symbol: cb.name for symbol, cb in self.registrations.items()},
+                       self.declared, tuple(sorted(engine.needed_symbols)), shared_libs,
+                       str(self.lowered))
+        if supported():
+            release_gil, unwind = call_policy(bool(self.linked), shared_libs)
+            native = build_native_code(self.signatures, self.registrations, release_gil,
+                                       unwind)
+            parts = [object_code] + ([native.object_code] if native.object_code else [])
+            with contextlib.suppress(LinkError):  # a compiler that cannot: the object
+                return CachedModule("shared", link_shared_library(parts), *description,
+                                    native.slots, native.entries)
+        return CachedModule("object", object_code, *description)
 
 
 def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:

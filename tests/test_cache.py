@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -45,35 +46,52 @@ SCRIPT = textwrap.dedent("""
     ''')
     cache = session.disk_cache
     print(module.run(2.0), module.sum(np.arange(4.0)), module.pair(1 + 2j, 0.5),
-          type(module.engine).__name__, cache.hits, cache.misses)
+          type(module.engine).__name__, cache.hits, cache.misses,
+          "llvm" if "llvmlite.binding" in sys.modules else "no-llvm")
 """)
 
+NO_COMPILER = {"CC": ""}  # no C compiler: entries hold object code
 
-def run(cache_dir: Path, factor: str = "8") -> list[str]:
+
+def run(cache_dir: Path, factor: str = "8", env: dict[str, str] | None = None) -> list[str]:
     done = subprocess.run([sys.executable, "-c", SCRIPT.replace("FACTOR", factor),
-                           str(cache_dir)], capture_output=True, text=True, timeout=120)
+                           str(cache_dir)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     return done.stdout.split()
 
 
-def test_a_new_process_loads_what_an_earlier_one_compiled(tmp_path: Path) -> None:
+VALUES = ["4.0", "6.0", "((1+2j),", "0.5)"]
+
+
+def test_a_new_process_loads_the_shared_library_an_earlier_one_linked(tmp_path: Path,
+                                                                        ) -> None:
     first = run(tmp_path)
-    assert first[-3:] == ["ExecutionEngine", "0", "1"]
-    second = run(tmp_path)
-    assert second[-3:] == ["ObjectEngine", "1", "0"]
-    assert first[:-3] == second[:-3] == ["4.0", "6.0", "((1+2j),", "0.5)"]
+    assert first == [*VALUES, "SharedLibrary", "0", "1", "llvm"]
+    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".so"]
+    # Loading needs neither MLIR's engine nor LLVM: llvmlite's binding is not imported.
+    assert run(tmp_path) == [*VALUES, "SharedLibrary", "1", "0", "no-llvm"]
+
+
+def test_without_a_c_compiler_entries_hold_object_code(tmp_path: Path) -> None:
+    first = run(tmp_path, env=NO_COMPILER)
+    assert first == [*VALUES, "ExecutionEngine", "0", "1", "llvm"]
+    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".o"]
+    assert run(tmp_path, env=NO_COMPILER)[:-1] == [*VALUES, "ObjectEngine", "1", "0"]
+    # An object entry serves processes that could link a library too.
+    assert run(tmp_path)[:-1] == [*VALUES, "ObjectEngine", "1", "0"]
 
 
 def test_a_corrupted_or_truncated_entry_is_compiled_again(tmp_path: Path) -> None:
     run(tmp_path)
-    (obj,) = tmp_path.glob("*.o")
-    obj.write_bytes(obj.read_bytes()[:100])
-    assert run(tmp_path)[-3:] == ["ExecutionEngine", "0", "1"]
+    (library,) = tmp_path.glob("*.so")
+    library.write_bytes(library.read_bytes()[:100])
+    assert run(tmp_path)[-4:-1] == ["SharedLibrary", "0", "1"]
     (meta,) = tmp_path.glob("*.json")
     meta.write_text("{not json")
-    assert run(tmp_path)[-3:] == ["ExecutionEngine", "0", "1"]
-    assert run(tmp_path)[-3:] == ["ObjectEngine", "1", "0"]
+    assert run(tmp_path)[-4:-1] == ["SharedLibrary", "0", "1"]
+    assert run(tmp_path)[-4:-1] == ["SharedLibrary", "1", "0"]
 
 
 def test_a_different_callback_body_with_the_same_signature_reuses_code(tmp_path: Path,
@@ -81,7 +99,7 @@ def test_a_different_callback_body_with_the_same_signature_reuses_code(tmp_path:
     run(tmp_path, "8")
     result = run(tmp_path, "2")
     assert result[0] == "2.0"  # the machine code is shared; the callback is this one
-    assert result[-3:] == ["ObjectEngine", "1", "0"]
+    assert result[-4:-1] == ["SharedLibrary", "1", "0"]
 
 
 def test_keys_change_with_every_input() -> None:

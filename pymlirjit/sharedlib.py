@@ -1,0 +1,238 @@
+"""Compiled modules as shared libraries: what the on-disk cache stores and loads.
+
+At a cache miss, the module's object code (from MLIR's ExecutionEngine) is linked by
+the system's C compiler with *relocatable* native entry points and callback
+trampolines (:mod:`pymlirjit.native`) into one shared library. Those read every value
+that differs between processes (Python objects, the call machinery, a callback's
+function) from slots, globals named as in :mod:`pymlirjit.relocation`. A process loads
+the library with ``dlopen``, from memory, and fills the slots with its own values: no
+MLIR, no LLVM, no code generation, which is what makes a warm start cheap.
+
+This needs Linux (``memfd_create``) and a C compiler at the time of the miss (``$CC``,
+else ``cc`` or ``gcc``); elsewhere the cache stores the object file alone
+(:class:`pymlirjit.cache.ObjectEngine` links it with llvmlite when loaded).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .abi import boundary_abi, native_callback_supported, native_kernel_supported
+from .callbacks import (
+    Callback,
+    TrampolineHelpers,
+    enter_call,
+    exit_call,
+    foreign_record_address,
+    native_frame_slot,
+)
+from .errors import LinkError
+from .relocation import (
+    ARRAY_FROM_DESCR,
+    ENTER_CALL,
+    EXIT_CALL,
+    FOREIGN_RECORD,
+    FRAME_KEY,
+    SLOT_PREFIX,
+    array_from_descr,
+    callback_slot,
+    well_known,
+)
+from .signature import Signature
+
+__all__ = ["NativeCode", "SharedLibrary", "build_native_code", "c_compiler",
+           "link_shared_library", "slot_values", "supported"]
+
+
+def c_compiler() -> str | None:
+    """The C compiler that links shared libraries: ``$CC`` (empty: none), else ``cc``
+    or ``gcc`` on the ``PATH``; ``None`` if there is none."""
+    explicit = os.environ.get("CC")
+    if explicit is not None:
+        words = explicit.split()
+        return shutil.which(words[0]) if words else None
+    return shutil.which("cc") or shutil.which("gcc")
+
+
+def supported() -> bool:
+    """Whether modules can be cached as shared libraries here (Linux, a C compiler)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "memfd_create")
+            and c_compiler() is not None)
+
+
+def link_shared_library(objects: Sequence[bytes]) -> bytes:
+    """Link ``objects`` (ELF object files) into a shared library, returned as bytes.
+
+    Symbols bind within the library first (``-Bsymbolic``): a global of the same name
+    elsewhere in the process never replaces one of its functions. MLIR's code uses
+    the large code model, whose absolute addresses the dynamic loader patches
+    (``-z notext``). Raises :class:`~pymlirjit.errors.LinkError` with the compiler's
+    message if linking fails.
+    """
+    compiler = c_compiler()
+    if compiler is None:
+        raise LinkError("no C compiler to link a shared library with (set $CC)")
+    with tempfile.TemporaryDirectory(prefix="pymlirjit-link-") as scratch:
+        inputs = []
+        for i, data in enumerate(objects):
+            path = Path(scratch, f"part{i}.o")
+            path.write_bytes(data)
+            inputs.append(str(path))
+        output = Path(scratch, "module.so")
+        command = [compiler, "-shared", "-o", str(output), *inputs, "-Wl,-Bsymbolic",
+                   "-Wl,-z,notext", "-lm"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise LinkError(f"could not run {compiler} to link a shared library: {exc}") from exc
+        if done.returncode != 0:
+            raise LinkError(f"{compiler} could not link a shared library: "
+                            f"{done.stderr.strip() or done.stdout.strip()}")
+        return output.read_bytes()
+
+
+@dataclass(frozen=True)
+class NativeCode:
+    """Relocatable native entry points of a module, as an object file (``None`` if the
+    module needs none): ``slots`` names the value of each slot, ``entries`` the
+    symbol of each function's native entry."""
+
+    object_code: bytes | None
+    slots: tuple[str, ...]
+    entries: dict[str, str]
+
+
+def build_native_code(functions: Mapping[str, tuple[Signature, str]],
+                      runtime_symbols: Mapping[str, Callback], release_gil: bool | None,
+                      unwind: bool) -> NativeCode:
+    """The native entries of ``functions`` (name -> (signature, C-ABI entry name)), each
+    calling ``_mlir_ciface_<entry>`` under the module's GIL and unwinding policy, and
+    the functions compiled code calls for ``runtime_symbols`` (symbol -> callback): a
+    trampoline where the types allow one, else a forwarder to the callback's ctypes
+    entry."""
+    from .native import NativeBatch  # llvmlite loads only when code is generated
+
+    batch = NativeBatch(relocatable=True)
+    frames = (enter_call, exit_call) if runtime_symbols else None
+    entries: dict[str, str] = {}
+    for i, (name, (signature, entry)) in enumerate(functions.items()):
+        if native_kernel_supported(signature):
+            symbol = f"pymlirjit_entry_{i}"
+            batch.add_kernel_entry(boundary_abi(signature), "_mlir_ciface_" + entry, frames,
+                                   release_gil, unwind, symbol)
+            entries[name] = symbol
+    for symbol, cb in runtime_symbols.items():
+        if native_callback_supported(cb.signature):
+            batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                          TrampolineHelpers(cb), symbol)
+        else:
+            batch.add_forwarder(symbol, cb.abi, callback_slot(cb.name, "entry"))
+    if not batch.symbols:
+        return NativeCode(None, (), {})
+    return NativeCode(batch.emit_object(), tuple(batch.slot_names), entries)
+
+
+def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
+                ) -> tuple[list[int], list[object]]:
+    """The values of the slots ``names`` in this process, with ``callbacks`` (by
+    callback name) for the slots of callbacks: the numbers to store, and the objects
+    they point at (to keep alive with the code)."""
+    values: list[int] = []
+    objects: list[object] = []
+    helpers: dict[str, TrampolineHelpers] = {}
+    for name in names:
+        number: int | None = None
+        if name == ENTER_CALL:
+            obj: object = enter_call
+        elif name == EXIT_CALL:
+            obj = exit_call
+        elif name == FRAME_KEY:
+            number = native_frame_slot().key.value
+        elif name == FOREIGN_RECORD:
+            number = foreign_record_address()
+        elif name == ARRAY_FROM_DESCR:
+            number = array_from_descr()
+        elif name.startswith("callback:"):
+            callback_name, _, what = name.removeprefix("callback:").rpartition(":")
+            cb = callbacks[callback_name]
+            if what == "entry":
+                number = cb.address
+                objects.append(cb)  # which keeps its entry alive
+            elif what == "function":
+                obj = cb.__wrapped__
+            else:
+                if callback_name not in helpers:
+                    helpers[callback_name] = TrampolineHelpers(cb)
+                obj = getattr(helpers[callback_name], what)
+        else:
+            obj = well_known(name)
+        if number is None:
+            number = id(obj)
+            objects.append(obj)
+        values.append(number)
+    return values, objects
+
+
+class SharedLibrary:
+    """A shared library loaded from memory, standing in for an ExecutionEngine:
+    ``function_address(name)`` gives a function's address, :meth:`bind` fills the
+    slots. ``shared_libs`` are loaded first, with their symbols global, for the
+    library's undefined symbols to resolve.
+
+    The library is unloaded when this object is collected, except if it uses shared
+    libraries (which may run threads that still refer to its code).
+    """
+
+    def __init__(self, data: bytes, shared_libs: Sequence[str] = (),
+                 name: str = "module") -> None:
+        for library in shared_libs:
+            ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+        descriptor = os.memfd_create(f"pymlirjit-{name}", os.MFD_CLOEXEC)
+        try:
+            with open(descriptor, "wb", closefd=False) as out:
+                out.write(data)
+            # The descriptor stays open while the library is loaded: the dynamic loader
+            # knows a library by its path, and /proc/self/fd/N names another file once
+            # N is reused.
+            self._library = ctypes.CDLL(f"/proc/self/fd/{descriptor}")
+        except BaseException:
+            os.close(descriptor)
+            raise
+        self.keepalive: list[object] = []
+        if not shared_libs:
+            finalizer = weakref.finalize(self, _unload, self._library._handle, descriptor)
+            finalizer.atexit = False  # at exit, other code may still call into it
+
+    def function_address(self, name: str) -> int:
+        """The address of the function ``name``; :class:`LinkError` if there is none."""
+        try:
+            address = ctypes.cast(self._library[name], ctypes.c_void_p).value
+        except AttributeError:
+            address = None
+        if not address:
+            raise LinkError(f"Unknown function {name}: the cached module defines no such "
+                            f"function", [name])
+        return address
+
+    def bind(self, values: Sequence[int], objects: Iterable[object] = ()) -> None:
+        """Store ``values`` in the slots, by index; ``objects`` stay alive as long as
+        this library."""
+        for index, value in enumerate(values):
+            ctypes.c_uint64.in_dll(self._library, f"{SLOT_PREFIX}{index}").value = value
+        self.keepalive.extend(objects)
+
+
+def _unload(handle: int, descriptor: int) -> None:
+    import _ctypes
+
+    _ctypes.dlclose(handle)
+    os.close(descriptor)
