@@ -1,0 +1,85 @@
+"""Native entry points and trampolines: the code for this process, and relocatable
+code for shared libraries (whose every process-specific value sits in a named slot)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+
+from pymlirjit import Session, callback
+from pymlirjit.abi import boundary_abi
+from pymlirjit.callbacks import Callback, TrampolineHelpers, enter_call, exit_call
+from pymlirjit.native import NativeBatch
+from pymlirjit.relocation import SLOT_PREFIX
+from pymlirjit.sharedlib import slot_values
+from pymlirjit.signature import as_signature
+
+KERNEL_SIGNATURES = [
+    "(f64, f32, i64, i32, i16, i8, i1, index) -> f64",
+    "(memref<?x3xf32>, memref<4xi64, strided<[?], offset: ?>>, tensor<2x?xf64>) -> ()",
+    "(i32) -> i1",
+    "(f32) -> f32",
+    "() -> i64",
+]
+CALLBACK_SIGNATURES = [
+    "(f64, f32, i64, i1) -> f64",
+    "(memref<?x?xf32>, memref<3xi8>) -> ()",
+    "(i32) -> i1",
+    "(f32) -> f32",
+    "() -> i64",
+]
+
+
+def callbacks() -> dict[str, Callback]:
+    session = Session()
+    made = {}
+    for i, text in enumerate(CALLBACK_SIGNATURES):
+        made[f"cb{i}"] = callback(text, name=f"cb{i}", session=session)(lambda *a: None)
+    return made
+
+
+def elf_type(code: bytes) -> int:
+    assert code[:4] == b"\x7fELF"
+    return struct.unpack_from("<H", code, 16)[0]
+
+
+@pytest.mark.parametrize("frames", [None, (enter_call, exit_call)], ids=["plain", "frames"])
+@pytest.mark.parametrize("release_gil", [True, False, None])
+def test_relocatable_code_names_every_value_it_uses(frames: Any,
+                                                    release_gil: bool | None) -> None:
+    batch = NativeBatch(relocatable=True)
+    for i, text in enumerate(KERNEL_SIGNATURES):
+        batch.add_kernel_entry(boundary_abi(as_signature(text)), f"_mlir_ciface_k{i}",
+                               frames, release_gil, unwind=frames is not None,
+                               symbol=f"entry{i}")
+    by_name = callbacks()
+    for name, cb in by_name.items():
+        batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                      TrampolineHelpers(cb), symbol=f"_mlir_ciface_{name}")
+    code = batch.emit_object()
+    assert elf_type(code) == 1  # a relocatable object
+    for symbol in batch.symbols:
+        assert symbol.encode() in code
+    values, _ = slot_values(batch.slot_names, by_name)
+    assert len(values) == len(batch.slot_names) and all(values)
+    assert f"{SLOT_PREFIX}{len(values) - 1}".encode() in code
+
+
+def test_code_for_this_process_embeds_no_slots() -> None:
+    batch = NativeBatch()
+    cb = callbacks()["cb0"]
+    batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                  TrampolineHelpers(cb))
+    addresses, owner = batch.compile()
+    assert batch.slot_names == [] and len(addresses) == 1 and addresses[0] != 0
+    assert owner
+
+
+def test_forwarders_call_through_their_slot() -> None:
+    batch = NativeBatch(relocatable=True)
+    signature = as_signature("(f64, memref<*xf32>) -> (complex<f64>, i1)")
+    batch.add_forwarder("_mlir_ciface_f", boundary_abi(signature), "callback:f:entry")
+    assert batch.slot_names == ["callback:f:entry"]
+    assert elf_type(batch.emit_object()) == 1

@@ -1,0 +1,274 @@
+"""Modules cached as shared libraries: linking, loading from memory, binding slots.
+
+Two sessions sharing a cache directory stand for two processes: the first compiles and
+stores the module, the second loads it. Every loaded module is checked against the
+same module compiled in memory (the other path of the native entries).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pymlirjit import MemRef, Session, callback, complex128, f64
+from pymlirjit.errors import LinkError
+from pymlirjit.relocation import ENTER_CALL, FRAME_KEY, callback_slot, dtype_slot
+from pymlirjit.sharedlib import (
+    SharedLibrary,
+    c_compiler,
+    link_shared_library,
+    slot_values,
+    supported,
+)
+
+pytestmark = pytest.mark.skipif(not supported(), reason="needs Linux and a C compiler")
+
+KERNELS = """
+func.func @fma(%a: f64, %b: f32, %n: i32, %flag: i1) -> f64 {
+  %bb = arith.extf %b : f32 to f64
+  %nn = arith.sitofp %n : i32 to f64
+  %p = arith.mulf %a, %bb : f64
+  %s = arith.addf %p, %nn : f64
+  %neg = arith.negf %s : f64
+  %r = arith.select %flag, %s, %neg : f64
+  return %r : f64
+}
+func.func @scale(%x: memref<?x3xf32>, %k: f32) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %n = memref.dim %x, %c0 : memref<?x3xf32>
+  scf.for %i = %c0 to %n step %c1 {
+    scf.for %j = %c0 to %c3 step %c1 {
+      %v = memref.load %x[%i, %j] : memref<?x3xf32>
+      %w = arith.mulf %v, %k : f32
+      memref.store %w, %x[%i, %j] : memref<?x3xf32>
+    }
+  }
+  return
+}
+func.func @is_positive(%x: i32) -> i1 {
+  %zero = arith.constant 0 : i32
+  %r = arith.cmpi sgt, %x, %zero : i32
+  return %r : i1
+}
+"""
+
+CALLS: list[tuple[str, tuple[Any, ...]]] = [
+    ("fma", (2.0, 1.5, 3, True)),
+    ("fma", (2.0, 1.5, 3, False)),
+    ("fma", (np.float64(2.0), np.float32(1.5), np.int32(3), np.True_)),  # the Python path
+    ("fma", (2.0, 1.5, 2**40, True)),  # out of range for i32
+    ("fma", ("2", 1.5, 3, True)),
+    ("fma", (2.0, 1.5, 3)),
+    ("is_positive", (5,)),
+    ("is_positive", (-5,)),
+    ("scale", (np.ones((2, 3), np.float32), 2.0)),
+    ("scale", (np.ones((2, 3), np.float64), 2.0)),  # wrong dtype
+    ("scale", (np.ones((2, 4), np.float32), 2.0)),  # wrong static size
+    ("scale", (np.ones((3, 2), np.float32).T, 2.0)),  # not contiguous
+]
+
+
+def outcome(function: Any, args: tuple[Any, ...]) -> Any:
+    args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
+    try:
+        result = function(*args)
+    except Exception as error:  # the error is the outcome compared
+        return type(error).__name__, str(error)
+    arrays = [a.tolist() for a in args if isinstance(a, np.ndarray)]
+    return repr(result), arrays
+
+
+def compiled_and_loaded(source: str, directory: Path, **options: Any) -> tuple[Any, Any]:
+    """The module compiled in this process without a disk cache, and as another
+    process loads it from ``directory``."""
+    in_memory = Session().compile(source, **options)
+    Session(cache_dir=directory).compile(source, **options)
+    loader = Session(cache_dir=directory)
+    loaded = loader.compile(source, **options)
+    assert loader.disk_cache is not None and loader.disk_cache.hits == 1
+    assert type(loaded.engine) is SharedLibrary
+    return in_memory, loaded
+
+
+def test_loaded_entries_agree_with_in_memory_ones(tmp_path: Path) -> None:
+    in_memory, loaded = compiled_and_loaded(KERNELS, tmp_path)
+    for name in ("fma", "scale", "is_positive"):
+        assert loaded[name].native is not None  # entries come with the library
+    for name, args in CALLS:
+        assert outcome(loaded[name], args) == outcome(in_memory[name], args), (name, args)
+
+
+CALLBACKS = """
+func.func @run(%x: f64, %n: i32) -> f64 {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %x) -> f64 : i32 {
+    %next = func.call @step(%acc) : (f64) -> f64
+    scf.yield %next : f64
+  }
+  return %r : f64
+}
+func.func @total(%a: memref<?xf64>) -> f64 {
+  %r = func.call @add_up(%a) : (memref<?xf64>) -> f64
+  return %r : f64
+}
+func.func @rotate(%x: f64) -> f64 {
+  %z = func.call @to_complex(%x) : (f64) -> complex<f64>
+  %re = complex.re %z : complex<f64>
+  %im = complex.im %z : complex<f64>
+  %r = arith.addf %re, %im : f64
+  return %r : f64
+}
+func.func private @step(f64) -> f64
+func.func private @add_up(memref<?xf64>) -> f64
+func.func private @to_complex(f64) -> complex<f64>
+"""
+
+
+def callbacks_in(session: Session, factor: float, calls: list[float]) -> None:
+    @callback(session=session)
+    def step(x: f64) -> f64:
+        calls.append(x)
+        if x > 1000:
+            raise OverflowError(f"{x} is too large")
+        return x * factor
+
+    @callback(session=session)
+    def add_up(a: MemRef[f64, None]) -> f64:
+        return float(a.sum())
+
+    @callback(session=session)
+    def to_complex(x: f64) -> complex128:  # no trampoline serves complex: a forwarder
+        return complex(x, factor)
+
+
+def test_callbacks_of_a_loaded_module_are_this_process_s(tmp_path: Path) -> None:
+    first = Session(cache_dir=tmp_path)
+    callbacks_in(first, 2.0, [])
+    first.compile(CALLBACKS)
+    second = Session(cache_dir=tmp_path)
+    calls: list[float] = []
+    callbacks_in(second, 3.0, calls)
+    module = second.compile(CALLBACKS)
+    assert second.disk_cache is not None and second.disk_cache.hits == 1
+    assert module.run(1.0, 3) == 27.0
+    assert module.total(np.arange(5.0)) == 10.0
+    assert module.rotate(1.0) == 4.0
+    assert calls == [1.0, 3.0, 9.0]
+
+
+def test_a_callback_error_in_a_loaded_module_ends_the_call(tmp_path: Path) -> None:
+    Session(cache_dir=tmp_path).compile(CALLBACKS, callbacks=_callbacks(2.0, []))
+    calls: list[float] = []
+    module = Session(cache_dir=tmp_path).compile(CALLBACKS, callbacks=_callbacks(10.0, calls))
+    with pytest.raises(OverflowError, match=r"10000\.0 is too large"):
+        module.run(1.0, 1000)
+    assert calls == [1.0, 10.0, 100.0, 1000.0, 10000.0]  # unwound at once
+    assert module.run(1.0, 2) == 100.0
+
+
+def _callbacks(factor: float, calls: list[float]) -> list[Any]:
+    session = Session()
+    callbacks_in(session, factor, calls)
+    return list(session.callbacks)
+
+
+def test_loads_of_one_entry_are_independent(tmp_path: Path) -> None:
+    modules = [Session(cache_dir=tmp_path).compile(CALLBACKS, callbacks=_callbacks(k, []))
+               for k in (2.0, 3.0, 4.0)]
+    assert [m.run(1.0, 2) for m in modules] == [4.0, 9.0, 16.0]
+    assert len({id(m.engine) for m in modules[1:]}) == 2
+
+
+def memfd_mappings() -> int:
+    return Path("/proc/self/maps").read_text().count("/memfd:pymlirjit-")
+
+
+def test_a_collected_module_is_unloaded(tmp_path: Path) -> None:
+    Session(cache_dir=tmp_path).compile(KERNELS)
+    gc.collect()
+    before = memfd_mappings()
+    module = Session(cache_dir=tmp_path).compile(KERNELS)
+    function = module.fma
+    assert memfd_mappings() > before
+    del module
+    gc.collect()
+    assert function(1.0, 1.0, 1, True) == 2.0  # a function keeps its code loaded
+    del function
+    gc.collect()
+    assert memfd_mappings() == before
+
+
+def test_a_compiler_that_cannot_link_leaves_object_code(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "false")
+    first = Session(cache_dir=tmp_path)
+    assert first.compile(KERNELS).is_positive(3) is True
+    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".o"]
+    loaded = Session(cache_dir=tmp_path).compile(KERNELS)
+    assert type(loaded.engine).__name__ == "ObjectEngine"
+    assert loaded.is_positive(-3) is False
+
+
+def test_c_compiler_follows_cc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "")
+    assert c_compiler() is None
+    monkeypatch.setenv("CC", "gcc -m64")
+    assert c_compiler() is not None and os.path.basename(c_compiler() or "") == "gcc"
+    monkeypatch.setenv("CC", "no-such-compiler")
+    assert c_compiler() is None
+    with pytest.raises(LinkError, match="no C compiler"):
+        link_shared_library([b""])
+
+
+def test_a_link_failure_names_the_compiler_and_its_message() -> None:
+    with pytest.raises(LinkError, match=r"could not link a shared library: .*part0\.o"):
+        link_shared_library([b"not an object file"])
+
+
+def test_unknown_functions_raise_link_error(tmp_path: Path) -> None:
+    Session(cache_dir=tmp_path).compile(KERNELS)
+    module = Session(cache_dir=tmp_path).compile(KERNELS)
+    with pytest.raises(LinkError, match="no_such_function"):
+        module.engine.function_address("no_such_function")
+
+
+def test_slot_values_resolve_names_in_this_process() -> None:
+    session = Session()
+    callbacks_in(session, 1.0, [])
+    by_name = {cb.name: cb for cb in session.callbacks}
+    names = ["float", dtype_slot("f32"), ENTER_CALL, FRAME_KEY,
+             callback_slot("step", "function"), callback_slot("to_complex", "entry")]
+    values, objects = slot_values(names, by_name)
+    assert values[0] == id(float) and values[1] == id(np.dtype(np.float32))
+    assert values[4] == id(by_name["step"].__wrapped__)
+    assert values[5] == by_name["to_complex"].address
+    assert by_name["to_complex"] in objects and float in objects
+    with pytest.raises(KeyError):
+        slot_values(["no such slot"], by_name)
+    with pytest.raises(KeyError):
+        slot_values([callback_slot("missing", "function")], by_name)
+
+
+def test_modules_with_a_boolean_and_float_result_round_trip(tmp_path: Path) -> None:
+    source = """
+    func.func @half(%x: f32) -> f32 {
+      %two = arith.constant 2.0 : f32
+      %r = arith.divf %x, %two : f32
+      return %r : f32
+    }
+    func.func @ok(%x: i1) -> i1 {
+      return %x : i1
+    }
+    """
+    in_memory, loaded = compiled_and_loaded(source, tmp_path)
+    for args in [(3.0,), (np.float32(3.0),), (1,)]:
+        assert outcome(loaded.half, args) == outcome(in_memory.half, args)
+    assert loaded.ok(True) is True and loaded.ok(False) is False
