@@ -279,3 +279,44 @@ def test_stub_may_annotate_arrays_with_ndarray(session: Session) -> None:
     def echo(a: np.ndarray) -> np.ndarray: ...
 
     assert echo(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
+
+
+TWICE = """
+func.func @twice(%x: f64) -> f64 {
+  %r = arith.addf %x, %x : f64
+  return %r : f64
+}
+"""
+
+
+def test_cache_true_keeps_the_machine_code_on_disk(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import pymlirjit.session
+
+    monkeypatch.setenv("PYMLIRJIT_CACHE_DIR", str(tmp_path / "default"))
+    monkeypatch.setattr(pymlirjit.session, "_default_disk", None)
+    for expected_hits in (0, 1):  # a new session, as a new process would have
+        session = Session()
+
+        @mlir_kernel(source=TWICE, session=session, cache=True)
+        def twice(x: float) -> float: ...
+
+        assert twice(2.5) == 5.0
+        assert pymlirjit.session._default_disk is not None
+        assert pymlirjit.session._default_disk.hits == expected_hits
+    assert len(list((tmp_path / "default").glob("*.json"))) == 1
+
+    own = Session(cache_dir=tmp_path / "own")
+
+    @mlir_kernel(source=TWICE, name="twice", session=own, cache=True)
+    def twice_here(x: float) -> float: ...
+
+    assert twice_here(1.0) == 2.0
+    assert own.disk_cache is not None and own.disk_cache.stores == 1
+
+    @mlir_kernel(source=TWICE, name="twice", session=Session(cache_dir=tmp_path / "off"),
+                 cache=False)
+    def twice_uncached(x: float) -> float: ...
+
+    assert twice_uncached(1.0) == 2.0
+    assert not (tmp_path / "off").exists()
