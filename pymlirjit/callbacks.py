@@ -25,7 +25,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
 from .errors import SignatureError
@@ -51,7 +51,9 @@ from .types import (
 __all__ = [
     "Callback",
     "CallbackRegistry",
+    "CallMachinery",
     "call_frame",
+    "call_machinery",
     "callback",
     "default_registry",
     "enter_call",
@@ -64,41 +66,46 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- error capture across compiled frames ------------------------------------------------
+#
+# Each call into compiled code has a record (a C struct): native kernel entries keep it
+# on their C stack, the Python path in a ctypes struct. A per-thread pthread key points
+# at the record of the innermost call running on the thread, and each record points at
+# the one it hides, restored when the call ends. A failing callback stores its exception
+# under its call's record address and sets the record's `failed` flag; later callbacks
+# of the call see the flag and return at once; the call, when it ends, raises the
+# exception. Callbacks on threads the compiled code started itself find no record on
+# their thread: theirs is a process-wide one, `_foreign`, whose error any call ending
+# next raises.
 
 class CallRecord(ctypes.Structure):
-    """The part of a call frame that native code reads: whether a callback of the call
-    failed, the ``jmp_buf`` of a native kernel entry that can unwind the call, and
-    whether the calling thread keeps the GIL during the call."""
+    """The record of one call into compiled code, as native code reads it: whether a
+    callback of the call failed, the ``jmp_buf`` of a native kernel entry that can unwind
+    the call, whether the calling thread keeps the GIL during the call, and the record of
+    the call it is nested in."""
 
     _fields_ = [("failed", ctypes.c_int64), ("jump_buffer", ctypes.c_void_p),
-                ("holds_gil", ctypes.c_int64)]
+                ("holds_gil", ctypes.c_int64), ("previous", ctypes.c_void_p)]
 
 
 class CallFrame:
-    """The state of one call into compiled code: the first exception a callback raised."""
+    """A call into compiled code made from Python (not through a native entry): its
+    record, and its address."""
 
-    __slots__ = ("error", "record")
+    __slots__ = ("address", "record")
 
     def __init__(self, jump_buffer: int = 0, holds_gil: bool = False) -> None:
-        self.error: BaseException | None = None
-        self.record = CallRecord(0, jump_buffer, int(holds_gil))
+        self.record = CallRecord(0, jump_buffer, int(holds_gil), None)
+        self.address = ctypes.addressof(self.record)
 
 
-class _ThreadFrames(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[CallFrame] = []
-
-
-_frames = _ThreadFrames()
-# Callbacks running on threads the compiled code started itself have no frame of their
-# own; their errors go here and surface from the next call into compiled code that ends.
 _foreign = CallFrame()
+_errors: dict[int, BaseException] = {}  # record address -> the first error of that call
 _error_lock = threading.Lock()
 
 
 class _NativeFrameSlot:
-    """A pthread key holding, per thread, the address of the current frame's record, so
-    that a native trampoline finds it without the GIL."""
+    """The pthread key holding, per thread, the address of the innermost call's record,
+    so that native code finds it without the GIL."""
 
     def __init__(self) -> None:
         libc = ctypes.CDLL(None)
@@ -108,9 +115,16 @@ class _NativeFrameSlot:
         self._set = libc.pthread_setspecific
         self._set.argtypes = [ctypes.c_uint, ctypes.c_void_p]
         self._set.restype = ctypes.c_int
+        self._get = libc.pthread_getspecific
+        self._get.argtypes = [ctypes.c_uint]
+        self._get.restype = ctypes.c_void_p
 
-    def point_at(self, frame: CallFrame | None) -> None:
-        self._set(self.key, ctypes.addressof(frame.record) if frame is not None else None)
+    def get(self) -> int:
+        """The address of this thread's innermost record (0 if none)."""
+        return self._get(self.key) or 0
+
+    def set(self, address: int) -> None:
+        self._set(self.key, address or None)
 
 
 @functools.cache
@@ -122,7 +136,7 @@ def native_frame_slot() -> _NativeFrameSlot:
 def foreign_record_address() -> int:
     """The address of the call record of threads the compiled code started (which have
     no call of their own)."""
-    return ctypes.addressof(_foreign.record)
+    return _foreign.address
 
 
 def enter_call(jump_buffer: int = 0, holds_gil: bool = False) -> CallFrame:
@@ -131,20 +145,45 @@ def enter_call(jump_buffer: int = 0, holds_gil: bool = False) -> CallFrame:
     says that this thread keeps the GIL for the whole call (callbacks on this thread
     then skip taking it)."""
     frame = CallFrame(jump_buffer, holds_gil)
-    stack = _frames.stack
-    stack.append(frame)
-    native_frame_slot().point_at(frame)
+    slot = native_frame_slot()
+    frame.record.previous = slot.get() or None
+    slot.set(frame.address)
     return frame
 
 
 def exit_call(frame: CallFrame) -> None:
     """Close ``frame``; re-raise the exception a callback raised during the call, if any."""
-    _pop(frame)
-    error = _take_error(frame)
-    if error is None and _foreign.error is not None:
-        error = _take_error(_foreign)
+    native_frame_slot().set(frame.record.previous or 0)
+    if frame.record.failed or _foreign.record.failed:
+        finish_call(frame.address)
+
+
+def finish_call(address: int) -> None:
+    """Raise the exception of the call whose record is at ``address`` (which has ended),
+    else one a callback raised on a thread without a call, if any."""
+    with _error_lock:
+        error = _errors.pop(address, None)
+        if error is None and _foreign.record.failed:
+            error = _errors.pop(_foreign.address, None)
+            _foreign.record.failed = 0
     if error is not None:
         raise error
+
+
+class CallMachinery(NamedTuple):
+    """What a native kernel entry needs to open and close a call's record:
+    ``frame_key`` (the pthread key), ``foreign_record`` (the address of the record of
+    threads without a call) and ``finish_call`` (raises the call's error)."""
+
+    frame_key: int
+    foreign_record: int
+    finish_call: Callable[[int], None]
+
+
+@functools.cache
+def call_machinery() -> CallMachinery:
+    """What the native kernel entries of modules with callbacks use."""
+    return CallMachinery(native_frame_slot().key.value, _foreign.address, finish_call)
 
 
 @contextmanager
@@ -154,40 +193,31 @@ def call_frame() -> Iterator[CallFrame]:
     try:
         yield frame
     except BaseException:
-        _pop(frame)
-        _take_error(frame)
+        native_frame_slot().set(frame.record.previous or 0)
+        with _error_lock:
+            _errors.pop(frame.address, None)  # the exception raised instead wins
         raise
     exit_call(frame)
 
 
-def _pop(frame: CallFrame) -> None:
-    stack = _frames.stack
-    if stack and stack[-1] is frame:
-        stack.pop()
-        native_frame_slot().point_at(stack[-1] if stack else None)
+def _current_record() -> int:
+    """The address of the record of the call this thread runs (or the foreign one)."""
+    return native_frame_slot().get() or _foreign.address
 
 
-def _current_frame() -> CallFrame:
-    stack = _frames.stack
-    return stack[-1] if stack else _foreign
+def _failed(address: int) -> bool:
+    return bool(ctypes.c_int64.from_address(address).value)
 
 
-def _record(frame: CallFrame, error: BaseException, name: str) -> None:
-    """Keep the first error of a call, noting which callback raised it."""
+def _record(address: int, error: BaseException, name: str) -> None:
+    """Keep the first error of the call whose record is at ``address``, noting which
+    callback raised it."""
     with _error_lock:
-        if frame.error is not None:
+        if address in _errors:
             return
         _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
-        frame.error = error
-        frame.record.failed = 1
-
-
-def _take_error(frame: CallFrame) -> BaseException | None:
-    with _error_lock:
-        error = frame.error
-        frame.error = None
-        frame.record.failed = 0
-        return error
+        _errors[address] = error
+        ctypes.c_int64.from_address(address).value = 1
 
 
 def _add_note(error: BaseException, note: str) -> None:
@@ -313,7 +343,7 @@ class TrampolineHelpers:
         self.result_type = results[0] if results else None
 
     def record(self, error: BaseException) -> None:
-        _record(_current_frame(), error, self.name)
+        _record(_current_record(), error, self.name)
 
     def convert_result(self, value: Any) -> Any:
         t = self.result_type
@@ -384,16 +414,16 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                             f"({', '.join(t.mlir for t in results)}), got {got}")
         return result
 
-    def fail(error: BaseException, frame: CallFrame) -> None:
-        _record(frame, error, name)
+    def fail(error: BaseException, record: int) -> None:
+        _record(record, error, name)
 
     if abi.results_via_pointer:
         struct_type = abi.result_struct
         size = ctypes.sizeof(struct_type)
 
         def entry_via_pointer(out: int, *c_args: Any) -> None:
-            frame = _current_frame()
-            if frame.error is not None:
+            record = _current_record()
+            if _failed(record):
                 ctypes.memset(out, 0, size)
                 return
             try:
@@ -403,15 +433,15 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                     _store_result(struct, f"r{i}", t, value, result_what[i])
             except BaseException as error:
                 ctypes.memset(out, 0, size)
-                fail(error, frame)
+                fail(error, record)
 
         prototype = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *abi.c_params)
         return prototype(entry_via_pointer)
 
     if not results:
         def entry_without_result(*c_args: Any) -> None:
-            frame = _current_frame()
-            if frame.error is not None:
+            record = _current_record()
+            if _failed(record):
                 return
             try:
                 result = function(*python_args(c_args))
@@ -419,7 +449,7 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                     raise TypeError(f"callback {name!r} is declared to return nothing, "
                                     f"but returned {type(result).__name__}")
             except BaseException as error:
-                fail(error, frame)
+                fail(error, record)
 
         return ctypes.CFUNCTYPE(None, *abi.c_params)(entry_without_result)
 
@@ -433,15 +463,15 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     zero = 0
 
     def entry(*c_args: Any) -> Any:
-        frame = _current_frame()
-        if frame.error is not None:
+        record = _current_record()
+        if _failed(record):
             return zero
         try:
             value = to_python_scalar(result_type, function(*python_args(c_args)),
                                      result_what[0])
             return as_boundary(value)
         except BaseException as error:
-            fail(error, frame)
+            fail(error, record)
             return zero
 
     return ctypes.CFUNCTYPE(abi.c_result, *abi.c_params)(entry)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
-from .callbacks import enter_call, exit_call
+from .callbacks import call_machinery, enter_call, exit_call
 from .memref import (
     GLOBAL_MEMREF_MARKER,
     _libc,
@@ -112,8 +112,8 @@ class CompiledFunction:
         call with the batch's addresses and code once compiled, or ``None``."""
         if not self._native_wanted or self.native is not None:
             return None
-        frames = (enter_call, exit_call) if self._links_callbacks else None
-        index = batch.add_kernel_entry(self.abi, self.address, frames, self.release_gil,
+        calls = call_machinery() if self._links_callbacks else None
+        index = batch.add_kernel_entry(self.abi, self.address, calls, self.release_gil,
                                        self.unwind)
         return lambda addresses, code: self.use_native(addresses[index], code)
 

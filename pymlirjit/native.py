@@ -28,7 +28,6 @@ import ctypes
 import functools
 import itertools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,8 +36,7 @@ from llvmlite import ir
 from .abi import BoundaryABI
 from .relocation import (
     ARRAY_FROM_DESCR,
-    ENTER_CALL,
-    EXIT_CALL,
+    FINISH_CALL,
     FOREIGN_RECORD,
     FRAME_KEY,
     SLOT_PREFIX,
@@ -92,6 +90,7 @@ _LIBC: dict[str, ir.FunctionType] = {
     "_setjmp": ir.FunctionType(_i32, [_ptr]),
     "longjmp": ir.FunctionType(ir.VoidType(), [_ptr, _i32]),
     "pthread_getspecific": ir.FunctionType(_ptr, [_i32]),
+    "pthread_setspecific": ir.FunctionType(_i32, [_i32, _ptr]),
 }
 _JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
 
@@ -212,14 +211,14 @@ class NativeBatch:
         return symbol
 
     def add_kernel_entry(self, abi: BoundaryABI, target: int | str,
-                         frames: tuple[Callable[[], Any], Callable[[Any], None]] | None,
-                         release_gil: bool | None = True, unwind: bool = False,
+                         calls: Any, release_gil: bool | None = True, unwind: bool = False,
                          symbol: str | None = None) -> int:
         """Add the native entry of the C-ABI function at ``target`` (an address, or
         the name of a function linked with the code); returns its index.
 
-        ``frames`` are the ``(enter_call, exit_call)`` functions to wrap the call in
-        when the module links Python callbacks, else ``None``; ``release_gil`` whether
+        ``calls`` is the call machinery (:func:`pymlirjit.callbacks.call_machinery`)
+        when the module links Python callbacks: each call then has a record, which its
+        callbacks find and which says whether one failed; else ``None``. ``release_gil`` whether
         to release the GIL while the compiled code runs (``None``: only when other Python
         threads exist); ``unwind`` whether a failing
         callback may end the call at once with ``longjmp`` (only safe for code that
@@ -228,7 +227,7 @@ class NativeBatch:
         :meth:`pymlirjit.function.CompiledFunction.use_native`). ``symbol``
         names it (default: a name unique in the process).
         """
-        _EntryBuilder(self.unit, self._symbol("entry", symbol), abi, target, frames,
+        _EntryBuilder(self.unit, self._symbol("entry", symbol), abi, target, calls,
                       release_gil, unwind).build()
         return len(self.symbols) - 1
 
@@ -346,16 +345,16 @@ class _EntryBuilder(_FunctionBuilder):
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
-                 frames: tuple[Any, Any] | None, release_gil: bool | None,
+                 calls: Any, release_gil: bool | None,
                  unwind: bool) -> None:
         super().__init__(unit, name, ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64,
                                                             _ptr]))
         self.abi = abi
         self.release_gil = release_gil
-        self.unwind = unwind and frames is not None
+        self.unwind = unwind and calls is not None
         self.fallback = self.function.append_basic_block("fallback")
         self.target = target
-        self.frames = frames
+        self.calls = calls
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
@@ -511,33 +510,14 @@ class _EntryBuilder(_FunctionBuilder):
             target: ir.Value = self.unit.function(self.target, target_type)
         else:
             target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
-        frame = None
+        record = None
         jump_buffer = None
-        if self.frames is not None:
-            # enter_call(jump_buffer, holds_gil): the call's record tells trampolines
-            # where to longjmp on failure, and whether this thread keeps the GIL.
-            address: ir.Value = ir.Constant(_i64, 0)
-            if self.unwind:
-                jump_buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
-                jump_buffer.align = 16
-                jump_buffer = b.bitcast(jump_buffer, _ptr)
-                address = b.ptrtoint(jump_buffer, _i64)
-            argv = b.alloca(_ptr, 2)
-            boxed_address = b.call(self.api["PyLong_FromLongLong"], [address])
-            self.return_if_null(boxed_address, "boxed_address")
-            b.store(boxed_address, b.gep(argv, [ir.Constant(_i64, 0)]))
-            holds_gil = self.pointer(self.release_gil is False)
-            b.store(holds_gil, b.gep(argv, [ir.Constant(_i64, 1)]))
-            frame = b.call(self.api["PyObject_Vectorcall"],
-                           [self.pointer(self.frames[0], ENTER_CALL), argv,
-                            ir.Constant(_i64, 2),
-                            ir.Constant(_ptr, None)])
-            b.call(self.api["Py_DecRef"], [boxed_address])
-            self.return_if_null(frame, "entered")
+        if self.calls is not None:
+            record, jump_buffer = self.open_record()
         state = self.save_thread()
         if jump_buffer is not None:
             # A failing callback longjmps back here (see _TrampolineBuilder): the call
-            # ends at once, its result undefined, and exit_call below raises the error.
+            # ends at once, its result undefined, and close_record raises the error.
             result_slot = b.alloca(llvm_result) if result_types else None
             jumped = b.call(self.libc["_setjmp"], [jump_buffer])
             with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
@@ -550,16 +530,55 @@ class _EntryBuilder(_FunctionBuilder):
         if state is not None:
             with b.if_then(b.not_(self.is_null(state))):
                 b.call(self.api["PyEval_RestoreThread"], [state])
-        if frame is not None:
-            assert self.frames is not None
-            done = b.call(self.api["PyObject_CallOneArg"],
-                          [self.pointer(self.frames[1], EXIT_CALL), frame])
-            b.call(self.api["Py_DecRef"], [frame])
-            self.return_if_null(done, "exited")  # a callback's exception, raised
-            b.call(self.api["Py_DecRef"], [done])
+        if record is not None:
+            self.close_record(record)
         b.ret(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
         b.ret(b.call(self.api["PyObject_Vectorcall"], [self_obj, args, nargs, kwnames]))
+
+    def record_field(self, record: ir.Value, index: int) -> ir.Value:
+        return self.builder.gep(record, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
+
+    def open_record(self) -> tuple[ir.Value, ir.Value | None]:
+        """Make this call's record (see pymlirjit.callbacks) the thread's innermost one:
+        it tells trampolines where to longjmp on failure (with ``unwind``) and whether
+        this thread keeps the GIL. Returns it and the jmp_buf, if any."""
+        b = self.builder
+        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
+        record = b.alloca(ir.ArrayType(_i64, 4))
+        jump_buffer = None
+        address: ir.Value = ir.Constant(_i64, 0)
+        if self.unwind:
+            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
+            buffer.align = 16
+            jump_buffer = b.bitcast(buffer, _ptr)
+            address = b.ptrtoint(jump_buffer, _i64)
+        previous = b.call(self.libc["pthread_getspecific"], [key])
+        for index, value in enumerate([ir.Constant(_i64, 0), address,
+                                       ir.Constant(_i64, int(self.release_gil is False)),
+                                       b.ptrtoint(previous, _i64)]):
+            b.store(value, self.record_field(record, index))
+        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
+        return record, jump_buffer
+
+    def close_record(self, record: ir.Value) -> None:
+        """Make the hidden record the innermost one again; if a callback of this call
+        (or of a thread without a call) failed, let Python raise its exception."""
+        b = self.builder
+        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
+        previous = b.inttoptr(b.load(self.record_field(record, 3)), _ptr)
+        b.call(self.libc["pthread_setspecific"], [key, previous])
+        foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD),
+                             _i64.as_pointer())
+        failed = b.or_(b.load(self.record_field(record, 0)), b.load(foreign))
+        with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(_i64, 0)), likely=False):
+            address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(record, _i64)])
+            self.return_if_null(address, "boxed_record")
+            done = b.call(self.api["PyObject_CallOneArg"],
+                          [self.pointer(self.calls.finish_call, FINISH_CALL), address])
+            b.call(self.api["Py_DecRef"], [address])
+            self.return_if_null(done, "finished")  # a callback's exception, raised
+            b.call(self.api["Py_DecRef"], [done])
 
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         if t is None:

@@ -24,8 +24,7 @@ from .types import SCALARS
 
 __all__ = [
     "ARRAY_FROM_DESCR",
-    "ENTER_CALL",
-    "EXIT_CALL",
+    "FINISH_CALL",
     "FOREIGN_RECORD",
     "FRAME_KEY",
     "SLOT_PREFIX",
@@ -39,11 +38,10 @@ __all__ = [
 SLOT_PREFIX = "pymlirjit_slot_"  # slots are globals named by index: pymlirjit_slot_0, ...
 
 ARRAY_FROM_DESCR = "numpy.PyArray_NewFromDescr"  # the address array_from_descr() gives
-# The call machinery of pymlirjit.callbacks, the same for every module: enter_call and
-# exit_call (objects), the pthread key of the current call record and the address of
-# the record of threads without a call (numbers).
-ENTER_CALL = "call:enter"
-EXIT_CALL = "call:exit"
+# The call machinery of pymlirjit.callbacks, the same for every module: finish_call (an
+# object), the pthread key of the current call record and the address of the record of
+# threads without a call (numbers).
+FINISH_CALL = "call:finish"
 FRAME_KEY = "call:frame_key"
 FOREIGN_RECORD = "call:foreign_record"
 

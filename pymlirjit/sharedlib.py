@@ -30,16 +30,14 @@ from .abi import boundary_abi, native_callback_supported, native_kernel_supporte
 from .callbacks import (
     Callback,
     TrampolineHelpers,
-    enter_call,
-    exit_call,
+    call_machinery,
     foreign_record_address,
     native_frame_slot,
 )
 from .errors import LinkError
 from .relocation import (
     ARRAY_FROM_DESCR,
-    ENTER_CALL,
-    EXIT_CALL,
+    FINISH_CALL,
     FOREIGN_RECORD,
     FRAME_KEY,
     SLOT_PREFIX,
@@ -122,12 +120,12 @@ def build_native_code(functions: Mapping[str, tuple[Signature, str]],
     from .native import NativeBatch  # llvmlite loads only when code is generated
 
     batch = NativeBatch(relocatable=True)
-    frames = (enter_call, exit_call) if runtime_symbols else None
+    calls = call_machinery() if runtime_symbols else None
     entries: dict[str, str] = {}
     for i, (name, (signature, entry)) in enumerate(functions.items()):
         if native_kernel_supported(signature):
             symbol = f"pymlirjit_entry_{i}"
-            batch.add_kernel_entry(boundary_abi(signature), "_mlir_ciface_" + entry, frames,
+            batch.add_kernel_entry(boundary_abi(signature), "_mlir_ciface_" + entry, calls,
                                    release_gil, unwind, symbol)
             entries[name] = symbol
     for symbol, cb in runtime_symbols.items():
@@ -151,10 +149,8 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
     helpers: dict[str, TrampolineHelpers] = {}
     for name in names:
         number: int | None = None
-        if name == ENTER_CALL:
-            obj: object = enter_call
-        elif name == EXIT_CALL:
-            obj = exit_call
+        if name == FINISH_CALL:
+            obj: object = call_machinery().finish_call
         elif name == FRAME_KEY:
             number = native_frame_slot().key.value
         elif name == FOREIGN_RECORD:

@@ -10,7 +10,7 @@ import pytest
 
 from pymlirjit import Session, callback
 from pymlirjit.abi import boundary_abi
-from pymlirjit.callbacks import Callback, TrampolineHelpers, enter_call, exit_call
+from pymlirjit.callbacks import Callback, TrampolineHelpers, call_machinery
 from pymlirjit.native import NativeBatch
 from pymlirjit.relocation import SLOT_PREFIX
 from pymlirjit.sharedlib import slot_values
@@ -45,14 +45,14 @@ def elf_type(code: bytes) -> int:
     return struct.unpack_from("<H", code, 16)[0]
 
 
-@pytest.mark.parametrize("frames", [None, (enter_call, exit_call)], ids=["plain", "frames"])
+@pytest.mark.parametrize("calls", [None, call_machinery()], ids=["plain", "calls"])
 @pytest.mark.parametrize("release_gil", [True, False, None])
-def test_relocatable_code_names_every_value_it_uses(frames: Any,
+def test_relocatable_code_names_every_value_it_uses(calls: Any,
                                                     release_gil: bool | None) -> None:
     batch = NativeBatch(relocatable=True)
     for i, text in enumerate(KERNEL_SIGNATURES):
         batch.add_kernel_entry(boundary_abi(as_signature(text)), f"_mlir_ciface_k{i}",
-                               frames, release_gil, unwind=frames is not None,
+                               calls, release_gil, unwind=calls is not None,
                                symbol=f"entry{i}")
     by_name = callbacks()
     for name, cb in by_name.items():

@@ -17,7 +17,7 @@ import pytest
 
 from pymlirjit import MemRef, Session, callback, complex128, f64
 from pymlirjit.errors import LinkError
-from pymlirjit.relocation import ENTER_CALL, FRAME_KEY, callback_slot, dtype_slot
+from pymlirjit.relocation import FINISH_CALL, FRAME_KEY, callback_slot, dtype_slot
 from pymlirjit.sharedlib import (
     SharedLibrary,
     c_compiler,
@@ -244,7 +244,7 @@ def test_slot_values_resolve_names_in_this_process() -> None:
     session = Session()
     callbacks_in(session, 1.0, [])
     by_name = {cb.name: cb for cb in session.callbacks}
-    names = ["float", dtype_slot("f32"), ENTER_CALL, FRAME_KEY,
+    names = ["float", dtype_slot("f32"), FINISH_CALL, FRAME_KEY,
              callback_slot("step", "function"), callback_slot("to_complex", "entry")]
     values, objects = slot_values(names, by_name)
     assert values[0] == id(float) and values[1] == id(np.dtype(np.float32))
