@@ -4,10 +4,11 @@ Python, against upstream ``invoke``, numba and a Python function of the same ari
 from __future__ import annotations
 
 import ctypes
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from pymlirjit import Session, f64, mlir_kernel
+from pymlirjit import Session, callback, f64, mlir_kernel
 
 from ._timing import CaseResult, Config, Target, interleaved, per_call
 from ._upstream import compile_upstream
@@ -22,9 +23,40 @@ func.func @add(%a: f64, %b: f64) -> f64 {attrs} {{
 """
 
 
+WITH_CALLBACK = SOURCE.format(attrs="") + """
+func.func @hook_once(%x: f64) -> f64 {
+  %r = func.call @hook(%x) : (f64) -> f64
+  return %r : f64
+}
+func.func private @hook(f64) -> f64
+"""
+
+
 def add(a: float, b: float) -> float:
     """The floor: a Python function of the same arity."""
     return a + b
+
+
+def _with_callback() -> Callable[..., Any]:
+    """``add`` of a module that also calls a Python callback (so its kernel calls keep a
+    call record for the callbacks)."""
+    session = Session()
+
+    @callback(session=session)
+    def hook(x: f64) -> f64:
+        return x
+
+    module = session.compile(WITH_CALLBACK)
+    assert module.hook_once(2.0) == 2.0
+    return module.add
+
+
+def _from_disk(directory: str) -> Callable[..., Any]:
+    """``add`` as a new process loads it from the disk cache (a shared library)."""
+    Session(cache_dir=directory).compile(SOURCE.format(attrs=""))
+    loaded = Session(cache_dir=directory).compile(SOURCE.format(attrs=""))
+    assert type(loaded.engine).__name__ in ("SharedLibrary", "ObjectEngine")
+    return loaded.add
 
 
 def _numba_baselines(address: int) -> dict[str, Callable[..., Any]] | str:
@@ -59,7 +91,10 @@ def run(config: Config) -> CaseResult:
                  release_gil=False)
     def add_keeping_gil(a: f64, b: f64) -> f64: ...
 
+    scratch = tempfile.TemporaryDirectory()
+    with_callback, from_disk = _with_callback(), _from_disk(scratch.name)
     assert mlir_add(1.0, 2.0) == add_keeping_gil(1.0, 2.0) == 3.0
+    assert with_callback(1.0, 2.0) == from_disk(1.0, 2.0) == 3.0
     compiled = mlir_add.compile()
     raw = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)(compiled.address)
 
@@ -76,6 +111,9 @@ def run(config: Config) -> CaseResult:
          calls),
         ("keep_gil", "pymlirjit @mlir_kernel(release_gil=False)", add_keeping_gil,
          (1.0, 2.0), calls),
+        ("callbacks", "pymlirjit, in a module that calls a Python callback", with_callback,
+         (1.0, 2.0), calls),
+        ("disk", "pymlirjit, loaded from the disk cache", from_disk, (1.0, 2.0), calls),
         ("ctypes", "ctypes CFUNCTYPE on the same C-ABI address", raw,
          (1.0, 2.0), calls),
         ("upstream", "upstream invoke, ctypes pointers prebuilt", upstream.engine.invoke,
@@ -94,6 +132,7 @@ def run(config: Config) -> CaseResult:
                             for _, _, f, args, n in paths), repeat=repeat)
     for (key, label, *_), measured in zip(paths, samples):
         result.add(key, label, measured, "floor")
+    scratch.cleanup()
 
     ratio = result.ratio("pymlirjit", "floor")
     result.targets.append(Target("pymlirjit kernel call <= 2x floor (Python function, same "
