@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pymlirjit import MemRef, Session, callback, complex128, f64
+from pymlirjit import MemRef, Session, callback, complex128, f64, index
 from pymlirjit.errors import LinkError
 from pymlirjit.relocation import FINISH_CALL, FRAME_KEY, callback_slot, dtype_slot
 from pymlirjit.sharedlib import (
@@ -272,3 +272,37 @@ def test_modules_with_a_boolean_and_float_result_round_trip(tmp_path: Path) -> N
     for args in [(3.0,), (np.float32(3.0),), (1,)]:
         assert outcome(loaded.half, args) == outcome(in_memory.half, args)
     assert loaded.ok(True) is True and loaded.ok(False) is False
+
+
+def test_threads_of_a_loaded_module_call_back(tmp_path: Path) -> None:
+    import threading
+
+    from pymlirjit import DEFAULT_PIPELINE
+
+    from .test_callbacks import ASYNC_PIPELINE, PARALLEL
+
+    pipeline = [*ASYNC_PIPELINE, *DEFAULT_PIPELINE]
+    seen: list[int] = []
+    threads: set[int] = set()
+    failing = [False]
+
+    def visit(i: index) -> None:
+        if i == 777 and failing[0]:
+            raise ArithmeticError("bad index 777")
+        seen.append(i)
+        threads.add(threading.get_ident())
+
+    modules = []
+    for _ in range(2):  # compiled and stored, then loaded
+        session = Session(shared_libs=["mlir_async_runtime"], cache_dir=tmp_path)
+        callback(session=session)(visit)
+        modules.append(session.compile(PARALLEL, pipeline=pipeline))
+    loaded = modules[1]
+    assert type(loaded.engine) is SharedLibrary and loaded.par.release_gil
+    loaded.par(2000)
+    assert sorted(seen) == list(range(2000)) and len(threads) > 1
+    failing[0] = True
+    with pytest.raises(ArithmeticError, match="777"):
+        loaded.par(2000)
+    failing[0] = False
+    loaded.par(10)  # nothing left over for the next call
