@@ -17,6 +17,16 @@ descriptor's memory), calls the Python function with vectorcall and unboxes an e
 result; any other result goes through a Python converter, and any exception is handed to
 Python to be recorded for the kernel call.
 
+A module with callbacks gives each kernel call a record (see :mod:`pymlirjit.callbacks`):
+the entry keeps it on its C stack and points a pthread key at it, and trampolines read it
+there, all without Python code unless a callback fails.
+
+Code is generated for this process (:meth:`NativeBatch.compile`, with the addresses of
+Python objects as constants) or, for the on-disk cache, as relocatable object code
+(``NativeBatch(relocatable=True)``, :meth:`NativeBatch.emit_object`) that reads those
+addresses from named slots the loading process fills (:mod:`pymlirjit.relocation`,
+:mod:`pymlirjit.sharedlib`).
+
 The object layouts read here are CPython's ``PyObject`` header (``ob_type`` at offset
 8) and numpy's ``PyArrayObject_fields`` (data, nd, dimensions, strides, base, descr,
 flags): both are public, stable ABI on 64-bit CPython 3.10-3.13 and numpy 1.x/2.x.

@@ -306,7 +306,10 @@ class Session:
         built = self._build(key, filename)
         if not built.signatures:  # nothing to call: nothing worth caching
             return built.module(key), built.declared
-        entry = built.cache_entry(key.shared_libs)
+        try:
+            entry = built.cache_entry(key.shared_libs)
+        except OSError:  # no room for scratch files: no cache
+            return built.module(key), built.declared
         with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
             disk.store(disk_key, entry)
         if entry.kind == "shared":
