@@ -6,6 +6,8 @@ arrays; :class:`Session` compiles, links and caches; :class:`ExecutionEngine` is
 own engine without its traps.
 """
 
+# Importing .engine loads the MLIR bindings at once, on purpose: one of MLIR's runtime
+# libraries (which link libLLVM.so) loaded before them makes the first context abort.
 from .callbacks import Callback, CallbackRegistry, callback
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError

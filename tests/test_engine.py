@@ -264,3 +264,18 @@ def test_memref_arguments_of_f16_and_complex(mlir_type: str, element: object,
     pass_descriptor(engine, "pass_on", values)
     np.testing.assert_array_equal(seen[0], values)
     assert seen[0].dtype == values.dtype
+
+
+def test_runtime_libraries_loaded_by_the_user_do_not_break_mlir() -> None:
+    """Loading libmlir_c_runner_utils (which links libLLVM.so) before the MLIR bindings
+    makes the first context abort the process: importing pymlirjit loads them first."""
+    script = (
+        "import ctypes, pymlirjit\n"
+        "ctypes.CDLL(pymlirjit.runtime_library('mlir_c_runner_utils'))\n"
+        "module = pymlirjit.Session().compile("
+        "'func.func @one() -> i64 { %c = arith.constant 1 : i64 return %c : i64 }')\n"
+        "print(module.one())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "1\n"
