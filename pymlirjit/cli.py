@@ -89,6 +89,10 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                      help="save the array result (repeat for several array results)")
     run.add_argument("--time", action="store_true",
                      help="report compile (parse+lower+JIT) and run times on stderr")
+    run.add_argument("--cache", action="store_true",
+                     help="keep the machine code in the disk cache ($PYMLIRJIT_CACHE_DIR, "
+                          "else ~/.cache/pymlirjit): later runs of an unchanged file load "
+                          "it instead of compiling")
 
 
 def _add_lower_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -216,12 +220,14 @@ class _Clock:
             print(f"{_PROG}: {text}", file=sys.stderr, flush=True)
 
     @contextlib.contextmanager
-    def phase(self, starting: str, done: str) -> Iterator[None]:
-        """Report ``starting...`` now and ``done: <ms>`` when the block ends."""
+    def phase(self, starting: str, done: str) -> Iterator[list[str]]:
+        """Report ``starting...`` now and ``done: <ms>`` when the block ends (the block
+        may replace ``done``: it gets ``[done]``)."""
         self._say(f"{starting}...")
         start = time.perf_counter()
-        yield
-        self._say(f"{done}: {(time.perf_counter() - start) * 1e3:.3f} ms")
+        label = [done]
+        yield label
+        self._say(f"{label[0]}: {(time.perf_counter() - start) * 1e3:.3f} ms")
 
 
 # -- loading callbacks and libraries -----------------------------------------------------
@@ -433,14 +439,19 @@ def _entry_function(module: Any, entry: str, filename: str) -> Any:
     return function
 
 
-def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any]) -> Any:
+def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
+             ) -> tuple[Any, bool]:
+    """The compiled module, and whether it was loaded from the disk cache."""
+    from .cache import default_cache_dir
     from .errors import LinkError
     from .session import Session
 
     shared_libs = resolve_shared_libs(args.shared_libs)
+    session = Session(cache_dir=default_cache_dir() if args.cache else None)
     try:
-        return Session().compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
+        module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
                                  shared_libs=shared_libs, callbacks=callbacks)
+        return module, session.disk_cache is not None and session.disk_cache.hits > 0
     except LinkError as exc:
         if not exc.missing:
             raise
@@ -458,8 +469,10 @@ def run_command(args: argparse.Namespace) -> None:
     if args.callbacks:
         with clock.phase("importing callbacks", "callbacks"):
             callbacks = load_callbacks(args.callbacks)
-    with clock.phase(f"compiling {path}", "compile (parse+lower+JIT)"):
-        module = _compile(args, path, callbacks)
+    with clock.phase(f"compiling {path}", "compile (parse+lower+JIT)") as label:
+        module, loaded = _compile(args, path, callbacks)
+        if loaded:
+            label[0] = "load from the disk cache"
     function = _entry_function(module, args.entry, str(path))
     values = parse_arguments(args.args, function)
     _check_outputs(args.output, function)

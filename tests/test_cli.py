@@ -105,6 +105,22 @@ def test_time_reports_compile_and_run_on_stderr() -> None:
     assert re.search(r"^pymlirjit: run: [\d.]+ ms$", result.stderr, re.M)
 
 
+def test_cache_loads_the_second_run_from_disk(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYMLIRJIT_CACHE_DIR", str(tmp_path))
+    runs = [pymlirjit("run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS, "--cache",
+                      "--time", "4", "0") for _ in range(2)]
+    for result in runs:
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "2.0\n"
+    assert "compile (parse+lower+JIT):" in runs[0].stderr
+    assert re.search(r"^pymlirjit: load from the disk cache: [\d.]+ ms$", runs[1].stderr, re.M)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".json", ".so"]
+    without = pymlirjit("run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS, "--time",
+                        "4", "0")
+    assert "compile (parse+lower+JIT):" in without.stderr
+
+
 # -- the same file with mlir-runner and with pymlirjit ---------------------------------------
 
 def _normalize(output: str) -> str:
