@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -51,20 +52,24 @@ __all__ = ["NativeCode", "SharedLibrary", "build_native_code", "c_compiler",
            "link_shared_library", "slot_values", "supported"]
 
 
-def c_compiler() -> str | None:
-    """The C compiler that links shared libraries: ``$CC`` (empty: none), else ``cc``
-    or ``gcc`` on the ``PATH``; ``None`` if there is none."""
+def c_compiler() -> list[str] | None:
+    """The command of the C compiler that links shared libraries: ``$CC`` (split as a
+    shell would; empty: none), else ``cc`` or ``gcc`` on the ``PATH``; ``None`` if there
+    is none."""
     explicit = os.environ.get("CC")
     if explicit is not None:
-        words = explicit.split()
-        return shutil.which(words[0]) if words else None
-    return shutil.which("cc") or shutil.which("gcc")
+        words = shlex.split(explicit)
+        program = shutil.which(words[0]) if words else None
+        return [program, *words[1:]] if program else None
+    program = shutil.which("cc") or shutil.which("gcc")
+    return [program] if program else None
 
 
 def supported() -> bool:
-    """Whether modules can be cached as shared libraries here (Linux, a C compiler)."""
+    """Whether modules can be cached as shared libraries here: Linux (memfd, /proc) and
+    a C compiler."""
     return (sys.platform.startswith("linux") and hasattr(os, "memfd_create")
-            and c_compiler() is not None)
+            and os.path.isdir("/proc/self/fd") and c_compiler() is not None)
 
 
 def link_shared_library(objects: Sequence[bytes]) -> bytes:
@@ -86,14 +91,15 @@ def link_shared_library(objects: Sequence[bytes]) -> bytes:
             path.write_bytes(data)
             inputs.append(str(path))
         output = Path(scratch, "module.so")
-        command = [compiler, "-shared", "-o", str(output), *inputs, "-Wl,-Bsymbolic",
+        command = [*compiler, "-shared", "-o", str(output), *inputs, "-Wl,-Bsymbolic",
                    "-Wl,-z,notext", "-lm"]
+        name = shlex.join(compiler)
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LinkError(f"could not run {compiler} to link a shared library: {exc}") from exc
+            raise LinkError(f"could not run {name} to link a shared library: {exc}") from exc
         if done.returncode != 0:
-            raise LinkError(f"{compiler} could not link a shared library: "
+            raise LinkError(f"{name} could not link a shared library: "
                             f"{done.stderr.strip() or done.stdout.strip()}")
         return output.read_bytes()
 

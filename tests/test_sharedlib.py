@@ -206,9 +206,10 @@ def test_a_collected_module_is_unloaded(tmp_path: Path) -> None:
     assert memfd_mappings() == before
 
 
-def test_a_compiler_that_cannot_link_leaves_object_code(tmp_path: Path,
+@pytest.mark.parametrize("compiler", ["false", "gcc -Wl,--no-such-linker-option"])
+def test_a_compiler_that_cannot_link_leaves_object_code(tmp_path: Path, compiler: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CC", "false")
+    monkeypatch.setenv("CC", compiler)
     first = Session(cache_dir=tmp_path)
     assert first.compile(KERNELS).is_positive(3) is True
     assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".o"]
@@ -221,7 +222,9 @@ def test_c_compiler_follows_cc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", "")
     assert c_compiler() is None
     monkeypatch.setenv("CC", "gcc -m64")
-    assert c_compiler() is not None and os.path.basename(c_compiler() or "") == "gcc"
+    command = c_compiler()
+    assert command is not None and os.path.basename(command[0]) == "gcc"
+    assert command[1:] == ["-m64"]
     monkeypatch.setenv("CC", "no-such-compiler")
     assert c_compiler() is None
     with pytest.raises(LinkError, match="no C compiler"):
