@@ -18,13 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Annotated
 
-from pymlirjit import callback, f64, i64, mlir_kernel
+from pymlirjit import callback, mlir_kernel
+from pymlirjit.typing import f64, i64
 
 
 @callback
-def weight(i: Annotated[int, i64]) -> Annotated[float, f64]:
+def weight(i: i64) -> f64:
     """Called from the compiled loop for every index."""
     return 1.0 / (1 + i)
 
@@ -43,7 +43,7 @@ func.func @harmonic(%n: i64) -> f64 {
 }
 func.func private @weight(i64) -> f64
 """, cache=True)
-def harmonic(n: Annotated[int, i64]) -> Annotated[float, f64]: ...
+def harmonic(n: i64) -> f64: ...
 
 
 def run_once() -> None:

@@ -12,11 +12,12 @@ from typing import Annotated
 
 import numpy as np
 
+from . import typing as annotated
 from .callbacks import callback
 from .engine import ExecutionEngine
 from .pipeline import lower, new_context, parse_module
 from .session import Session
-from .types import MemRef, f32, i32
+from .types import MemRef, f32
 
 SEED_MLIR = """
 func.func @add(%arg0: f32, %arg1: i32) -> f32 attributes { llvm.emit_c_interface } {
@@ -64,9 +65,9 @@ def run_demo(say: Callable[[str], None] = print) -> None:
     say("2. Typed API: @callback + Session (no ctypes, no pointers)")
     session = Session()
 
-    # Annotated[...] keeps static type checkers happy: they see float and int.
+    # pymlirjit.typing's aliases keep static type checkers happy: they see float and int.
     @callback(name="some_callback_into_python", session=session)
-    def halves(a: Annotated[float, f32], b: Annotated[int, i32]) -> Annotated[float, f32]:
+    def halves(a: annotated.f32, b: annotated.i32) -> annotated.f32:
         return a / 2 + b / 2
 
     typed = session.compile(SEED_MLIR)
@@ -75,7 +76,7 @@ def run_demo(say: Callable[[str], None] = print) -> None:
     seen: list[str] = []
 
     @callback(session=session)
-    def row_sum(row: Annotated[np.ndarray, MemRef[f32, None]]) -> Annotated[float, f32]:
+    def row_sum(row: Annotated[np.ndarray, MemRef[f32, None]]) -> annotated.f32:
         seen.append(np.array2string(row, precision=1))
         return float(row.sum())
 

@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["types", "signature", "callbacks", "pipeline", "engine", "session", "kernel"]
+MODULES = ["types", "signature", "callbacks", "pipeline", "engine", "session", "kernel",
+           "typing"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,41 @@
+"""Scalar annotations that type checkers understand.
+
+``pymlirjit.f32`` and its kin are values (as numba's types are), so a type checker
+rejects ``def scale(x: f32) -> f32``. The names here are ``Annotated`` aliases of the
+same types: ``f32`` is ``Annotated[float, pymlirjit.f32]``, which a type checker reads
+as ``float`` and pymlirjit as ``f32``. Import them instead of the values where the code
+is type-checked:
+
+>>> from pymlirjit import callback, CallbackRegistry
+>>> from pymlirjit.typing import f32, i32
+>>> @callback(registry=CallbackRegistry())
+... def scale(x: f32, k: i32) -> f32:
+...     return x / 2 + k / 2
+>>> scale.signature
+Signature('(f32, i32) -> f32')
+
+Arrays are annotated the same way, with a numpy type for the checker and a memref or
+tensor type for pymlirjit: ``Annotated[numpy.ndarray, MemRef[pymlirjit.f32, None]]``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, TypeAlias
+
+from . import types
+
+__all__ = ["bf16", "complex64", "complex128", "f16", "f32", "f64", "i1", "i8", "i16", "i32",
+           "i64", "index"]
+
+i1: TypeAlias = Annotated[bool, types.i1]
+i8: TypeAlias = Annotated[int, types.i8]
+i16: TypeAlias = Annotated[int, types.i16]
+i32: TypeAlias = Annotated[int, types.i32]
+i64: TypeAlias = Annotated[int, types.i64]
+index: TypeAlias = Annotated[int, types.index]
+f16: TypeAlias = Annotated[float, types.f16]
+bf16: TypeAlias = Annotated[float, types.bf16]
+f32: TypeAlias = Annotated[float, types.f32]
+f64: TypeAlias = Annotated[float, types.f64]
+complex64: TypeAlias = Annotated[complex, types.complex64]
+complex128: TypeAlias = Annotated[complex, types.complex128]

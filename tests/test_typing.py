@@ -1,0 +1,69 @@
+"""pymlirjit.typing: scalar annotations for type checkers, read by pymlirjit as types."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pymlirjit
+import pymlirjit.typing as annotations
+from pymlirjit import Session, callback
+from pymlirjit.types import to_type
+from pymlirjit.typing import complex128, f32, i1, i32
+
+
+@pytest.mark.parametrize("name", annotations.__all__)
+def test_each_alias_is_the_type_of_the_same_name(name: str) -> None:
+    assert to_type(getattr(annotations, name)) is getattr(pymlirjit, name)
+
+
+def test_kernels_and_callbacks_take_the_aliases(session: Session) -> None:
+    @callback(session=session)
+    def halve(x: f32, flip: i1, z: complex128) -> f32:
+        return -x / 2 if flip else x / 2 + z.imag
+
+    module = session.compile("""
+    func.func @run(%x: f32, %k: i32) -> f32 {
+      %t = arith.constant true
+      %z = complex.constant [0.0 : f64, 1.0 : f64] : complex<f64>
+      %h = call @halve(%x, %t, %z) : (f32, i1, complex<f64>) -> f32
+      %kf = arith.sitofp %k : i32 to f32
+      %r = arith.addf %h, %kf : f32
+      return %r : f32
+    }
+    func.func private @halve(f32, i1, complex<f64>) -> f32
+    """)
+
+    @pymlirjit.mlir_kernel(source=module.source, session=session)
+    def run(x: f32, k: i32) -> f32: ...
+
+    assert run(8.0, 1) == module.run(8.0, 1) == -3.0
+
+
+CHECKED = """
+from pymlirjit import callback
+from pymlirjit.typing import f32, i32
+
+@callback
+def scale(x: f32, k: i32) -> f32:
+    return x / 2 + k / 2
+
+total: float = scale(1.0, 2)
+"""
+
+
+def test_type_checkers_accept_the_aliases(tmp_path: Path) -> None:
+    pytest.importorskip("mypy")
+    good = tmp_path / "good.py"
+    good.write_text(textwrap.dedent(CHECKED))
+    bad = tmp_path / "bad.py"
+    bad.write_text(textwrap.dedent(CHECKED).replace("pymlirjit.typing", "pymlirjit"))
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                           "--cache-dir", str(tmp_path / ".mypy"), str(good), str(bad)],
+                          capture_output=True, text=True, timeout=300)
+    assert "good.py" not in done.stdout, done.stdout
+    assert "bad.py" in done.stdout and "not valid as a type" in done.stdout, done.stdout
