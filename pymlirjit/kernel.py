@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import inspect
 import threading
-import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -32,7 +31,7 @@ from .callbacks import Callback, default_registry
 from .errors import SignatureError
 from .function import CompiledFunction
 from .session import CompiledModule, Session, default_session
-from .signature import Signature
+from .signature import Signature, annotations_of
 from .types import Type, to_type
 
 __all__ = ["Kernel", "mlir_kernel"]
@@ -162,7 +161,7 @@ def _kernel_class_calling(call: Callable[..., Any]) -> type[Kernel]:
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
     """Check the stub's annotations, where present, against the MLIR signature."""
     try:
-        hints = typing.get_type_hints(stub, include_extras=True)
+        hints = annotations_of(stub)
     except Exception as exc:
         raise SignatureError(f"@mlir_kernel {name!r}: cannot evaluate the stub's "
                              f"annotations: {exc}") from exc

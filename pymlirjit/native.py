@@ -78,9 +78,12 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyInterpreterState_ThreadHead": ir.FunctionType(_ptr, [_ptr]),
     "PyThreadState_Next": ir.FunctionType(_ptr, [_ptr]),
     "PyEval_RestoreThread": ir.FunctionType(ir.VoidType(), [_ptr]),
-    "PyObject_Vectorcall": ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr]),
-    "PyObject_CallNoArgs": ir.FunctionType(_ptr, [_ptr]),
-    "PyObject_CallOneArg": ir.FunctionType(_ptr, [_ptr, _ptr]),
+    # Not PyObject_Vectorcall nor PyObject_CallOneArg: Python 3.10 does not export them.
+    "PyObject_VectorcallDict": ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr]),
+    "PyDict_New": ir.FunctionType(_ptr, []),
+    "PyDict_SetItem": ir.FunctionType(_i32, [_ptr, _ptr, _ptr]),
+    "PyTuple_Size": ir.FunctionType(_i64, [_ptr]),
+    "PyTuple_GetItem": ir.FunctionType(_ptr, [_ptr, _i64]),
     "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "PyGILState_Ensure": ir.FunctionType(_i32, []),
@@ -339,6 +342,15 @@ class _FunctionBuilder:
         return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
                                           ir.Constant(_i64, 0))
 
+    def call(self, function: ir.Value, args: list[ir.Value]) -> ir.Value:
+        """``function(*args)`` (a new reference, or NULL with an exception set)."""
+        b = self.builder
+        argv = b.alloca(_ptr, max(len(args), 1))
+        for i, arg in enumerate(args):
+            b.store(arg, b.gep(argv, [ir.Constant(_i64, i)]))
+        return b.call(self.api["PyObject_VectorcallDict"],
+                      [function, argv, ir.Constant(_i64, len(args)), ir.Constant(_ptr, None)])
+
     def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
         """A new reference to the Python float/int/bool holding ``value``."""
         b = self.builder
@@ -544,7 +556,45 @@ class _EntryBuilder(_FunctionBuilder):
             self.close_record(record)
         b.ret(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
-        b.ret(b.call(self.api["PyObject_Vectorcall"], [self_obj, args, nargs, kwnames]))
+        self.hand_to_python(self_obj, args, nargs, kwnames)
+
+    def hand_to_python(self, python_path: ir.Value, args: ir.Value, nargs: ir.Value,
+                       kwnames: ir.Value) -> None:
+        """Return ``python_path(*args, **keywords)``: the keyword values follow the
+        ``nargs`` positional ones in ``args``, named by the ``kwnames`` tuple (or NULL)."""
+        b = self.builder
+        vectorcall = self.api["PyObject_VectorcallDict"]
+        positional_only = self.function.append_basic_block("positional_only")
+        with_keywords = self.function.append_basic_block("with_keywords")
+        b.cbranch(self.is_null(kwnames), positional_only, with_keywords)
+        b.position_at_end(positional_only)
+        b.ret(b.call(vectorcall, [python_path, args, nargs, ir.Constant(_ptr, None)]))
+        b.position_at_end(with_keywords)
+        count = b.call(self.api["PyTuple_Size"], [kwnames])
+        keywords = b.call(self.api["PyDict_New"], [])
+        self.return_if_null(keywords, "keywords_made")
+        start = b.block
+        head = self.function.append_basic_block("keyword")
+        body = self.function.append_basic_block("add_keyword")
+        done = self.function.append_basic_block("keywords_added")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(_i64)
+        i.add_incoming(ir.Constant(_i64, 0), start)
+        b.cbranch(b.icmp_signed("<", i, count), body, done)
+        b.position_at_end(body)
+        name = b.call(self.api["PyTuple_GetItem"], [kwnames, i])  # borrowed
+        value = b.load(b.gep(args, [b.add(nargs, i)]))
+        added = b.call(self.api["PyDict_SetItem"], [keywords, name, value])
+        with b.if_then(b.icmp_signed("<", added, ir.Constant(_i32, 0)), likely=False):
+            b.call(self.api["Py_DecRef"], [keywords])
+            b.ret(ir.Constant(_ptr, None))
+        i.add_incoming(b.add(i, ir.Constant(_i64, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        result = b.call(vectorcall, [python_path, args, nargs, keywords])
+        b.call(self.api["Py_DecRef"], [keywords])
+        b.ret(result)
 
     def record_field(self, record: ir.Value, index: int) -> ir.Value:
         return self.builder.gep(record, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
@@ -584,8 +634,7 @@ class _EntryBuilder(_FunctionBuilder):
         with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(_i64, 0)), likely=False):
             address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(record, _i64)])
             self.return_if_null(address, "boxed_record")
-            done = b.call(self.api["PyObject_CallOneArg"],
-                          [self.pointer(self.calls.finish_call, FINISH_CALL), address])
+            done = self.call(self.pointer(self.calls.finish_call, FINISH_CALL), [address])
             b.call(self.api["Py_DecRef"], [address])
             self.return_if_null(done, "finished")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
@@ -656,8 +705,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         kind, value, traceback = (b.load(slot) for slot in slots)
         with b.if_then(b.not_(self.is_null(traceback))):
             b.call(self.api["PyException_SetTraceback"], [value, traceback])
-        done = b.call(self.api["PyObject_CallOneArg"],
-                      [self.pointer(self.helpers.record, self.slot_of("record")), value])
+        done = self.call(self.pointer(self.helpers.record, self.slot_of("record")), [value])
         for obj in (done, kind, value, traceback):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
@@ -734,9 +782,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         # The Python converter checks the value (raising the precise error) and returns
         # an exact float/int/bool, or None for a void callback.
         b.position_at_end(convert)
-        converted = b.call(self.api["PyObject_CallOneArg"],
-                           [self.pointer(self.helpers.convert_result,
-                                         self.slot_of("convert_result")), result])
+        converted = self.call(self.pointer(self.helpers.convert_result,
+                                           self.slot_of("convert_result")), [result])
         b.call(self.api["Py_DecRef"], [result])
         self.branch_on_error(self.is_null(converted), "converted")
         converted_block = b.block
@@ -785,9 +832,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         entry_block = b.block
         b.cbranch(fits, done, slow)
         b.position_at_end(slow)
-        converted = b.call(self.api["PyObject_CallOneArg"],
-                           [self.pointer(self.helpers.convert_result,
-                                         self.slot_of("convert_result")), obj])
+        converted = self.call(self.pointer(self.helpers.convert_result,
+                                           self.slot_of("convert_result")), [obj])
         self.branch_on_error(self.is_null(converted), "range_checked")
         wrapped = b.call(self.api["PyLong_AsLongLongAndOverflow"], [converted, overflow])
         b.call(self.api["Py_DecRef"], [converted])
@@ -845,10 +891,9 @@ class _TrampolineBuilder(_FunctionBuilder):
             for obj in boxed:
                 b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(failed, "boxed")
-        result = b.call(self.api["PyObject_Vectorcall"],
+        result = b.call(self.api["PyObject_VectorcallDict"],
                         [self.pointer(self.callee, self.slot_of("function")), argv,
-                         ir.Constant(_i64, count),
-                         ir.Constant(_ptr, None)])
+                         ir.Constant(_i64, count), ir.Constant(_ptr, None)])
         for obj in boxed:
             b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(self.is_null(result), "called")

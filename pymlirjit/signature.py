@@ -15,7 +15,6 @@ memref<?xf32>
 from __future__ import annotations
 
 import inspect
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
@@ -121,6 +120,14 @@ def as_signature(spec: Signature | str | None, function: Callable[..., Any] | No
     return from_annotations(function)
 
 
+def annotations_of(function: Callable[..., Any]) -> dict[str, Any]:
+    """``function``'s annotations, evaluated (strings included), as written."""
+    # Not typing.get_type_hints: Python 3.10's rejects values such as MemRef[f32, 1]
+    # ("Forward references must evaluate to types") and adds Optional to parameters
+    # defaulting to None.
+    return inspect.get_annotations(function, eval_str=True)
+
+
 def from_annotations(function: Callable[..., Any]) -> Signature:
     """Read a signature from ``function``'s annotations; every one must be present.
 
@@ -129,7 +136,7 @@ def from_annotations(function: Callable[..., Any]) -> Signature:
     """
     name = getattr(function, "__qualname__", repr(function))
     try:
-        hints = typing.get_type_hints(function, include_extras=True)
+        hints = annotations_of(function)
     except Exception as exc:
         raise SignatureError(f"{name}: cannot evaluate its annotations: {exc}") from exc
     params = []
