@@ -32,8 +32,6 @@ from .callbacks import (
     Callback,
     TrampolineHelpers,
     call_machinery,
-    foreign_record_address,
-    native_frame_slot,
 )
 from .errors import LinkError
 from .relocation import (
@@ -158,9 +156,9 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
         if name == FINISH_CALL:
             obj: object = call_machinery().finish_call
         elif name == FRAME_KEY:
-            number = native_frame_slot().key.value
+            number = call_machinery().frame_key
         elif name == FOREIGN_RECORD:
-            number = foreign_record_address()
+            number = call_machinery().foreign_record
         elif name == ARRAY_FROM_DESCR:
             number = array_from_descr()
         elif name.startswith("callback:"):
