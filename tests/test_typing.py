@@ -45,14 +45,18 @@ def test_kernels_and_callbacks_take_the_aliases(session: Session) -> None:
 
 
 CHECKED = """
-from pymlirjit import callback
+from pymlirjit import callback, mlir_kernel
 from pymlirjit.typing import f32, i32
 
 @callback
 def scale(x: f32, k: i32) -> f32:
     return x / 2 + k / 2
 
-total: float = scale(1.0, 2)
+@mlir_kernel(source="func.func @neg(%a: f32) -> f32 {...}")
+def neg(a: f32) -> f32:
+    raise NotImplementedError
+
+total: float = scale(1.0, 2) + neg(1.0)
 """
 
 
