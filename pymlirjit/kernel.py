@@ -33,11 +33,12 @@ from .function import CompiledFunction
 from .session import CompiledModule, Session, default_session
 from .signature import Signature, annotations_of
 from .types import Type, to_type
+from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["Kernel", "mlir_kernel"]
 
 
-class Kernel:
+class Kernel(NativeCallable):
     """A function of an MLIR module, compiled on first call (or :meth:`compile`).
 
     ``name`` is the MLIR symbol; ``signature`` the MLIR signature (with the stub's
@@ -70,6 +71,9 @@ class Kernel:
         self._session = session
         self.release_gil = release_gil
         self._compiled: CompiledFunction | None = None
+        # Functions compiled before, kept while calls through their entry may still run
+        # (a callback may clear the cache, or another thread may, while the GIL is free).
+        self._retired: list[CompiledFunction] = []
         self._module: CompiledModule | None = None
         self._generation = -1
         self._lock = threading.Lock()
@@ -101,6 +105,7 @@ class Kernel:
                 function = function.with_options(self.name,
                                                  [p.name for p in function.signature.params],
                                                  self.release_gil)
+            self._retire()
             self._compiled = function
             self._module = module
             self._generation = session.generation
@@ -108,16 +113,27 @@ class Kernel:
             session.watch(self)
             session.callbacks.watch(self)
             default_registry().watch(self)
-            # Later calls go straight to the compiled function, without this class's
-            # Python-level __call__, until the session clears its cache (forget()).
-            self.__class__ = _kernel_class_calling(function.ensure_native() or function.call_python)
+            # Later calls go straight to the function's native entry, without this
+            # class's __call__, until the session clears its cache (forget()).
+            if function.ensure_native():
+                assert function.native_entry is not None
+                set_entry(self, function.native_entry, function._python_call,
+                          function._python_call.in_flight)
             return function
 
     def forget(self) -> None:
         """Drop the compiled function; the next call compiles (or hits the cache) again."""
         with self._lock:
+            clear_entry(self)
+            self._retire()
+
+    def _retire(self) -> None:
+        """Let go of the compiled function, and of those retired before, except those
+        with calls still running through their native entries."""
+        if self._compiled is not None:
+            self._retired.append(self._compiled)
             self._compiled = None
-            self.__class__ = Kernel
+        self._retired = [f for f in self._retired if f.calls_in_flight]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.compile()(*args, **kwargs)
@@ -152,10 +168,6 @@ class Kernel:
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"
         return f"<mlir_kernel @{self.name} ({state})>"
-
-
-def _kernel_class_calling(call: Callable[..., Any]) -> type[Kernel]:
-    return type("Kernel", (Kernel,), {"__call__": staticmethod(call), "__doc__": Kernel.__doc__})
 
 
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:

@@ -1,12 +1,14 @@
 """Native entry points generated with llvmlite: crossing the boundary without ctypes.
 
-:meth:`NativeBatch.add_kernel_entry` builds, for one compiled function, a CPython builtin
-function (``METH_FASTCALL | METH_KEYWORDS``) that unboxes exact ``float``/``int``/``bool``
+:meth:`NativeBatch.add_kernel_entry` builds, for one compiled function, the *vectorcall*
+function of the object that stands for it (see :mod:`pymlirjit.vectorcall`: CPython calls
+it directly, as it calls a builtin function). It unboxes exact ``float``/``int``/``bool``
 arguments and exact ``numpy.ndarray`` arguments straight from their object layout,
 releases the GIL (as the function's policy says), calls the C-ABI entry point and boxes
 the scalar result. Anything it does not recognise at once (a numpy scalar, a wrong dtype,
 a non-contiguous array for an identity layout, keyword arguments, an error) is handed,
-untouched, to the Python implementation, which converts it or raises the precise error.
+untouched, to the Python implementation (the object's "Python path"), which converts it
+or raises the precise error.
 So the native path only ever makes the common case fast; it never decides an error on its
 own.
 
@@ -56,6 +58,7 @@ from .relocation import (
     name_of,
 )
 from .types import MemRefType, ScalarType, TensorType
+from .vectorcall import IN_FLIGHT_OFFSET, PYTHON_PATH_OFFSET
 
 __all__ = ["NativeBatch"]
 
@@ -236,9 +239,8 @@ class NativeBatch:
         threads exist); ``unwind`` whether a failing
         callback may end the call at once with ``longjmp`` (only safe for code that
         starts no threads and holds no resources across calls). The entry is a
-        ``METH_FASTCALL | METH_KEYWORDS`` function (see
-        :meth:`pymlirjit.function.CompiledFunction.use_native`). ``symbol``
-        names it (default: a name unique in the process).
+        vectorcall function (see :mod:`pymlirjit.vectorcall`). ``symbol`` names it
+        (default: a name unique in the process).
         """
         _EntryBuilder(self.unit, self._symbol("entry", symbol), abi, target, calls,
                       release_gil, unwind).build()
@@ -511,7 +513,9 @@ class _EntryBuilder(_FunctionBuilder):
 
     def build(self) -> None:
         b = self.builder
-        self_obj, args, nargs, kwnames = self.function.args
+        self_obj, args, nargsf, kwnames = self.function.args
+        # Vectorcall may flag, in the count's top bit, that args[-1] is scratch space.
+        nargs = b.and_(nargsf, ir.Constant(_i64, (1 << 63) - 1))
         signature = self.abi.signature
         self.check(b.icmp_unsigned("==", b.ptrtoint(kwnames, _i64), ir.Constant(_i64, 0)),
                    "no_keywords")
@@ -532,6 +536,11 @@ class _EntryBuilder(_FunctionBuilder):
             target: ir.Value = self.unit.function(self.target, target_type)
         else:
             target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
+        # Count the calls in flight through this entry (see pymlirjit.vectorcall): while
+        # there are any, its machine code is kept alive even if the object called drops it.
+        in_flight = b.load(b.bitcast(b.gep(self_obj, [ir.Constant(_i64, IN_FLIGHT_OFFSET)]),
+                                     _i64.as_pointer().as_pointer()))
+        b.store(b.add(b.load(in_flight), ir.Constant(_i64, 1)), in_flight)
         record = None
         jump_buffer = None
         if self.calls is not None:
@@ -552,11 +561,14 @@ class _EntryBuilder(_FunctionBuilder):
         if state is not None:
             with b.if_then(b.not_(self.is_null(state))):
                 b.call(self.api["PyEval_RestoreThread"], [state])
+        b.store(b.sub(b.load(in_flight), ir.Constant(_i64, 1)), in_flight)
         if record is not None:
             self.close_record(record)
         b.ret(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
-        self.hand_to_python(self_obj, args, nargs, kwnames)
+        python_path = b.load(b.bitcast(b.gep(self_obj, [ir.Constant(_i64, PYTHON_PATH_OFFSET)]),
+                                       _ptr.as_pointer()))
+        self.hand_to_python(python_path, args, nargs, kwnames)
 
     def hand_to_python(self, python_path: ir.Value, args: ir.Value, nargs: ir.Value,
                        kwnames: ir.Value) -> None:

@@ -100,7 +100,7 @@ def compiled_and_loaded(source: str, directory: Path, **options: Any) -> tuple[A
 def test_loaded_entries_agree_with_in_memory_ones(tmp_path: Path) -> None:
     in_memory, loaded = compiled_and_loaded(KERNELS, tmp_path)
     for name in ("fma", "scale", "is_positive"):
-        assert loaded[name].native is not None  # entries come with the library
+        assert loaded[name].native_entry is not None  # entries come with the library
     for name, args in CALLS:
         assert outcome(loaded[name], args) == outcome(in_memory[name], args), (name, args)
 
