@@ -81,7 +81,6 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyInterpreterState_ThreadHead": ir.FunctionType(_ptr, [_ptr]),
     "PyThreadState_Next": ir.FunctionType(_ptr, [_ptr]),
     "PyEval_RestoreThread": ir.FunctionType(ir.VoidType(), [_ptr]),
-    # Not PyObject_Vectorcall nor PyObject_CallOneArg: Python 3.10 does not export them.
     "PyObject_VectorcallDict": ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr]),
     "PyDict_New": ir.FunctionType(_ptr, []),
     "PyDict_SetItem": ir.FunctionType(_i32, [_ptr, _ptr, _ptr]),
@@ -99,6 +98,13 @@ _C_API: dict[str, ir.FunctionType] = {
 
 
 _NPY_ALIGNED = 0x0100
+
+# Calls without keywords: PyObject_Vectorcall(callable, args, nargs, NULL), or, where
+# Python does not export it (3.10), PyObject_VectorcallDict(callable, args, nargs, NULL),
+# which takes one more step.
+_POSITIONAL_CALL = ("PyObject_Vectorcall" if hasattr(ctypes.pythonapi, "PyObject_Vectorcall")
+                    else "PyObject_VectorcallDict")
+_C_API[_POSITIONAL_CALL] = _C_API["PyObject_VectorcallDict"]
 
 
 # The C library functions the generated code calls: unwinding and the per-thread frame.
@@ -350,7 +356,7 @@ class _FunctionBuilder:
         argv = b.alloca(_ptr, max(len(args), 1))
         for i, arg in enumerate(args):
             b.store(arg, b.gep(argv, [ir.Constant(_i64, i)]))
-        return b.call(self.api["PyObject_VectorcallDict"],
+        return b.call(self.api[_POSITIONAL_CALL],
                       [function, argv, ir.Constant(_i64, len(args)), ir.Constant(_ptr, None)])
 
     def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
@@ -580,7 +586,8 @@ class _EntryBuilder(_FunctionBuilder):
         with_keywords = self.function.append_basic_block("with_keywords")
         b.cbranch(self.is_null(kwnames), positional_only, with_keywords)
         b.position_at_end(positional_only)
-        b.ret(b.call(vectorcall, [python_path, args, nargs, ir.Constant(_ptr, None)]))
+        b.ret(b.call(self.api[_POSITIONAL_CALL],
+                     [python_path, args, nargs, ir.Constant(_ptr, None)]))
         b.position_at_end(with_keywords)
         count = b.call(self.api["PyTuple_Size"], [kwnames])
         keywords = b.call(self.api["PyDict_New"], [])
@@ -903,7 +910,7 @@ class _TrampolineBuilder(_FunctionBuilder):
             for obj in boxed:
                 b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(failed, "boxed")
-        result = b.call(self.api["PyObject_VectorcallDict"],
+        result = b.call(self.api[_POSITIONAL_CALL],
                         [self.pointer(self.callee, self.slot_of("function")), argv,
                          ir.Constant(_i64, count), ir.Constant(_ptr, None)])
         for obj in boxed:
