@@ -15,13 +15,16 @@ else ``cc`` or ``gcc``); elsewhere the cache stores the object file alone
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import itertools
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -200,16 +203,21 @@ class SharedLibrary:
         try:
             with open(descriptor, "wb", closefd=False) as out:
                 out.write(data)
-            # The descriptor stays open while the library is loaded: the dynamic loader
-            # knows a library by its path, and /proc/self/fd/N names another file once
-            # N is reused.
-            self._library = ctypes.CDLL(f"/proc/self/fd/{descriptor}")
-        except BaseException:
+            # Loaded through a symbolic link of a name used once: the dynamic loader
+            # knows a library by the path it was given, and /proc/self/fd/N names
+            # another file once N is reused. The mapping outlives the link and the
+            # descriptor, so that loaded modules hold no file descriptors.
+            link = _unique_path()
+            os.symlink(f"/proc/self/fd/{descriptor}", link)
+            try:
+                self._library = ctypes.CDLL(link)
+            finally:
+                os.unlink(link)
+        finally:
             os.close(descriptor)
-            raise
         self.keepalive: list[object] = []
         if not shared_libs:
-            finalizer = weakref.finalize(self, _unload, self._library._handle, descriptor)
+            finalizer = weakref.finalize(self, _unload, self._library._handle)
             finalizer.atexit = False  # at exit, other code may still call into it
 
     def function_address(self, name: str) -> int:
@@ -231,8 +239,23 @@ class SharedLibrary:
         self.keepalive.extend(objects)
 
 
-def _unload(handle: int, descriptor: int) -> None:
+def _unload(handle: int) -> None:
     import _ctypes
 
     _ctypes.dlclose(handle)
-    os.close(descriptor)
+
+
+_links = itertools.count()
+_link_folder: str | None = None
+_link_lock = threading.Lock()
+
+
+def _unique_path() -> str:
+    """A path never used before in this process (in a folder of its own, removed at
+    exit)."""
+    global _link_folder
+    with _link_lock:
+        if _link_folder is None:
+            _link_folder = tempfile.mkdtemp(prefix="pymlirjit-libraries-")
+            atexit.register(shutil.rmtree, _link_folder, True)
+        return os.path.join(_link_folder, f"module{next(_links)}.so")

@@ -309,3 +309,30 @@ def test_threads_of_a_loaded_module_call_back(tmp_path: Path) -> None:
         loaded.par(2000)
     failing[0] = False
     loaded.par(10)  # nothing left over for the next call
+
+
+def test_loaded_modules_hold_no_file_descriptors(tmp_path: Path) -> None:
+    Session(cache_dir=tmp_path).compile(KERNELS)
+    before = len(os.listdir("/proc/self/fd"))
+    modules = [Session(cache_dir=tmp_path).compile(KERNELS) for _ in range(20)]
+    assert all(type(m.engine) is SharedLibrary for m in modules)
+    assert len(os.listdir("/proc/self/fd")) <= before
+    assert [m.is_positive(1) for m in modules] == [True] * 20
+
+
+def test_each_load_is_the_library_asked_for(tmp_path: Path) -> None:
+    """Libraries are loaded and unloaded again and again: the dynamic loader must never
+    hand back an earlier one (it knows libraries by the path they were loaded from)."""
+    sources = [f"""
+    func.func @which() -> i64 {{
+      %c = arith.constant {k} : i64
+      return %c : i64
+    }}""" for k in range(3)]
+    for source in sources:
+        Session(cache_dir=tmp_path).compile(source)
+    for _ in range(3):
+        modules = [Session(cache_dir=tmp_path).compile(source) for source in sources]
+        assert all(type(m.engine) is SharedLibrary for m in modules)
+        assert [m.which() for m in modules] == [0, 1, 2]
+        del modules
+        gc.collect()
