@@ -232,9 +232,28 @@ class DiskCache:
 
     def clear(self) -> None:
         """Delete every entry."""
-        for path in self.directory.glob("*"):
-            if path.suffix in (".json", *_SUFFIXES.values()):
-                path.unlink(missing_ok=True)
+        for path in self._files():
+            path.unlink(missing_ok=True)
+
+    def entries(self) -> int:
+        """How many modules the directory holds."""
+        return sum(1 for path in self._files() if path.suffix == ".json")
+
+    def size_bytes(self) -> int:
+        """The bytes the entries take (descriptions and code)."""
+        total = 0
+        for path in self._files():
+            try:
+                total += path.stat().st_size
+            except OSError:  # removed meanwhile
+                continue
+        return total
+
+    def _files(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return [path for path in self.directory.iterdir()
+                if path.suffix in (".json", *_SUFFIXES.values())]
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

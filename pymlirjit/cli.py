@@ -8,6 +8,8 @@
     links runtime libraries such as ``libmlir_c_runner_utils.so``.
 ``pymlirjit lower FILE.mlir``
     prints the module lowered to the LLVM dialect (what ``mlir-runner`` accepts).
+``pymlirjit cache [--clear]``
+    shows (or empties) the disk cache that ``run --cache`` uses.
 ``pymlirjit demo``, ``pymlirjit --version``.
 
 Every failure ends the command with exit code 1 and one line on stderr,
@@ -117,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lower_parser(commands, common)
     commands.add_parser("demo", parents=[common],
                         help="run the callback round trip (MLIR calling Python)")
+    cache = commands.add_parser(
+        "cache", parents=[common], help="show (or --clear) the disk cache of `run --cache`",
+        description="Show the disk cache that `pymlirjit run --cache` and "
+                    "mlir_kernel(cache=True) use ($PYMLIRJIT_CACHE_DIR, else "
+                    "~/.cache/pymlirjit): its folder, modules and size.")
+    cache.add_argument("--clear", action="store_true", help="delete every cached module")
     return parser
 
 
@@ -506,10 +514,25 @@ def demo_command(args: argparse.Namespace) -> None:
     run_demo()
 
 
+def cache_command(args: argparse.Namespace) -> None:
+    """``pymlirjit cache``: the default disk cache's folder, modules and size."""
+    from .cache import DiskCache, default_cache_dir
+
+    cache = DiskCache(default_cache_dir())
+    count, size = cache.entries(), cache.size_bytes()
+    modules = f"{count} module{'' if count == 1 else 's'} ({size / 1024:.1f} KiB)"
+    if args.clear:
+        cache.clear()
+        print(f"{cache.directory}: removed {modules}")
+    else:
+        print(f"{cache.directory}: {modules}")
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "run": run_command,
     "lower": lower_command,
     "demo": demo_command,
+    "cache": cache_command,
 }
 
 

@@ -161,3 +161,15 @@ def test_a_cache_that_cannot_be_written_is_no_cache(tmp_path: Path) -> None:
     }""")
     assert module.one() == 1
     assert session.disk_cache is not None and session.disk_cache.stores == 0
+
+
+def test_entries_and_size(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "not yet")
+    assert (cache.entries(), cache.size_bytes()) == (0, 0)
+    session = Session(cache_dir=tmp_path / "not yet")
+    session.compile("func.func @f() -> i64 { %c = arith.constant 1 : i64 return %c : i64 }")
+    files = list((tmp_path / "not yet").iterdir())
+    assert cache.entries() == 1
+    assert cache.size_bytes() == sum(f.stat().st_size for f in files) > 0
+    cache.clear()
+    assert (cache.entries(), cache.size_bytes()) == (0, 0)

@@ -119,6 +119,13 @@ def test_cache_loads_the_second_run_from_disk(tmp_path: Path,
     without = pymlirjit("run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS, "--time",
                         "4", "0")
     assert "compile (parse+lower+JIT):" in without.stderr
+    shown = pymlirjit("cache")
+    assert shown.returncode == 0, shown.stderr
+    assert re.fullmatch(rf"{re.escape(str(tmp_path))}: 1 module \([\d.]+ KiB\)\n", shown.stdout)
+    cleared = pymlirjit("cache", "--clear")
+    assert cleared.stdout.startswith(f"{tmp_path}: removed 1 module")
+    assert list(tmp_path.iterdir()) == []
+    assert pymlirjit("cache").stdout == f"{tmp_path}: 0 modules (0.0 KiB)\n"
 
 
 # -- the same file with mlir-runner and with pymlirjit ---------------------------------------
