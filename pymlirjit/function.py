@@ -36,7 +36,7 @@ from .types import (
     half_to_bits,
     to_python_scalar,
 )
-from .vectorcall import NativeCallable, set_entry
+from .vectorcall import NativeCallable, has_entry, set_entry
 
 __all__ = ["CompiledFunction"]
 
@@ -138,6 +138,8 @@ class CompiledFunction(NativeCallable):
                     addresses, code = batch.compile()
                     if ready is not None:
                         ready(addresses, code)
+        elif self.native_entry is not None and not has_entry(self):  # a copy (copy.copy)
+            set_entry(self, self.native_entry, self._python_call, self._python_call.in_flight)
         return self.native_entry is not None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -25,7 +25,7 @@ import threading
 from typing import Any
 
 __all__ = ["ENTRY_OFFSET", "IN_FLIGHT_OFFSET", "PYTHON_PATH_OFFSET", "NativeCallable",
-           "clear_entry", "fast_type", "set_entry"]
+           "clear_entry", "fast_type", "has_entry", "set_entry"]
 
 _T_PYSSIZET = 19  # PyMemberDef types and flags (structmember.h)
 _READONLY = 1
@@ -66,6 +66,11 @@ class NativeCallable:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         return object.__new__(fast_type(cls))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # object's own refuses instances larger than their class declares (the companion
+        # type's fields); those are no state: a copy runs __call__ until given an entry.
+        return self.__dict__
 
 
 ENTRY_OFFSET = NativeCallable.__basicsize__  # the vectorcall function pointer
@@ -111,6 +116,11 @@ def set_entry(obj: NativeCallable, entry: int, python_path: object,
     pointers[1] = id(python_path)  # before the entry: it never runs without them
     pointers[2] = ctypes.addressof(in_flight)
     pointers[0] = entry
+
+
+def has_entry(obj: NativeCallable) -> bool:
+    """Whether calls of ``obj`` go to a native entry."""
+    return bool(_pointers(obj)[0])
 
 
 def clear_entry(obj: NativeCallable) -> None:

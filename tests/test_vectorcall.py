@@ -108,3 +108,26 @@ def test_a_kernel_forgets_and_recompiles_through_its_python_call() -> None:
     session.clear_cache()
     assert twice(3.0) == 6.0  # compiled again, then native again
     assert session.cache_info().misses == 1
+
+
+def test_copies_work_and_find_their_way_to_the_native_entry() -> None:
+    import copy
+
+    from pymlirjit.vectorcall import has_entry
+
+    obj = copy.copy(Plain(7))
+    assert obj.value == 7 and obj(1) == ("python", (1,))
+
+    @mlir_kernel(source="""
+    func.func @neg(%a: f64) -> f64 {
+      %r = arith.negf %a : f64
+      return %r : f64
+    }""", session=Session())
+    def neg(a: f64) -> f64: ...
+
+    assert neg(1.0) == -1.0 and has_entry(neg)
+    kernel_copy = copy.copy(neg)
+    assert not has_entry(kernel_copy) and kernel_copy(2.0) == -2.0
+    function = neg.compile()
+    function_copy = copy.copy(function)
+    assert function_copy(3.0) == -3.0 and has_entry(function_copy)
