@@ -246,16 +246,23 @@ def _unload(handle: int) -> None:
 
 
 _links = itertools.count()
-_link_folder: str | None = None
+_link_folder: tuple[int, str] | None = None  # (the process it belongs to, its path)
 _link_lock = threading.Lock()
 
 
 def _unique_path() -> str:
-    """A path never used before in this process (in a folder of its own, removed at
-    exit)."""
+    """A path never used before in this process, in a folder of the process's own
+    (removed at exit; a forked child makes its own)."""
     global _link_folder
     with _link_lock:
-        if _link_folder is None:
-            _link_folder = tempfile.mkdtemp(prefix="pymlirjit-libraries-")
-            atexit.register(shutil.rmtree, _link_folder, True)
-        return os.path.join(_link_folder, f"module{next(_links)}.so")
+        pid = os.getpid()
+        if _link_folder is None or _link_folder[0] != pid:
+            folder = tempfile.mkdtemp(prefix="pymlirjit-libraries-")
+            atexit.register(_remove_folder, folder, pid)
+            _link_folder = (pid, folder)
+        return os.path.join(_link_folder[1], f"module{next(_links)}.so")
+
+
+def _remove_folder(folder: str, pid: int) -> None:
+    if os.getpid() == pid:  # not in a forked child that exits normally
+        shutil.rmtree(folder, ignore_errors=True)

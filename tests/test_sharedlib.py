@@ -336,3 +336,38 @@ def test_each_load_is_the_library_asked_for(tmp_path: Path) -> None:
         assert [m.which() for m in modules] == [0, 1, 2]
         del modules
         gc.collect()
+
+
+FORK_SCRIPT = """
+import atexit, os, sys
+from pymlirjit import Session
+source = open(sys.argv[2]).read()
+Session(cache_dir=sys.argv[1]).compile(source)
+assert Session(cache_dir=sys.argv[1]).compile(source).is_positive(1) is True
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        code = 0 if Session(cache_dir=sys.argv[1]).compile(source).is_positive(2) else 1
+        atexit._run_exitfuncs()  # as a normal exit of the child would
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+# The parent still loads: the child's exit removed no folder of the parent's.
+module = Session(cache_dir=sys.argv[1]).compile(source)
+assert type(module.engine).__name__ == "SharedLibrary" and module.is_positive(3) is True
+print("ok")
+"""
+
+
+def test_a_forked_child_loads_modules_of_its_own(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    source = tmp_path / "kernels.mlir"
+    source.write_text(KERNELS)
+    done = subprocess.run([sys.executable, "-c", FORK_SCRIPT, str(tmp_path / "cache"),
+                           str(source)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
