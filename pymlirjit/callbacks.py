@@ -133,12 +133,6 @@ def native_frame_slot() -> _NativeFrameSlot:
     return _NativeFrameSlot()
 
 
-def foreign_record_address() -> int:
-    """The address of the call record of threads the compiled code started (which have
-    no call of their own)."""
-    return _foreign.address
-
-
 def enter_call(jump_buffer: int = 0, holds_gil: bool = False) -> CallFrame:
     """Open a frame for a call into compiled code on this thread. ``jump_buffer`` is the
     address of a ``jmp_buf`` that a failing callback may ``longjmp`` to; ``holds_gil``
@@ -337,8 +331,7 @@ class TrampolineHelpers:
 
     def __init__(self, cb: Callback) -> None:
         self.name = cb.name
-        self.frame_key = native_frame_slot().key.value
-        self.foreign_record = foreign_record_address()
+        self.frame_key, self.foreign_record, _ = call_machinery()
         results = cb.signature.results
         self.result_type = results[0] if results else None
 

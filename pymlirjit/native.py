@@ -145,22 +145,25 @@ class _Jit:
         self.lock = threading.Lock()
         self.counter = itertools.count()
 
-    def emit_object(self, module: ir.Module) -> bytes:
-        """Position-independent object code of ``module``, for a shared library."""
+    def _parse(self, module: ir.Module) -> Any:
+        """``module`` as LLVM's own, verified. No IR optimization pipeline follows:
+        code generation at -O2 makes these small functions as fast, and llvmlite's pass
+        managers leak ~60 KB per module run."""
         module.triple = self.machine.triple
         parsed = self.llvm.parse_assembly(str(module))
         parsed.verify()
+        return parsed
+
+    def emit_object(self, module: ir.Module) -> bytes:
+        """Position-independent object code of ``module``, for a shared library."""
+        parsed = self._parse(module)
         machine = self.target.create_target_machine(opt=2, reloc="pic", codemodel="default")
         return bytes(machine.emit_object(parsed))
 
     def compile_all(self, module: ir.Module, names: list[str]) -> tuple[list[int], Any]:
         """The addresses of ``names`` in ``module``, and the owner of their code (its own
         engine, so that the code is freed when the owner is collected)."""
-        module.triple = self.machine.triple
-        # No IR optimization pipeline: code generation at -O2 makes these small
-        # functions as fast, and llvmlite's pass managers leak ~60 KB per module run.
-        parsed = self.llvm.parse_assembly(str(module))
-        parsed.verify()
+        parsed = self._parse(module)
         with self.lock:
             # An engine takes ownership of its target machine: each gets its own.
             machine = self.target.create_target_machine(opt=2)
@@ -896,13 +899,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.gil.add_incoming(state, take)
         # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
         # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
-        count = len(self.signature.params)
-        argv = b.alloca(_ptr, max(count, 1))
-        boxed = []
-        for i, (t, value) in enumerate(zip(self.signature.param_types, self.function.args)):
-            obj = self.box(value, t)
-            b.store(obj, b.gep(argv, [ir.Constant(_i64, i)]))
-            boxed.append(obj)
+        boxed = [self.box(value, t)
+                 for t, value in zip(self.signature.param_types, self.function.args)]
         failed: ir.Value = ir.Constant(ir.IntType(1), 0)
         for obj in boxed:
             failed = b.or_(failed, self.is_null(obj))
@@ -910,9 +908,7 @@ class _TrampolineBuilder(_FunctionBuilder):
             for obj in boxed:
                 b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(failed, "boxed")
-        result = b.call(self.api[_POSITIONAL_CALL],
-                        [self.pointer(self.callee, self.slot_of("function")), argv,
-                         ir.Constant(_i64, count), ir.Constant(_ptr, None)])
+        result = self.call(self.pointer(self.callee, self.slot_of("function")), boxed)
         for obj in boxed:
             b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(self.is_null(result), "called")
