@@ -134,6 +134,19 @@ def test_a_callback_may_call_kernels_reentrantly(session: Session) -> None:
     assert fact(5) == 120  # errors stayed with the call that raised them
 
 
+TICK_LOOP = """
+func.func @loop(%n: i64) {
+  %c0 = arith.constant 0 : i64
+  %c1 = arith.constant 1 : i64
+  scf.for %i = %c0 to %n step %c1 : i64 {
+    func.call @tick(%i) : (i64) -> ()
+  }
+  return
+}
+func.func private @tick(i64)
+"""
+
+
 def test_keyboard_interrupt_in_a_callback_stops_the_kernel(session: Session) -> None:
     calls = 0
 
@@ -144,17 +157,7 @@ def test_keyboard_interrupt_in_a_callback_stops_the_kernel(session: Session) -> 
         if i == 10:
             raise KeyboardInterrupt
 
-    loop = session.compile("""
-    func.func @loop(%n: i64) {
-      %c0 = arith.constant 0 : i64
-      %c1 = arith.constant 1 : i64
-      scf.for %i = %c0 to %n step %c1 : i64 {
-        func.call @tick(%i) : (i64) -> ()
-      }
-      return
-    }
-    func.func private @tick(i64)
-    """).loop
+    loop = session.compile(TICK_LOOP).loop
     with pytest.raises(KeyboardInterrupt):
         loop(1_000_000)
     assert calls == 11  # every later callback returned at once
@@ -185,7 +188,7 @@ def test_ctrl_c_during_a_long_loop_with_callbacks() -> None:
     import textwrap
 
     script = textwrap.dedent("""
-        import os, signal, threading, time
+        import os, signal, sys, threading, time
         from pymlirjit import Session, callback, i64
         session = Session()
 
@@ -193,17 +196,7 @@ def test_ctrl_c_during_a_long_loop_with_callbacks() -> None:
         def tick(i: i64) -> None:
             pass
 
-        loop = session.compile('''
-        func.func @loop(%n: i64) {
-          %c0 = arith.constant 0 : i64
-          %c1 = arith.constant 1 : i64
-          scf.for %i = %c0 to %n step %c1 : i64 {
-            func.call @tick(%i) : (i64) -> ()
-          }
-          return
-        }
-        func.func private @tick(i64)
-        ''').loop
+        loop = session.compile(sys.argv[1]).loop
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
         start = time.perf_counter()
         try:
@@ -211,7 +204,7 @@ def test_ctrl_c_during_a_long_loop_with_callbacks() -> None:
         except KeyboardInterrupt:
             print(f"interrupted after {time.perf_counter() - start:.1f} s")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", script, TICK_LOOP], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert "interrupted after" in done.stdout
