@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
-from .callbacks import call_machinery, enter_call, exit_call
+from .callframe import call_machinery, enter_call, exit_call
 from .memref import (
     GLOBAL_MEMREF_MARKER,
     _libc,

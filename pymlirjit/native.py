@@ -19,7 +19,7 @@ descriptor's memory), calls the Python function with vectorcall and unboxes an e
 result; any other result goes through a Python converter, and any exception is handed to
 Python to be recorded for the kernel call.
 
-A module with callbacks gives each kernel call a record (see :mod:`pymlirjit.callbacks`):
+A module with callbacks gives each kernel call a record (see :mod:`pymlirjit.callframe`):
 the entry keeps it on its C stack and points a pthread key at it, and trampolines read it
 there, all without Python code unless a callback fails.
 
@@ -46,6 +46,7 @@ import numpy as np
 from llvmlite import ir
 
 from .abi import BoundaryABI
+from .callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
 from .relocation import (
     ARRAY_FROM_DESCR,
     FINISH_CALL,
@@ -241,7 +242,7 @@ class NativeBatch:
         """Add the native entry of the C-ABI function at ``target`` (an address, or
         the name of a function linked with the code); returns its index.
 
-        ``calls`` is the call machinery (:func:`pymlirjit.callbacks.call_machinery`)
+        ``calls`` is the call machinery (:func:`pymlirjit.callframe.call_machinery`)
         when the module links Python callbacks: each call then has a record, which its
         callbacks find and which says whether one failed; else ``None``. ``release_gil`` whether
         to release the GIL while the compiled code runs (``None``: only when other Python
@@ -622,12 +623,12 @@ class _EntryBuilder(_FunctionBuilder):
         return self.builder.gep(record, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
 
     def open_record(self) -> tuple[ir.Value, ir.Value | None]:
-        """Make this call's record (see pymlirjit.callbacks) the thread's innermost one:
+        """Make this call's record (see pymlirjit.callframe) the thread's innermost one:
         it tells trampolines where to longjmp on failure (with ``unwind``) and whether
         this thread keeps the GIL. Returns it and the jmp_buf, if any."""
         b = self.builder
         key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        record = b.alloca(ir.ArrayType(_i64, 4))
+        record = b.alloca(ir.ArrayType(_i64, RECORD_FIELDS))
         jump_buffer = None
         address: ir.Value = ir.Constant(_i64, 0)
         if self.unwind:
@@ -636,9 +637,9 @@ class _EntryBuilder(_FunctionBuilder):
             jump_buffer = b.bitcast(buffer, _ptr)
             address = b.ptrtoint(jump_buffer, _i64)
         previous = b.call(self.libc["pthread_getspecific"], [key])
-        for index, value in enumerate([ir.Constant(_i64, 0), address,
-                                       ir.Constant(_i64, int(self.release_gil is False)),
-                                       b.ptrtoint(previous, _i64)]):
+        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
+                             (HOLDS_GIL, ir.Constant(_i64, int(self.release_gil is False))),
+                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
             b.store(value, self.record_field(record, index))
         b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
         return record, jump_buffer
@@ -648,11 +649,11 @@ class _EntryBuilder(_FunctionBuilder):
         (or of a thread without a call) failed, let Python raise its exception."""
         b = self.builder
         key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        previous = b.inttoptr(b.load(self.record_field(record, 3)), _ptr)
+        previous = b.inttoptr(b.load(self.record_field(record, PREVIOUS)), _ptr)
         b.call(self.libc["pthread_setspecific"], [key, previous])
         foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD),
                              _i64.as_pointer())
-        failed = b.or_(b.load(self.record_field(record, 0)), b.load(foreign))
+        failed = b.or_(b.load(self.record_field(record, FAILED)), b.load(foreign))
         with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(_i64, 0)), likely=False):
             address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(record, _i64)])
             self.return_if_null(address, "boxed_record")
@@ -700,6 +701,10 @@ class _TrampolineBuilder(_FunctionBuilder):
     def slot_of(self, what: str) -> str:
         return callback_slot(self.helpers.name, what)
 
+    def record_at(self, index: int) -> ir.Value:
+        """The address of field ``index`` of the call's record."""
+        return self.builder.gep(self.frame_record, [ir.Constant(_i64, index)])
+
     def zero(self) -> ir.Value | None:
         if isinstance(self.result_type, ir.VoidType):
             return None
@@ -731,7 +736,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         for obj in (done, kind, value, traceback):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
-        jump_buffer = b.load(b.gep(self.frame_record, [ir.Constant(_i64, 1)]))
+        jump_buffer = b.load(self.record_at(JUMP_BUFFER))
         with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
             self.release_gil()
             b.call(self.libc["longjmp"], [b.inttoptr(jump_buffer, _ptr), ir.Constant(_i32, 1)])
@@ -877,7 +882,7 @@ class _TrampolineBuilder(_FunctionBuilder):
                              _ptr)
         record = b.select(self.is_null(record), foreign, record)
         self.frame_record = b.bitcast(record, _i64.as_pointer())
-        with b.if_then(b.icmp_signed("!=", b.load(self.frame_record), ir.Constant(_i64, 0))):
+        with b.if_then(b.icmp_signed("!=", b.load(self.record_at(FAILED)), ir.Constant(_i64, 0))):
             zero = self.zero()
             if zero is None:
                 b.ret_void()
@@ -885,7 +890,7 @@ class _TrampolineBuilder(_FunctionBuilder):
                 b.ret(zero)
         # A kernel call that kept the GIL on this thread says so in its record: the GIL
         # is then held already, and taking it again would only cost time.
-        holds_gil = b.load(b.gep(self.frame_record, [ir.Constant(_i64, 2)]))
+        holds_gil = b.load(self.record_at(HOLDS_GIL))
         before = b.block
         take = self.function.append_basic_block("take_gil")
         taken = self.function.append_basic_block("gil_taken")

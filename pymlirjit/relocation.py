@@ -38,7 +38,7 @@ __all__ = [
 SLOT_PREFIX = "pymlirjit_slot_"  # slots are globals named by index: pymlirjit_slot_0, ...
 
 ARRAY_FROM_DESCR = "numpy.PyArray_NewFromDescr"  # the address array_from_descr() gives
-# The call machinery of pymlirjit.callbacks, the same for every module: finish_call (an
+# The call machinery of pymlirjit.callframe, the same for every module: finish_call (an
 # object), the pthread key of the current call record and the address of the record of
 # threads without a call (numbers).
 FINISH_CALL = "call:finish"

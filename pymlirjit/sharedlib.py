@@ -31,11 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .abi import boundary_abi, native_callback_supported, native_kernel_supported
-from .callbacks import (
-    Callback,
-    TrampolineHelpers,
-    call_machinery,
-)
+from .callbacks import Callback, TrampolineHelpers
+from .callframe import call_machinery
 from .errors import LinkError
 from .relocation import (
     ARRAY_FROM_DESCR,

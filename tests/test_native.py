@@ -10,7 +10,8 @@ import pytest
 
 from pymlirjit import Session, callback
 from pymlirjit.abi import boundary_abi
-from pymlirjit.callbacks import Callback, TrampolineHelpers, call_machinery
+from pymlirjit.callbacks import Callback, TrampolineHelpers
+from pymlirjit.callframe import call_machinery
 from pymlirjit.native import NativeBatch
 from pymlirjit.relocation import SLOT_PREFIX
 from pymlirjit.sharedlib import slot_values
