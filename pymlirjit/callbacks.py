@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
-from .callframe import _current_record, _failed, _record, call_machinery
+from .callframe import call_machinery, culprit_token, record_current
 from .errors import SignatureError
 from .memref import (
     UnrankedDescriptor,
@@ -164,18 +164,22 @@ class _Entry:
 
 
 class TrampolineHelpers:
-    """The Python side of a native trampoline: what it calls in the rare cases
-    (``record``, ``convert_result``) and the call machinery it reads (``frame_key``,
-    ``foreign_record``)."""
+    """The Python side of a native trampoline (or of the native wrapper of a ctypes
+    entry): what it calls in the rare cases (``record``, ``convert_result``) and the call
+    machinery it reads (``frame_key``, ``foreign_record``, and ``culprit``, the token it
+    stores in a failing call's record: see :func:`pymlirjit.callframe.culprit_token`)."""
 
     def __init__(self, cb: Callback) -> None:
         self.name = cb.name
-        self.frame_key, self.foreign_record, _ = call_machinery()
+        calls = call_machinery()
+        self.frame_key, self.foreign_record = calls.frame_key, calls.foreign_record
+        self.culprit = culprit_token(cb.name)
+        # A C-implemented partial: one Python frame less to push when recording an
+        # error near the recursion limit.
+        self.record: Callable[[BaseException], None] = functools.partial(record_current,
+                                                                         cb.name)
         results = cb.signature.results
         self.result_type = results[0] if results else None
-
-    def record(self, error: BaseException) -> None:
-        _record(_current_record(), error, self.name)
 
     def convert_result(self, value: Any) -> Any:
         t = self.result_type
@@ -188,36 +192,40 @@ class TrampolineHelpers:
 
 def prepare_entries(callbacks: Iterable[Callback]) -> None:
     """Build the entry points of ``callbacks`` that have none yet, generating all native
-    trampolines together (code generation has a fixed cost per batch)."""
+    code together (code generation has a fixed cost per batch): a trampoline where the
+    types allow one, else a ctypes entry behind a native wrapper that unwinds the call
+    when the callback fails, as a trampoline does."""
     pending = [cb for cb in callbacks if cb._entry is None]
-    native = [cb for cb in pending if native_callback_supported(cb.signature)]
-    if native:
-        from .native import NativeBatch  # llvmlite loads only when needed
+    if not pending:
+        return
+    from .native import NativeBatch  # llvmlite loads only when needed
 
-        batch = NativeBatch()
-        indices = [batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
-                                                 TrampolineHelpers(cb)) for cb in native]
-        addresses, keepalive = batch.compile()
-        for cb, index in zip(native, indices):
-            with cb._lock:
-                if cb._entry is None:
-                    cb._entry = _Entry(addresses[index], keepalive)
+    batch = NativeBatch()
+    indices: list[int] = []
+    python_entries: list[Any] = []
     for cb in pending:
+        if native_callback_supported(cb.signature):
+            indices.append(batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                                         TrampolineHelpers(cb)))
+            python_entries.append(None)
+        else:
+            function = _build_ctypes_entry(cb)
+            target = ctypes.cast(function, ctypes.c_void_p).value or 0
+            indices.append(batch.add_ctypes_wrapper(cb.abi, target, TrampolineHelpers(cb)))
+            python_entries.append(function)
+    addresses, keepalive = batch.compile()
+    for cb, index, function in zip(pending, indices, python_entries):
         with cb._lock:
             if cb._entry is None:
-                cb._entry = _build_entry(cb)
-
-
-def _build_entry(cb: Callback) -> _Entry:
-    if native_callback_supported(cb.signature):
-        prepare_entries([cb])
-        assert cb._entry is not None
-        return cb._entry
-    entry = _build_ctypes_entry(cb)
-    return _Entry(ctypes.cast(entry, ctypes.c_void_p).value or 0, entry)
+                cb._entry = _Entry(addresses[index], (keepalive, function))
 
 
 def _build_ctypes_entry(cb: Callback) -> Any:
+    """The ctypes function for a callback whose types no trampoline serves. Its C ABI is
+    the callback's, after a first parameter: the address of a status word that the
+    native wrapper (``NativeBatch.add_ctypes_wrapper``) sets to 1 and this function
+    clears when the callback succeeded. Anything else (the callback raised, or Python
+    could not even run it) leaves 1: the wrapper then fails the call."""
     abi = cb.abi
     signature = cb.signature
     function = cb.__wrapped__
@@ -226,6 +234,7 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     plain = all(count == 1 and convert is _identity for count, convert in converters)
     results = signature.results
     result_what = [f"callback {name!r}: result #{i}" for i in range(len(results))]
+    status_word = ctypes.c_int64.from_address
 
     def python_args(c_args: tuple[Any, ...]) -> list[Any]:
         if plain:
@@ -246,44 +255,40 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                             f"({', '.join(t.mlir for t in results)}), got {got}")
         return result
 
-    def fail(error: BaseException, record: int) -> None:
-        _record(record, error, name)
-
     if abi.results_via_pointer:
         struct_type = abi.result_struct
-        size = ctypes.sizeof(struct_type)
 
-        def entry_via_pointer(out: int, *c_args: Any) -> None:
-            record = _current_record()
-            if _failed(record):
-                ctypes.memset(out, 0, size)
-                return
+        def entry_via_pointer(status: int, out: int, *c_args: Any) -> None:
             try:
                 values = check_count(function(*python_args(c_args)))
                 struct = struct_type.from_address(out)
                 for i, (t, value) in enumerate(zip(results, values)):
                     _store_result(struct, f"r{i}", t, value, result_what[i])
+                status_word(status).value = 0
             except BaseException as error:
-                ctypes.memset(out, 0, size)
-                fail(error, record)
+                try:  # noqa: SIM105 - contextlib.suppress would need Python frames
+                    record_current(name, error)
+                except BaseException:  # nothing may reach ctypes (it prints); the
+                    pass  # wrapper fails the call all the same
 
-        prototype = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *abi.c_params)
+        prototype = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *abi.c_params)
         return prototype(entry_via_pointer)
 
     if not results:
-        def entry_without_result(*c_args: Any) -> None:
-            record = _current_record()
-            if _failed(record):
-                return
+        def entry_without_result(status: int, *c_args: Any) -> None:
             try:
                 result = function(*python_args(c_args))
                 if result is not None:
                     raise TypeError(f"callback {name!r} is declared to return nothing, "
                                     f"but returned {type(result).__name__}")
+                status_word(status).value = 0
             except BaseException as error:
-                fail(error, record)
+                try:  # noqa: SIM105 - contextlib.suppress would need Python frames
+                    record_current(name, error)
+                except BaseException:  # nothing may reach ctypes (it prints); the
+                    pass  # wrapper fails the call all the same
 
-        return ctypes.CFUNCTYPE(None, *abi.c_params)(entry_without_result)
+        return ctypes.CFUNCTYPE(None, ctypes.c_void_p, *abi.c_params)(entry_without_result)
 
     result_type = results[0]
     assert isinstance(result_type, ScalarType)  # aggregates go through the pointer
@@ -292,21 +297,21 @@ def _build_ctypes_entry(cb: Callback) -> Any:
         as_boundary = int
     elif result_type.mlir in ("f16", "bf16"):
         as_boundary = functools.partial(half_to_bits, result_type)
-    zero = 0
 
-    def entry(*c_args: Any) -> Any:
-        record = _current_record()
-        if _failed(record):
-            return zero
+    def entry(status: int, *c_args: Any) -> Any:
         try:
-            value = to_python_scalar(result_type, function(*python_args(c_args)),
-                                     result_what[0])
-            return as_boundary(value)
+            value = as_boundary(to_python_scalar(result_type, function(*python_args(c_args)),
+                                                 result_what[0]))
+            status_word(status).value = 0
+            return value
         except BaseException as error:
-            fail(error, record)
-            return zero
+            try:  # noqa: SIM105 - contextlib.suppress would need Python frames
+                record_current(name, error)
+            except BaseException:  # nothing may reach ctypes (it prints); the
+                pass  # wrapper fails the call all the same
+            return 0
 
-    return ctypes.CFUNCTYPE(abi.c_result, *abi.c_params)(entry)
+    return ctypes.CFUNCTYPE(abi.c_result, ctypes.c_void_p, *abi.c_params)(entry)
 
 
 # -- registries and the decorator --------------------------------------------------------

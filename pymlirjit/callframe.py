@@ -25,10 +25,14 @@ __all__ = [
     "CallRecord",
     "call_frame",
     "call_machinery",
+    "culprit_token",
     "enter_call",
     "exit_call",
     "finish_call",
+    "hand_over",
+    "lost_error",
     "native_frame_slot",
+    "record_current",
 ]
 
 # -- error capture across compiled frames ------------------------------------------------
@@ -42,6 +46,12 @@ __all__ = [
 # exception. Callbacks on threads the compiled code started itself find no record on
 # their thread: theirs is a process-wide one, `_foreign`, whose error any call ending
 # next raises.
+#
+# The flag is what decides that a call fails, not the stored exception: native code
+# sets it (to the failing callback's *culprit* token, see culprit_token) before Python
+# is asked to keep the exception, because keeping it may fail in turn (a RecursionError
+# at the recursion limit, a broken `__notes__`). A call whose flag is set and that has
+# no exception raises a RuntimeError naming the callback instead: never a result.
 
 # The record's fields, by index (each one 64 bits), as the IR builders address them.
 FAILED = 0
@@ -128,30 +138,75 @@ def exit_call(frame: CallFrame) -> None:
 
 def finish_call(address: int) -> None:
     """Raise the exception of the call whose record is at ``address`` (which has ended),
-    else one a callback raised on a thread without a call, if any."""
+    else one a callback raised on a thread without a call, if any; if the call failed
+    but its exception could not be kept, a RuntimeError naming the callback."""
+    failed = ctypes.c_int64.from_address(address).value
     with _error_lock:
         error = _errors.pop(address, None)
-        if error is None and _foreign.record.failed:
+        if error is None and not failed and _foreign.record.failed:
+            failed = _foreign.record.failed
             error = _errors.pop(_foreign.address, None)
             _foreign.record.failed = 0
+    if error is None and failed:
+        error = lost_error(failed)
     if error is not None:
         raise error
+
+
+def lost_error(failed: int) -> RuntimeError:
+    """What a call raises when a callback failed (``failed``: its record's flag) but its
+    exception could not be kept."""
+    name = _culprits.get(failed)
+    who = f"callback {name!r}" if name is not None else "a callback"
+    return RuntimeError(f"{who} failed during a call into compiled MLIR code and its "
+                        f"exception could not be kept (keeping it raised in turn, e.g. "
+                        f"at the recursion limit)")
+
+
+_culprits: dict[int, str] = {}  # culprit token -> callback name
+_tokens: dict[str, int] = {}
+
+
+def culprit_token(name: str) -> int:
+    """The number native code stores in a record's ``failed`` flag when the callback
+    ``name`` fails (never 0, nor 1, which Python code stores): :func:`finish_call` can
+    then name the callback even if its exception could not be kept."""
+    with _error_lock:
+        token = _tokens.get(name)
+        if token is None:
+            token = _tokens[name] = len(_tokens) + 2
+            _culprits[token] = name
+        return token
+
+
+def hand_over(inner: int, outer: int) -> None:
+    """Move the error of the call whose record is at ``inner`` (which has ended) to the
+    call at ``outer``, unless that one has an error already (the first one wins). A
+    guard calls this when a call through a raw address failed (see
+    ``pymlirjit.native._GuardBuilder``): the enclosing call raises the error."""
+    with _error_lock:
+        error = _errors.pop(inner, None)
+        if error is not None and outer not in _errors:
+            _errors[outer] = error
 
 
 class CallMachinery(NamedTuple):
     """What a native kernel entry needs to open and close a call's record:
     ``frame_key`` (the pthread key), ``foreign_record`` (the address of the record of
-    threads without a call) and ``finish_call`` (raises the call's error)."""
+    threads without a call), ``finish_call`` (raises the call's error) and, for guards,
+    ``hand_over`` (moves an ended call's error to the enclosing call)."""
 
     frame_key: int
     foreign_record: int
     finish_call: Callable[[int], None]
+    hand_over: Callable[[int, int], None] = hand_over
 
 
 @functools.cache
 def call_machinery() -> CallMachinery:
     """What the native kernel entries of modules with callbacks use."""
-    return CallMachinery(native_frame_slot().key.value, _foreign.address, finish_call)
+    return CallMachinery(native_frame_slot().key.value, _foreign.address, finish_call,
+                         hand_over)
 
 
 @contextmanager
@@ -173,23 +228,37 @@ def _current_record() -> int:
     return native_frame_slot().get() or _foreign.address
 
 
-def _failed(address: int) -> bool:
-    return bool(ctypes.c_int64.from_address(address).value)
-
-
 def _record(address: int, error: BaseException, name: str) -> None:
     """Keep the first error of the call whose record is at ``address``, noting which
-    callback raised it."""
-    with _error_lock:
-        if address in _errors:
-            return
+    callback raised it, and set the record's flag. Never raises: what cannot be done is
+    left undone (the flag, set first, still fails the call)."""
+    try:
+        flag = ctypes.c_int64.from_address(address)
+        if not flag.value:
+            flag.value = 1
+        with _error_lock:
+            if address in _errors:
+                return
+            _errors[address] = error
         _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
-        _errors[address] = error
-        ctypes.c_int64.from_address(address).value = 1
+    except BaseException:  # see the docstring
+        pass
+
+
+def record_current(name: str, error: BaseException) -> None:
+    """:func:`_record` for the call running on this thread (or the foreign one)."""
+    # Not contextlib.suppress: at the recursion limit its Python __enter__ fails too.
+    try:  # noqa: SIM105
+        _record(native_frame_slot().get() or _foreign.address, error, name)
+    except BaseException:  # at the recursion limit, even calling may fail
+        pass
 
 
 def _add_note(error: BaseException, note: str) -> None:
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-    else:  # Python 3.10
-        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+    try:
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+        else:  # Python 3.10
+            error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+    except Exception:  # a note is a courtesy: the error is kept without it
+        pass

@@ -48,8 +48,9 @@ FOREIGN_RECORD = "call:foreign_record"
 
 def callback_slot(callback_name: str, what: str) -> str:
     """The slot name of a callback's ``what``: ``function`` (the Python function),
-    ``record`` and ``convert_result`` (its trampoline helpers) or ``entry`` (the
-    address of its C-ABI entry point, which a forwarder calls)."""
+    ``record`` and ``convert_result`` (its trampoline helpers), ``culprit`` (the number
+    its trampoline stores in a failing call's record) or ``entry`` (the address of its
+    C-ABI entry point, which a forwarder calls)."""
     return f"callback:{callback_name}:{what}"
 
 _NPY_WRITEABLE = 0x0400
