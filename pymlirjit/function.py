@@ -25,6 +25,7 @@ from .memref import (
     descriptor_type,
     owned_array_from_descriptor,
 )
+from .sharedlib import SharedLibrary
 from .signature import Signature
 from .types import (
     MemRefType,
@@ -72,8 +73,12 @@ class CompiledFunction(NativeCallable):
         self.unwind = unwind
         self.abi: BoundaryABI = boundary_abi(signature)
         self._guard = _Guard(self.abi, address, unwind) if links_callbacks else None
+        # A module loaded from a shared library generates no code (a cheap warm start):
+        # its Python path goes without a guard, so a failing callback there skips the
+        # later callbacks of the call instead of ending it (the call still raises).
+        loaded = isinstance(engine, SharedLibrary)
         self._python_call = _PythonCall(engine, self.display_name, signature, self.abi,
-                                        address, release_gil, self._guard)
+                                        address, release_gil, None if loaded else self._guard)
         self._links_callbacks = links_callbacks
         self._native_wanted = native and native_kernel_supported(self.signature)
         self.native_entry: int | None = None
