@@ -100,7 +100,8 @@ class Callback:
     def address(self) -> int:
         """The address of the native entry point compiled code calls (built on first
         use): a trampoline generated with llvmlite where the types allow one, else a
-        ctypes callback."""
+        native wrapper (which unwinds the call when the callback fails) of a ctypes
+        callback."""
         if self._entry is None:
             prepare_entries([self])
         assert self._entry is not None

@@ -35,31 +35,29 @@ def test_culprit_tokens_are_stable_distinct_and_never_0_or_1() -> None:
 
 def test_a_failed_flag_without_an_exception_raises_naming_the_callback() -> None:
     token = culprit_token("lost_one")
-    with pytest.raises(RuntimeError, match="callback 'lost_one' failed") as caught:
-        with call_frame() as frame:
-            ctypes.c_int64.from_address(frame.address).value = token  # as native code does
+    lost = pytest.raises(RuntimeError, match="callback 'lost_one' failed")
+    with lost as caught, call_frame() as frame:
+        ctypes.c_int64.from_address(frame.address).value = token  # as native code does
     assert not isinstance(caught.value, RecursionError)
 
 
 def test_recording_never_raises_and_the_first_error_wins() -> None:
     first = ValueError("first")
     first.__notes__ = "not a list"  # type: ignore[assignment]
-    with pytest.raises(ValueError) as caught:
-        with call_frame() as frame:
-            callframe.record_current("cb", first)
-            callframe.record_current("cb", KeyError("second"))
-            assert frame.record.failed == 1
+    with pytest.raises(ValueError) as caught, call_frame() as frame:
+        callframe.record_current("cb", first)
+        callframe.record_current("cb", KeyError("second"))
+        assert frame.record.failed == 1
     assert caught.value is first
 
 
 def test_hand_over_moves_an_error_to_the_enclosing_call() -> None:
     error = OSError("inner")
-    with pytest.raises(OSError) as caught:
-        with call_frame() as outer:
-            with call_frame() as inner:
-                pass
-            callframe._record(inner.address, error, "cb")  # the inner call has ended
-            hand_over(inner.address, outer.address)
-            outer.record.failed = 1
+    with pytest.raises(OSError) as caught, call_frame() as outer:
+        with call_frame() as inner:
+            pass
+        callframe._record(inner.address, error, "cb")  # the inner call has ended
+        hand_over(inner.address, outer.address)
+        outer.record.failed = 1
     assert caught.value is error
     assert inner.address not in callframe._errors
