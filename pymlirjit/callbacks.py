@@ -24,10 +24,10 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
+from .callframe import call_machinery, culprit_token, record_current
 from .errors import SignatureError
 from .memref import (
     UnrankedDescriptor,
@@ -51,174 +51,13 @@ from .types import (
 __all__ = [
     "Callback",
     "CallbackRegistry",
-    "CallMachinery",
-    "call_frame",
-    "call_machinery",
     "callback",
     "default_registry",
-    "enter_call",
-    "exit_call",
     "prepare_entries",
     "TrampolineHelpers",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-# -- error capture across compiled frames ------------------------------------------------
-#
-# Each call into compiled code has a record (a C struct): native kernel entries keep it
-# on their C stack, the Python path in a ctypes struct. A per-thread pthread key points
-# at the record of the innermost call running on the thread, and each record points at
-# the one it hides, restored when the call ends. A failing callback stores its exception
-# under its call's record address and sets the record's `failed` flag; later callbacks
-# of the call see the flag and return at once; the call, when it ends, raises the
-# exception. Callbacks on threads the compiled code started itself find no record on
-# their thread: theirs is a process-wide one, `_foreign`, whose error any call ending
-# next raises.
-
-class CallRecord(ctypes.Structure):
-    """The record of one call into compiled code, as native code reads it: whether a
-    callback of the call failed, the ``jmp_buf`` of a native kernel entry that can unwind
-    the call, whether the calling thread keeps the GIL during the call, and the record of
-    the call it is nested in."""
-
-    _fields_ = [("failed", ctypes.c_int64), ("jump_buffer", ctypes.c_void_p),
-                ("holds_gil", ctypes.c_int64), ("previous", ctypes.c_void_p)]
-
-
-class CallFrame:
-    """A call into compiled code made from Python (not through a native entry): its
-    record, and its address."""
-
-    __slots__ = ("address", "record")
-
-    def __init__(self, jump_buffer: int = 0, holds_gil: bool = False) -> None:
-        self.record = CallRecord(0, jump_buffer, int(holds_gil), None)
-        self.address = ctypes.addressof(self.record)
-
-
-_foreign = CallFrame()
-_errors: dict[int, BaseException] = {}  # record address -> the first error of that call
-_error_lock = threading.Lock()
-
-
-class _NativeFrameSlot:
-    """The pthread key holding, per thread, the address of the innermost call's record,
-    so that native code finds it without the GIL."""
-
-    def __init__(self) -> None:
-        libc = ctypes.CDLL(None)
-        self.key = ctypes.c_uint(0)
-        if libc.pthread_key_create(ctypes.byref(self.key), None) != 0:
-            raise OSError("pthread_key_create failed")
-        self._set = libc.pthread_setspecific
-        self._set.argtypes = [ctypes.c_uint, ctypes.c_void_p]
-        self._set.restype = ctypes.c_int
-        self._get = libc.pthread_getspecific
-        self._get.argtypes = [ctypes.c_uint]
-        self._get.restype = ctypes.c_void_p
-
-    def get(self) -> int:
-        """The address of this thread's innermost record (0 if none)."""
-        return self._get(self.key) or 0
-
-    def set(self, address: int) -> None:
-        self._set(self.key, address or None)
-
-
-@functools.cache
-def native_frame_slot() -> _NativeFrameSlot:
-    """The pthread key native trampolines read (created on first use)."""
-    return _NativeFrameSlot()
-
-
-def enter_call(jump_buffer: int = 0, holds_gil: bool = False) -> CallFrame:
-    """Open a frame for a call into compiled code on this thread. ``jump_buffer`` is the
-    address of a ``jmp_buf`` that a failing callback may ``longjmp`` to; ``holds_gil``
-    says that this thread keeps the GIL for the whole call (callbacks on this thread
-    then skip taking it)."""
-    frame = CallFrame(jump_buffer, holds_gil)
-    slot = native_frame_slot()
-    frame.record.previous = slot.get() or None
-    slot.set(frame.address)
-    return frame
-
-
-def exit_call(frame: CallFrame) -> None:
-    """Close ``frame``; re-raise the exception a callback raised during the call, if any."""
-    native_frame_slot().set(frame.record.previous or 0)
-    if frame.record.failed or _foreign.record.failed:
-        finish_call(frame.address)
-
-
-def finish_call(address: int) -> None:
-    """Raise the exception of the call whose record is at ``address`` (which has ended),
-    else one a callback raised on a thread without a call, if any."""
-    with _error_lock:
-        error = _errors.pop(address, None)
-        if error is None and _foreign.record.failed:
-            error = _errors.pop(_foreign.address, None)
-            _foreign.record.failed = 0
-    if error is not None:
-        raise error
-
-
-class CallMachinery(NamedTuple):
-    """What a native kernel entry needs to open and close a call's record:
-    ``frame_key`` (the pthread key), ``foreign_record`` (the address of the record of
-    threads without a call) and ``finish_call`` (raises the call's error)."""
-
-    frame_key: int
-    foreign_record: int
-    finish_call: Callable[[int], None]
-
-
-@functools.cache
-def call_machinery() -> CallMachinery:
-    """What the native kernel entries of modules with callbacks use."""
-    return CallMachinery(native_frame_slot().key.value, _foreign.address, finish_call)
-
-
-@contextmanager
-def call_frame() -> Iterator[CallFrame]:
-    """``with call_frame():`` around a call into compiled code re-raises callback errors."""
-    frame = enter_call()
-    try:
-        yield frame
-    except BaseException:
-        native_frame_slot().set(frame.record.previous or 0)
-        with _error_lock:
-            _errors.pop(frame.address, None)  # the exception raised instead wins
-        raise
-    exit_call(frame)
-
-
-def _current_record() -> int:
-    """The address of the record of the call this thread runs (or the foreign one)."""
-    return native_frame_slot().get() or _foreign.address
-
-
-def _failed(address: int) -> bool:
-    return bool(ctypes.c_int64.from_address(address).value)
-
-
-def _record(address: int, error: BaseException, name: str) -> None:
-    """Keep the first error of the call whose record is at ``address``, noting which
-    callback raised it."""
-    with _error_lock:
-        if address in _errors:
-            return
-        _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
-        _errors[address] = error
-        ctypes.c_int64.from_address(address).value = 1
-
-
-def _add_note(error: BaseException, note: str) -> None:
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-    else:  # Python 3.10
-        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 # -- the Callback object -----------------------------------------------------------------
@@ -261,7 +100,8 @@ class Callback:
     def address(self) -> int:
         """The address of the native entry point compiled code calls (built on first
         use): a trampoline generated with llvmlite where the types allow one, else a
-        ctypes callback."""
+        native wrapper (which unwinds the call when the callback fails) of a ctypes
+        callback."""
         if self._entry is None:
             prepare_entries([self])
         assert self._entry is not None
@@ -325,18 +165,22 @@ class _Entry:
 
 
 class TrampolineHelpers:
-    """The Python side of a native trampoline: what it calls in the rare cases
-    (``record``, ``convert_result``) and the call machinery it reads (``frame_key``,
-    ``foreign_record``)."""
+    """The Python side of a native trampoline (or of the native wrapper of a ctypes
+    entry): what it calls in the rare cases (``record``, ``convert_result``) and the call
+    machinery it reads (``frame_key``, ``foreign_record``, and ``culprit``, the token it
+    stores in a failing call's record: see :func:`pymlirjit.callframe.culprit_token`)."""
 
     def __init__(self, cb: Callback) -> None:
         self.name = cb.name
-        self.frame_key, self.foreign_record, _ = call_machinery()
+        calls = call_machinery()
+        self.frame_key, self.foreign_record = calls.frame_key, calls.foreign_record
+        self.culprit = culprit_token(cb.name)
+        # A C-implemented partial: one Python frame less to push when recording an
+        # error near the recursion limit.
+        self.record: Callable[[BaseException], None] = functools.partial(record_current,
+                                                                         cb.name)
         results = cb.signature.results
         self.result_type = results[0] if results else None
-
-    def record(self, error: BaseException) -> None:
-        _record(_current_record(), error, self.name)
 
     def convert_result(self, value: Any) -> Any:
         t = self.result_type
@@ -349,36 +193,40 @@ class TrampolineHelpers:
 
 def prepare_entries(callbacks: Iterable[Callback]) -> None:
     """Build the entry points of ``callbacks`` that have none yet, generating all native
-    trampolines together (code generation has a fixed cost per batch)."""
+    code together (code generation has a fixed cost per batch): a trampoline where the
+    types allow one, else a ctypes entry behind a native wrapper that unwinds the call
+    when the callback fails, as a trampoline does."""
     pending = [cb for cb in callbacks if cb._entry is None]
-    native = [cb for cb in pending if native_callback_supported(cb.signature)]
-    if native:
-        from .native import NativeBatch  # llvmlite loads only when needed
+    if not pending:
+        return
+    from .native import NativeBatch  # llvmlite loads only when needed
 
-        batch = NativeBatch()
-        indices = [batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
-                                                 TrampolineHelpers(cb)) for cb in native]
-        addresses, keepalive = batch.compile()
-        for cb, index in zip(native, indices):
-            with cb._lock:
-                if cb._entry is None:
-                    cb._entry = _Entry(addresses[index], keepalive)
+    batch = NativeBatch()
+    indices: list[int] = []
+    python_entries: list[Any] = []
     for cb in pending:
+        if native_callback_supported(cb.signature):
+            indices.append(batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                                         TrampolineHelpers(cb)))
+            python_entries.append(None)
+        else:
+            function = _build_ctypes_entry(cb)
+            target = ctypes.cast(function, ctypes.c_void_p).value or 0
+            indices.append(batch.add_ctypes_wrapper(cb.abi, target, TrampolineHelpers(cb)))
+            python_entries.append(function)
+    addresses, keepalive = batch.compile()
+    for cb, index, function in zip(pending, indices, python_entries):
         with cb._lock:
             if cb._entry is None:
-                cb._entry = _build_entry(cb)
-
-
-def _build_entry(cb: Callback) -> _Entry:
-    if native_callback_supported(cb.signature):
-        prepare_entries([cb])
-        assert cb._entry is not None
-        return cb._entry
-    entry = _build_ctypes_entry(cb)
-    return _Entry(ctypes.cast(entry, ctypes.c_void_p).value or 0, entry)
+                cb._entry = _Entry(addresses[index], (keepalive, function))
 
 
 def _build_ctypes_entry(cb: Callback) -> Any:
+    """The ctypes function for a callback whose types no trampoline serves. Its C ABI is
+    the callback's, after a first parameter: the address of a status word that the
+    native wrapper (``NativeBatch.add_ctypes_wrapper``) sets to 1 and this function
+    clears when the callback succeeded. Anything else (the callback raised, or Python
+    could not even run it) leaves 1: the wrapper then fails the call."""
     abi = cb.abi
     signature = cb.signature
     function = cb.__wrapped__
@@ -387,6 +235,7 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     plain = all(count == 1 and convert is _identity for count, convert in converters)
     results = signature.results
     result_what = [f"callback {name!r}: result #{i}" for i in range(len(results))]
+    status_word = ctypes.c_int64.from_address
 
     def python_args(c_args: tuple[Any, ...]) -> list[Any]:
         if plain:
@@ -407,44 +256,40 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                             f"({', '.join(t.mlir for t in results)}), got {got}")
         return result
 
-    def fail(error: BaseException, record: int) -> None:
-        _record(record, error, name)
-
     if abi.results_via_pointer:
         struct_type = abi.result_struct
-        size = ctypes.sizeof(struct_type)
 
-        def entry_via_pointer(out: int, *c_args: Any) -> None:
-            record = _current_record()
-            if _failed(record):
-                ctypes.memset(out, 0, size)
-                return
+        def entry_via_pointer(status: int, out: int, *c_args: Any) -> None:
             try:
                 values = check_count(function(*python_args(c_args)))
                 struct = struct_type.from_address(out)
                 for i, (t, value) in enumerate(zip(results, values)):
                     _store_result(struct, f"r{i}", t, value, result_what[i])
+                status_word(status).value = 0
             except BaseException as error:
-                ctypes.memset(out, 0, size)
-                fail(error, record)
+                try:  # noqa: SIM105 - contextlib.suppress would need Python frames
+                    record_current(name, error)
+                except BaseException:  # nothing may reach ctypes (it prints); the
+                    pass  # wrapper fails the call all the same
 
-        prototype = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *abi.c_params)
+        prototype = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *abi.c_params)
         return prototype(entry_via_pointer)
 
     if not results:
-        def entry_without_result(*c_args: Any) -> None:
-            record = _current_record()
-            if _failed(record):
-                return
+        def entry_without_result(status: int, *c_args: Any) -> None:
             try:
                 result = function(*python_args(c_args))
                 if result is not None:
                     raise TypeError(f"callback {name!r} is declared to return nothing, "
                                     f"but returned {type(result).__name__}")
+                status_word(status).value = 0
             except BaseException as error:
-                fail(error, record)
+                try:  # noqa: SIM105 - contextlib.suppress would need Python frames
+                    record_current(name, error)
+                except BaseException:  # nothing may reach ctypes (it prints); the
+                    pass  # wrapper fails the call all the same
 
-        return ctypes.CFUNCTYPE(None, *abi.c_params)(entry_without_result)
+        return ctypes.CFUNCTYPE(None, ctypes.c_void_p, *abi.c_params)(entry_without_result)
 
     result_type = results[0]
     assert isinstance(result_type, ScalarType)  # aggregates go through the pointer
@@ -453,21 +298,21 @@ def _build_ctypes_entry(cb: Callback) -> Any:
         as_boundary = int
     elif result_type.mlir in ("f16", "bf16"):
         as_boundary = functools.partial(half_to_bits, result_type)
-    zero = 0
 
-    def entry(*c_args: Any) -> Any:
-        record = _current_record()
-        if _failed(record):
-            return zero
+    def entry(status: int, *c_args: Any) -> Any:
         try:
-            value = to_python_scalar(result_type, function(*python_args(c_args)),
-                                     result_what[0])
-            return as_boundary(value)
+            value = as_boundary(to_python_scalar(result_type, function(*python_args(c_args)),
+                                                 result_what[0]))
+            status_word(status).value = 0
+            return value
         except BaseException as error:
-            fail(error, record)
-            return zero
+            try:  # noqa: SIM105 - contextlib.suppress would need Python frames
+                record_current(name, error)
+            except BaseException:  # nothing may reach ctypes (it prints); the
+                pass  # wrapper fails the call all the same
+            return 0
 
-    return ctypes.CFUNCTYPE(abi.c_result, *abi.c_params)(entry)
+    return ctypes.CFUNCTYPE(abi.c_result, ctypes.c_void_p, *abi.c_params)(entry)
 
 
 # -- registries and the decorator --------------------------------------------------------

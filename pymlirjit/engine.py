@@ -27,7 +27,7 @@ from typing import Any
 
 from mlir.execution_engine import ExecutionEngine as _UpstreamEngine
 
-from .callbacks import call_frame
+from .callframe import call_frame
 from .errors import LinkError
 
 __all__ = ["ExecutionEngine", "address_of"]

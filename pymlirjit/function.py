@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
-from .callbacks import call_machinery, enter_call, exit_call
+from .callframe import call_machinery, enter_call, exit_call
 from .memref import (
     GLOBAL_MEMREF_MARKER,
     _libc,
@@ -25,6 +25,7 @@ from .memref import (
     descriptor_type,
     owned_array_from_descriptor,
 )
+from .sharedlib import SharedLibrary
 from .signature import Signature
 from .types import (
     MemRefType,
@@ -46,8 +47,9 @@ _native_lock = threading.Lock()
 class CompiledFunction(NativeCallable):
     """A function of a compiled module, callable with Python scalars and numpy arrays.
 
-    ``name`` is the MLIR symbol, ``signature`` its MLIR signature, ``address`` the
-    C-ABI entry point called (``_mlir_ciface_<entry>``), ``engine`` the engine holding
+    ``name`` is the MLIR symbol, ``signature`` its MLIR signature, ``address`` its
+    C-ABI entry point (``_mlir_ciface_<entry>``, behind a guard in modules with
+    callbacks: see :attr:`address`), ``engine`` the engine holding
     its code (kept alive by the function), ``module`` the compiled module it came from
     (held weakly: a module refers to its functions, not the other way round).
     ``release_gil`` says whether calls release the GIL while compiled code runs
@@ -66,18 +68,35 @@ class CompiledFunction(NativeCallable):
         self.name = name
         self.display_name = display_name or name
         self.signature = signature
-        self.address = address
+        self._raw_address = address
         self.release_gil = release_gil
         self.unwind = unwind
         self.abi: BoundaryABI = boundary_abi(signature)
+        self._guard = _Guard(self.abi, address, unwind) if links_callbacks else None
+        # A module loaded from a shared library generates no code (a cheap warm start):
+        # its Python path goes without a guard, so a failing callback there skips the
+        # later callbacks of the call instead of ending it (the call still raises).
+        loaded = isinstance(engine, SharedLibrary)
         self._python_call = _PythonCall(engine, self.display_name, signature, self.abi,
-                                        address, release_gil)
+                                        address, release_gil, None if loaded else self._guard)
         self._links_callbacks = links_callbacks
         self._native_wanted = native and native_kernel_supported(self.signature)
         self.native_entry: int | None = None
 
     def __repr__(self) -> str:
         return f"<compiled function @{self.name} {self.signature.mlir}>"
+
+    @property
+    def address(self) -> int:
+        """The address of a function with this function's C ABI, to call from C or
+        through ctypes. In a module with callbacks it is a guard (generated on first
+        use) that gives each call its own record, as a native entry does: a failing
+        callback ends the call, which returns zeros, and its exception is raised by the
+        enclosing call into compiled code (the kernel whose callback made this call),
+        or else by the next call ending on any thread."""
+        if self._guard is None:
+            return self._raw_address
+        return self._guard.address()
 
     @property
     def module(self) -> Any:
@@ -90,7 +109,7 @@ class CompiledFunction(NativeCallable):
         and releasing the GIL as asked (``None``: as this one does)."""
         release = self.release_gil if release_gil is None else release_gil
         copy = CompiledFunction(
-            self.engine, self.name, self.signature.with_names(param_names), self.address,
+            self.engine, self.name, self.signature.with_names(param_names), self._raw_address,
             module=self.module, display_name=display_name, links_callbacks=self._links_callbacks,
             release_gil=release, unwind=self.unwind, native=self._native_wanted)
         if self.native_entry is not None and release == self.release_gil:
@@ -104,7 +123,7 @@ class CompiledFunction(NativeCallable):
         if not self._native_wanted or self.native_entry is not None:
             return None
         calls = call_machinery() if self._links_callbacks else None
-        index = batch.add_kernel_entry(self.abi, self.address, calls, self.release_gil,
+        index = batch.add_kernel_entry(self.abi, self._raw_address, calls, self.release_gil,
                                        self.unwind)
         return lambda addresses, code: self.use_native(addresses[index], code)
 
@@ -154,13 +173,41 @@ class CompiledFunction(NativeCallable):
         return self._python_call(*args, **kwargs)
 
 
+class _Guard:
+    """The guard of a function of a module with callbacks (see
+    :meth:`pymlirjit.native.NativeBatch.add_guard`), generated on first use."""
+
+    def __init__(self, abi: BoundaryABI, target: int, unwind: bool) -> None:
+        self.abi = abi
+        self.target = target
+        self.unwind = unwind
+        self.code: object = None  # owns the guard's machine code
+        self._address = 0
+        self._lock = threading.Lock()
+
+    def address(self) -> int:
+        if not self._address:
+            from .native import NativeBatch  # llvmlite loads only when needed
+
+            with self._lock:
+                if not self._address:
+                    batch = NativeBatch()
+                    index = batch.add_guard(self.abi, self.target, call_machinery(),
+                                            self.unwind)
+                    addresses, self.code = batch.compile()
+                    self._address = addresses[index]
+        return self._address
+
+
 class _PythonCall:
     """A call through ctypes, with every conversion and check in Python (the path native
     entries hand the calls they do not take to). It refers to no CompiledFunction, so as
-    to create no reference cycle."""
+    to create no reference cycle. In a module with callbacks it calls the function's
+    guard, so that a failing callback ends the call as it ends a native entry's."""
 
     def __init__(self, engine: Any, display_name: str, signature: Signature,
-                 abi: BoundaryABI, address: int, release_gil: bool | None) -> None:
+                 abi: BoundaryABI, address: int, release_gil: bool | None,
+                 guard: _Guard | None = None) -> None:
         self.engine = engine
         self.display_name = display_name
         self.signature = signature
@@ -168,7 +215,9 @@ class _PythonCall:
         head = [ctypes.c_void_p] if abi.results_via_pointer else []
         # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
         prototype = ctypes.PYFUNCTYPE if release_gil is False else ctypes.CFUNCTYPE
-        self.cfunc = prototype(abi.c_result, *head, *abi.c_params)(address)
+        self.prototype = prototype(abi.c_result, *head, *abi.c_params)
+        self.guard = guard
+        self.cfunc = self.prototype(address) if guard is None else None
         self.release_gil = release_gil
         self.marshal = [_argument_marshaller(p.type, f"{display_name}() parameter {p.name!r}")
                         for p in signature.params]
@@ -176,6 +225,12 @@ class _PythonCall:
         self.arity = len(signature.params)
         self.native_code: object = None
         self.in_flight = ctypes.c_int64(0)  # counted by native entries (see vectorcall)
+
+    def guarded(self) -> Any:
+        """The ctypes function calling the guard (made on first use)."""
+        assert self.guard is not None
+        self.cfunc = self.prototype(self.guard.address())
+        return self.cfunc
 
     def arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
         params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
@@ -198,9 +253,10 @@ class _PythonCall:
         if self.abi.results_via_pointer:
             struct = self.abi.result_struct()
             c_args.insert(0, ctypes.addressof(struct))
+        cfunc = self.cfunc or self.guarded()
         frame = enter_call(0, self.release_gil is False)
         try:
-            result = self.cfunc(*c_args)
+            result = cfunc(*c_args)
         finally:
             exit_call(frame)
         if struct is None:

@@ -19,7 +19,7 @@ descriptor's memory), calls the Python function with vectorcall and unboxes an e
 result; any other result goes through a Python converter, and any exception is handed to
 Python to be recorded for the kernel call.
 
-A module with callbacks gives each kernel call a record (see :mod:`pymlirjit.callbacks`):
+A module with callbacks gives each kernel call a record (see :mod:`pymlirjit.callframe`):
 the entry keeps it on its C stack and points a pthread key at it, and trampolines read it
 there, all without Python code unless a callback fails.
 
@@ -46,6 +46,7 @@ import numpy as np
 from llvmlite import ir
 
 from .abi import BoundaryABI
+from .callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
 from .relocation import (
     ARRAY_FROM_DESCR,
     FINISH_CALL,
@@ -241,7 +242,7 @@ class NativeBatch:
         """Add the native entry of the C-ABI function at ``target`` (an address, or
         the name of a function linked with the code); returns its index.
 
-        ``calls`` is the call machinery (:func:`pymlirjit.callbacks.call_machinery`)
+        ``calls`` is the call machinery (:func:`pymlirjit.callframe.call_machinery`)
         when the module links Python callbacks: each call then has a record, which its
         callbacks find and which says whether one failed; else ``None``. ``release_gil`` whether
         to release the GIL while the compiled code runs (``None``: only when other Python
@@ -265,6 +266,32 @@ class NativeBatch:
         ``callback_slot(helpers.name, ...)``."""
         _TrampolineBuilder(self.unit, self._symbol("callback", symbol), signature, abi,
                            function, helpers).build()
+        return len(self.symbols) - 1
+
+    def add_ctypes_wrapper(self, abi: BoundaryABI, target: int, helpers: Any,
+                           symbol: str | None = None) -> int:
+        """Add a C function with ``abi``'s boundary signature that calls the ctypes entry
+        of a callback at ``target`` (see ``pymlirjit.callbacks._build_ctypes_entry``) and
+        fails the call as a trampoline does if the callback did not succeed; returns its
+        index. ``helpers`` as for :meth:`add_callback_trampoline` (``frame_key``,
+        ``foreign_record``, ``culprit`` are read). In-process code only: relocatable
+        code forwards to the callback's address, which is this wrapper."""
+        assert not self.relocatable, "ctypes entries exist only in this process"
+        _CtypesWrapperBuilder(self.unit, self._symbol("wrapper", symbol), abi, target,
+                              helpers).build()
+        return len(self.symbols) - 1
+
+    def add_guard(self, abi: BoundaryABI, target: int, calls: Any, unwind: bool,
+                  symbol: str | None = None) -> int:
+        """Add a guard of the C-ABI function at ``target``: a function with the same C
+        ABI that opens a call record around each call (see :class:`_GuardBuilder`), for
+        callers that are not native entries (ctypes, through a raw address, and the
+        Python path); returns its index. ``calls`` is the call machinery; ``unwind``
+        whether a failing callback may ``longjmp`` back to the guard. In-process code
+        only."""
+        assert not self.relocatable, "guards are generated in the process that runs them"
+        _GuardBuilder(self.unit, self._symbol("guard", symbol), abi, target, calls,
+                      unwind).build()
         return len(self.symbols) - 1
 
     def add_forwarder(self, symbol: str, abi: BoundaryABI, slot: str) -> int:
@@ -291,7 +318,8 @@ class NativeBatch:
         return self.jit.emit_object(self.unit.module)
 
 
-def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
+def _boundary_function_type(abi: BoundaryABI) -> ir.FunctionType:
+    """The LLVM type of a function with ``abi``'s C ABI (after the MLIR shim)."""
     boundary = abi.boundary
     params: list[ir.Type] = [_ptr] if abi.results_via_pointer else []
     params += [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
@@ -299,12 +327,16 @@ def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
     result: ir.Type = ir.VoidType()
     if boundary.results and not abi.results_via_pointer:
         result = _llvm_type(boundary.results[0])  # type: ignore[arg-type]
-    function_type = ir.FunctionType(result, params)
+    return ir.FunctionType(result, params)
+
+
+def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
+    function_type = _boundary_function_type(abi)
     function = ir.Function(unit.module, function_type, name)
     b = ir.IRBuilder(function.append_basic_block("entry"))
     target = b.inttoptr(b.load(unit.slot(slot)), function_type.as_pointer())
     returned = b.call(target, function.args, tail=True)
-    if isinstance(result, ir.VoidType):
+    if isinstance(function_type.return_type, ir.VoidType):
         b.ret_void()
     else:
         b.ret(returned)
@@ -622,12 +654,12 @@ class _EntryBuilder(_FunctionBuilder):
         return self.builder.gep(record, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
 
     def open_record(self) -> tuple[ir.Value, ir.Value | None]:
-        """Make this call's record (see pymlirjit.callbacks) the thread's innermost one:
+        """Make this call's record (see pymlirjit.callframe) the thread's innermost one:
         it tells trampolines where to longjmp on failure (with ``unwind``) and whether
         this thread keeps the GIL. Returns it and the jmp_buf, if any."""
         b = self.builder
         key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        record = b.alloca(ir.ArrayType(_i64, 4))
+        record = b.alloca(ir.ArrayType(_i64, RECORD_FIELDS))
         jump_buffer = None
         address: ir.Value = ir.Constant(_i64, 0)
         if self.unwind:
@@ -636,9 +668,9 @@ class _EntryBuilder(_FunctionBuilder):
             jump_buffer = b.bitcast(buffer, _ptr)
             address = b.ptrtoint(jump_buffer, _i64)
         previous = b.call(self.libc["pthread_getspecific"], [key])
-        for index, value in enumerate([ir.Constant(_i64, 0), address,
-                                       ir.Constant(_i64, int(self.release_gil is False)),
-                                       b.ptrtoint(previous, _i64)]):
+        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
+                             (HOLDS_GIL, ir.Constant(_i64, int(self.release_gil is False))),
+                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
             b.store(value, self.record_field(record, index))
         b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
         return record, jump_buffer
@@ -648,11 +680,11 @@ class _EntryBuilder(_FunctionBuilder):
         (or of a thread without a call) failed, let Python raise its exception."""
         b = self.builder
         key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        previous = b.inttoptr(b.load(self.record_field(record, 3)), _ptr)
+        previous = b.inttoptr(b.load(self.record_field(record, PREVIOUS)), _ptr)
         b.call(self.libc["pthread_setspecific"], [key, previous])
         foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD),
                              _i64.as_pointer())
-        failed = b.or_(b.load(self.record_field(record, 0)), b.load(foreign))
+        failed = b.or_(b.load(self.record_field(record, FAILED)), b.load(foreign))
         with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(_i64, 0)), likely=False):
             address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(record, _i64)])
             self.return_if_null(address, "boxed_record")
@@ -700,6 +732,10 @@ class _TrampolineBuilder(_FunctionBuilder):
     def slot_of(self, what: str) -> str:
         return callback_slot(self.helpers.name, what)
 
+    def record_at(self, index: int) -> ir.Value:
+        """The address of field ``index`` of the call's record."""
+        return self.builder.gep(self.frame_record, [ir.Constant(_i64, index)])
+
     def zero(self) -> ir.Value | None:
         if isinstance(self.result_type, ir.VoidType):
             return None
@@ -719,8 +755,12 @@ class _TrampolineBuilder(_FunctionBuilder):
             b.ret(value)
 
     def record_error_and_leave(self) -> None:
-        """Hand the raised exception to Python (``helpers.record``) and return zero."""
+        """Fail the call (its record's flag, set here so that the call fails even if
+        Python cannot keep the exception), hand the raised exception to Python
+        (``helpers.record``), then unwind to the call's entry or return zero."""
         b = self.builder
+        b.store(self.integer(self.helpers.culprit, self.slot_of("culprit")),
+                self.record_at(FAILED))
         slots = [b.alloca(_ptr) for _ in range(3)]
         b.call(self.api["PyErr_Fetch"], slots)
         b.call(self.api["PyErr_NormalizeException"], slots)
@@ -731,12 +771,16 @@ class _TrampolineBuilder(_FunctionBuilder):
         for obj in (done, kind, value, traceback):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
-        jump_buffer = b.load(b.gep(self.frame_record, [ir.Constant(_i64, 1)]))
-        with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
-            self.release_gil()
-            b.call(self.libc["longjmp"], [b.inttoptr(jump_buffer, _ptr), ir.Constant(_i32, 1)])
-            b.unreachable()
-        self.leave(self.zero())
+        self.release_gil()
+        _unwind(b, self.libc, self.frame_record)
+        self.return_zero()
+
+    def return_zero(self) -> None:
+        zero = self.zero()
+        if zero is None:
+            self.builder.ret_void()
+        else:
+            self.builder.ret(zero)
 
     def branch_on_error(self, failed: ir.Value, label: str) -> None:
         b = self.builder
@@ -877,15 +921,12 @@ class _TrampolineBuilder(_FunctionBuilder):
                              _ptr)
         record = b.select(self.is_null(record), foreign, record)
         self.frame_record = b.bitcast(record, _i64.as_pointer())
-        with b.if_then(b.icmp_signed("!=", b.load(self.frame_record), ir.Constant(_i64, 0))):
-            zero = self.zero()
-            if zero is None:
-                b.ret_void()
-            else:
-                b.ret(zero)
+        with b.if_then(b.icmp_signed("!=", b.load(self.record_at(FAILED)),
+                                     ir.Constant(_i64, 0))):
+            self.return_zero()
         # A kernel call that kept the GIL on this thread says so in its record: the GIL
         # is then held already, and taking it again would only cost time.
-        holds_gil = b.load(b.gep(self.frame_record, [ir.Constant(_i64, 2)]))
+        holds_gil = b.load(self.record_at(HOLDS_GIL))
         before = b.block
         take = self.function.append_basic_block("take_gil")
         taken = self.function.append_basic_block("gil_taken")
@@ -915,3 +956,166 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.leave(self.unbox_result(result))
 
 
+
+def _zero_results(b: ir.IRBuilder, abi: BoundaryABI, args: list[ir.Value]) -> None:
+    """Zero the results a function with ``abi``'s C ABI returns through a pointer (its
+    first argument, ``args[0]``), if it does."""
+    if not abi.results_via_pointer:
+        return
+    size = ctypes.sizeof(abi.result_struct)
+    offset = 0
+    while offset < size:
+        chunk = next(n for n in (8, 4, 2, 1) if n <= size - offset)
+        width = ir.IntType(8 * chunk)
+        b.store(ir.Constant(width, 0),
+                b.bitcast(b.gep(args[0], [ir.Constant(_i64, offset)]), width.as_pointer()))
+        offset += chunk
+
+
+def _unwind(b: ir.IRBuilder, libc: dict[str, ir.Function], record: ir.Value) -> None:
+    """``longjmp`` to the jump buffer of ``record`` (an i64 pointer to a call record) if
+    it has one (see :mod:`pymlirjit.callframe`); else go on."""
+    jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
+    with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
+        b.call(libc["longjmp"], [b.inttoptr(jump_buffer, _ptr), ir.Constant(_i32, 1)])
+        b.unreachable()
+
+
+class _CtypesWrapperBuilder(_FunctionBuilder):
+    """Emits the native wrapper of a callback's ctypes entry: the callback's C ABI, so
+    that compiled code calls it as it calls a trampoline, and the same failure rule. A
+    failed call skips it; after the ctypes entry returns (its Python frames gone), a
+    status word still set says the callback did not succeed: the wrapper then sets the
+    call's failed flag (the callback's culprit token) and unwinds the call, or returns
+    zeros where the call cannot be unwound."""
+
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int,
+                 helpers: Any) -> None:
+        super().__init__(unit, name, _boundary_function_type(abi))
+        self.abi = abi
+        self.target = target
+        self.helpers = helpers
+
+    def return_zero(self) -> None:
+        b = self.builder
+        _zero_results(b, self.abi, self.function.args)
+        return_type = self.function.function_type.return_type
+        if isinstance(return_type, ir.VoidType):
+            b.ret_void()
+        else:
+            b.ret(ir.Constant(return_type, 0))
+
+    def build(self) -> None:
+        b = self.builder
+        key = b.trunc(self.integer(self.helpers.frame_key, FRAME_KEY), _i32)
+        record = b.call(self.libc["pthread_getspecific"], [key])
+        foreign = b.inttoptr(self.integer(self.helpers.foreign_record, FOREIGN_RECORD), _ptr)
+        record = b.bitcast(b.select(self.is_null(record), foreign, record), _i64.as_pointer())
+        failed = b.gep(record, [ir.Constant(_i64, FAILED)])
+        with b.if_then(b.icmp_signed("!=", b.load(failed), ir.Constant(_i64, 0)),
+                       likely=False):
+            self.return_zero()
+        status = b.alloca(_i64)
+        b.store(ir.Constant(_i64, 1), status)
+        function_type = self.function.function_type
+        target_type = ir.FunctionType(function_type.return_type,
+                                      [_ptr, *function_type.args])
+        target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
+        returned = b.call(target, [b.bitcast(status, _ptr), *self.function.args])
+        with b.if_then(b.icmp_signed("!=", b.load(status), ir.Constant(_i64, 0)),
+                       likely=False):
+            with b.if_then(b.icmp_signed("==", b.load(failed), ir.Constant(_i64, 0))):
+                b.store(ir.Constant(_i64, self.helpers.culprit), failed)
+            _unwind(b, self.libc, record)
+            self.return_zero()
+        if isinstance(function_type.return_type, ir.VoidType):
+            b.ret_void()
+        else:
+            b.ret(returned)
+
+
+class _GuardBuilder(_FunctionBuilder):
+    """Emits a guard: a function with the exact C ABI of a compiled function (its
+    ``_mlir_ciface_`` entry) that gives each call a record of its own, as a native
+    entry does, whoever calls it (ctypes, with or without the GIL; C code; another
+    thread). Its record says the GIL is not held (trampolines then take it, which is
+    right either way); with ``unwind``, a failing callback longjmps back to the guard.
+    On failure the guard hands the error to the enclosing call's record (or the
+    foreign one), which raises it when it ends, and returns zeros."""
+
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int, calls: Any,
+                 unwind: bool) -> None:
+        super().__init__(unit, name, _boundary_function_type(abi))
+        self.abi = abi
+        self.target = target
+        self.calls = calls
+        self.unwind = unwind
+
+    def field(self, record: ir.Value, index: int) -> ir.Value:
+        return self.builder.gep(record, [ir.Constant(_i64, index)])
+
+    def build(self) -> None:
+        b = self.builder
+        function_type = self.function.function_type
+        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
+        previous = b.call(self.libc["pthread_getspecific"], [key])
+        record = b.bitcast(b.alloca(ir.ArrayType(_i64, RECORD_FIELDS)), _i64.as_pointer())
+        jump_buffer = None
+        address: ir.Value = ir.Constant(_i64, 0)
+        if self.unwind:
+            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
+            buffer.align = 16
+            jump_buffer = b.bitcast(buffer, _ptr)
+            address = b.ptrtoint(jump_buffer, _i64)
+        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
+                             (HOLDS_GIL, ir.Constant(_i64, 0)),
+                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
+            b.store(value, self.field(record, index))
+        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
+        target = b.inttoptr(ir.Constant(_i64, self.target), function_type.as_pointer())
+        returns = not isinstance(function_type.return_type, ir.VoidType)
+        result_slot = b.alloca(function_type.return_type) if returns else None
+        if jump_buffer is not None:
+            jumped = b.call(self.libc["_setjmp"], [jump_buffer])
+            with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
+                returned = b.call(target, self.function.args)
+                if result_slot is not None:
+                    b.store(returned, result_slot)
+        else:
+            returned = b.call(target, self.function.args)
+            if result_slot is not None:
+                b.store(returned, result_slot)
+        b.call(self.libc["pthread_setspecific"], [key, previous])
+        failed = b.load(self.field(record, FAILED))
+        with b.if_then(b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), likely=False):
+            self.hand_over(record, previous, failed)
+            if result_slot is not None:
+                b.store(ir.Constant(function_type.return_type, 0), result_slot)
+        if result_slot is None:
+            b.ret_void()
+        else:
+            b.ret(b.load(result_slot))
+
+    def hand_over(self, record: ir.Value, previous: ir.Value, failed: ir.Value) -> None:
+        """Fail the enclosing call (its flag first, so that it fails whatever Python
+        manages), move the error to it (the GIL taken), and zero this call's results
+        returned through a pointer."""
+        b = self.builder
+        foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD), _ptr)
+        enclosing = b.bitcast(b.select(self.is_null(previous), foreign, previous),
+                              _i64.as_pointer())
+        enclosing_failed = self.field(enclosing, FAILED)
+        with b.if_then(b.icmp_signed("==", b.load(enclosing_failed), ir.Constant(_i64, 0))):
+            b.store(failed, enclosing_failed)
+        state = b.call(self.api["PyGILState_Ensure"], [])
+        boxed = [b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(r, _i64)])
+                 for r in (record, enclosing)]
+        both = b.and_(b.not_(self.is_null(boxed[0])), b.not_(self.is_null(boxed[1])))
+        with b.if_then(both):
+            done = self.call(self.pointer(self.calls.hand_over), boxed)
+            b.call(self.api["Py_DecRef"], [done])
+        for obj in boxed:
+            b.call(self.api["Py_DecRef"], [obj])
+        b.call(self.api["PyErr_Clear"], [])
+        b.call(self.api["PyGILState_Release"], [state])
+        _zero_results(b, self.abi, self.function.args)

@@ -38,7 +38,7 @@ __all__ = [
 SLOT_PREFIX = "pymlirjit_slot_"  # slots are globals named by index: pymlirjit_slot_0, ...
 
 ARRAY_FROM_DESCR = "numpy.PyArray_NewFromDescr"  # the address array_from_descr() gives
-# The call machinery of pymlirjit.callbacks, the same for every module: finish_call (an
+# The call machinery of pymlirjit.callframe, the same for every module: finish_call (an
 # object), the pthread key of the current call record and the address of the record of
 # threads without a call (numbers).
 FINISH_CALL = "call:finish"
@@ -48,8 +48,9 @@ FOREIGN_RECORD = "call:foreign_record"
 
 def callback_slot(callback_name: str, what: str) -> str:
     """The slot name of a callback's ``what``: ``function`` (the Python function),
-    ``record`` and ``convert_result`` (its trampoline helpers) or ``entry`` (the
-    address of its C-ABI entry point, which a forwarder calls)."""
+    ``record`` and ``convert_result`` (its trampoline helpers), ``culprit`` (the number
+    its trampoline stores in a failing call's record) or ``entry`` (the address of its
+    C-ABI entry point, which a forwarder calls)."""
     return f"callback:{callback_name}:{what}"
 
 _NPY_WRITEABLE = 0x0400

@@ -31,11 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .abi import boundary_abi, native_callback_supported, native_kernel_supported
-from .callbacks import (
-    Callback,
-    TrampolineHelpers,
-    call_machinery,
-)
+from .callbacks import Callback, TrampolineHelpers
+from .callframe import call_machinery, culprit_token
 from .errors import LinkError
 from .relocation import (
     ARRAY_FROM_DESCR,
@@ -172,6 +169,8 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
                 objects.append(cb)  # which keeps its entry alive
             elif what == "function":
                 obj = cb.__wrapped__
+            elif what == "culprit":
+                number = culprit_token(callback_name)
             else:
                 if callback_name not in helpers:
                     helpers[callback_name] = TrampolineHelpers(cb)

@@ -358,3 +358,225 @@ def test_callbacks_may_return_numpy_scalars(session: Session, mlir_type: str,
     func.func private @give() -> {mlir_type}
     """)
     assert module.get() == expected
+
+
+# -- what runs after a failing callback: nothing, whatever the entry kind ------------------
+
+def run_python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter (what could crash cannot take the test run
+    down); its stdout, after checking it exited cleanly and printed nothing else."""
+    import subprocess
+    import sys
+    import textwrap
+
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    assert done.stderr == "", done.stderr
+    return done.stdout
+
+
+# Callbacks no native trampoline serves (a ctypes entry does), each raising, followed in
+# the kernel by a memref store and a later callback that must never run.
+CTYPES_ENTRY_KINDS = {
+    "memref_result": ("def bad(n: index) -> MemRef[f64, None]", "index", "%n",
+                      "memref<?xf64>", "%x = memref.load %r[%c0i] : memref<?xf64>"),
+    "complex_param": ("def bad(z: complex128) -> f64", "complex<f64>", "%z", "f64",
+                      "%x = arith.addf %r, %r : f64"),
+    "f16_param": ("def bad(h: f16) -> f64", "f16", "%h", "f64",
+                  "%x = arith.addf %r, %r : f64"),
+    "unranked_memref": ("def bad(u: UnrankedMemRef[f64]) -> f64", "memref<*xf64>", "%u",
+                        "f64", "%x = arith.addf %r, %r : f64"),
+}
+
+
+@pytest.mark.parametrize("kind", CTYPES_ENTRY_KINDS)
+def test_a_failing_ctypes_entry_callback_stops_its_kernel(kind: str) -> None:
+    header, param_type, _, result_type, use = CTYPES_ENTRY_KINDS[kind]
+    stdout = run_python(f"""
+        import numpy as np
+        from pymlirjit import MemRef, Session, UnrankedMemRef, callback, f16, f64, index
+        from pymlirjit import complex128
+
+        session = Session()
+        later = []
+        errors = []
+
+        @callback(session=session)
+        {header}:
+            errors.append(ValueError("{kind}"))
+            raise errors[-1]
+
+        @callback(session=session)
+        def after(x: f64) -> None:
+            later.append(x)
+
+        module = session.compile('''
+        func.func @k(%n: index, %out: memref<1xf64>) -> f64 {{
+          %c0i = arith.constant 0 : index
+          %re = arith.constant 1.0 : f64
+          %z = complex.create %re, %re : complex<f64>
+          %h = arith.constant 1.5 : f16
+          %m = memref.alloca() : memref<2xf64>
+          %u = memref.cast %m : memref<2xf64> to memref<*xf64>
+          %r = call @bad({CTYPES_ENTRY_KINDS[kind][2]}) : ({param_type}) -> {result_type}
+          {use}
+          memref.store %x, %out[%c0i] : memref<1xf64>
+          call @after(%x) : (f64) -> ()
+          return %x : f64
+        }}
+        func.func private @bad({param_type}) -> {result_type}
+        func.func private @after(f64)
+        ''')
+        out = np.full(1, -7.0)
+        for n in (4, np.int64(4)):  # the native entry, then the Python path
+            try:
+                module.k(n, out)
+            except ValueError as error:
+                assert error is errors[-1], (error, errors)
+                assert any("'bad'" in note for note in error.__notes__)
+            else:
+                raise AssertionError("no exception")
+        assert later == [] and out[0] == -7.0, (later, out)  # nothing ran after it
+        print("stopped", len(errors))
+    """)
+    assert stdout.split() == ["stopped", "2"]
+
+
+def test_recursion_error_in_callback_kernel_recursion_raises() -> None:
+    stdout = run_python("""
+        import sys
+        from pymlirjit import Session, callback, f64, i64
+
+        session = Session()
+
+        @callback(session=session)
+        def down(n: i64) -> f64:
+            return deeper(n + 1)
+
+        deeper = session.compile('''
+        func.func @k(%n: i64) -> f64 {
+          %x = call @down(%n) : (i64) -> f64
+          return %x : f64
+        }
+        func.func private @down(i64) -> f64
+        ''').k
+        for limit in (150, 400):
+            sys.setrecursionlimit(limit)
+            try:
+                value = deeper(0)
+            except RuntimeError as error:  # RecursionError, or the one naming 'down'
+                assert isinstance(error, RecursionError) or "'down'" in str(error), error
+                print("raised")
+            else:
+                print("returned", value)
+    """)
+    assert stdout.split() == ["raised", "raised"]
+
+
+def test_an_exception_whose_notes_are_not_a_list_still_raises(session: Session) -> None:
+    raised: list[BaseException] = []
+
+    @callback(session=session)
+    def odd(x: f64) -> f64:
+        error = LookupError("odd")
+        error.__notes__ = "not a list"  # type: ignore[assignment]
+        raised.append(error)
+        raise error
+
+    module = session.compile("""
+    func.func @k(%x: f64) -> f64 {
+      %y = call @odd(%x) : (f64) -> f64
+      return %y : f64
+    }
+    func.func private @odd(f64) -> f64
+    """)
+    for x in (1.0, np.float64(1.0)):  # native entry, Python path
+        with pytest.raises(LookupError) as caught:
+            module.k(x)
+        assert caught.value is raised[-1]
+
+
+def test_the_python_path_unwinds_a_failing_callback(session: Session) -> None:
+    @callback(session=session)
+    def check(x: f64) -> f64:
+        if x > 1:
+            raise ArithmeticError(f"{x} is too big")
+        return x
+
+    module = session.compile("""
+    func.func @k(%x: f64, %out: memref<1xf64>) {
+      %y = call @check(%x) : (f64) -> f64
+      %c0 = arith.constant 0 : index
+      memref.store %y, %out[%c0] : memref<1xf64>
+      return
+    }
+    func.func private @check(f64) -> f64
+    """)
+    out = np.zeros(1)
+    module.k(np.float64(0.5), out)  # a numpy scalar: the Python path
+    assert out[0] == 0.5
+    with pytest.raises(ArithmeticError, match="too big"):
+        module.k(np.float64(2.0), out)
+    assert out[0] == 0.5  # the store after the failing callback never ran
+
+
+@pytest.mark.parametrize("release_gil", [True, False])
+def test_a_raw_address_called_inside_a_callback_reports_to_its_kernel(
+        release_gil: bool) -> None:
+    stdout = run_python(f"""
+        import ctypes
+        from pymlirjit import Session, callback, f64, mlir_kernel
+
+        session = Session()
+        boom = KeyError("inner")
+        later, seen = [], []
+
+        @callback(session=session)
+        def bad(x: f64) -> f64:
+            raise boom
+
+        @callback(session=session)
+        def after(x: f64) -> None:
+            later.append(x)
+
+        @mlir_kernel(session=session, source='''
+        func.func @inner(%x: f64) -> f64 {{
+          %y = call @bad(%x) : (f64) -> f64
+          call @after(%y) : (f64) -> ()
+          return %y : f64
+        }}
+        func.func private @bad(f64) -> f64
+        func.func private @after(f64)
+        ''')
+        def inner(x: f64) -> f64: ...
+
+        @callback(session=session)
+        def relay(x: f64) -> f64:
+            raw = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(inner.address)
+            seen.append(raw(x))
+            return x
+
+        @mlir_kernel(session=session, release_gil={release_gil}, source='''
+        func.func @outer(%x: f64) -> f64 {{
+          %y = call @relay(%x) : (f64) -> f64
+          call @after(%y) : (f64) -> ()
+          return %y : f64
+        }}
+        func.func private @relay(f64) -> f64
+        func.func private @after(f64)
+        ''')
+        def outer(x: f64) -> f64: ...
+
+        assert outer.compile().release_gil is {release_gil}
+        for _ in range(3):
+            try:
+                outer(2.0)
+            except KeyError as error:
+                assert error is boom
+            else:
+                raise AssertionError("no exception")
+        assert later == [] and seen == [0.0, 0.0, 0.0], (later, seen)
+        print("ok")
+    """)
+    assert stdout.split() == ["ok"]

@@ -10,7 +10,8 @@ import pytest
 
 from pymlirjit import Session, callback
 from pymlirjit.abi import boundary_abi
-from pymlirjit.callbacks import Callback, TrampolineHelpers, call_machinery
+from pymlirjit.callbacks import Callback, TrampolineHelpers
+from pymlirjit.callframe import call_machinery
 from pymlirjit.native import NativeBatch
 from pymlirjit.relocation import SLOT_PREFIX
 from pymlirjit.sharedlib import slot_values
@@ -83,3 +84,31 @@ def test_forwarders_call_through_their_slot() -> None:
     batch.add_forwarder("_mlir_ciface_f", boundary_abi(signature), "callback:f:entry")
     assert batch.slot_names == ["callback:f:entry"]
     assert elf_type(batch.emit_object()) == 1
+
+
+def test_address_is_a_guard_only_in_modules_with_callbacks(session: Session) -> None:
+    import ctypes
+
+    @callback(session=session)
+    def twice(x: float) -> float:
+        return 2 * x
+
+    with_callbacks = session.compile("""
+    func.func @f(%x: f64) -> f64 {
+      %y = call @twice(%x) : (f64) -> f64
+      return %y : f64
+    }
+    func.func private @twice(f64) -> f64
+    """).f
+    plain = session.compile("""
+    func.func @g(%x: f64) -> f64 {
+      %y = arith.addf %x, %x : f64
+      return %y : f64
+    }
+    """).g
+    raw = with_callbacks.engine.function_address("_mlir_ciface_f")
+    assert with_callbacks.address != raw  # the guard, same C ABI
+    assert plain.address == plain.engine.function_address("_mlir_ciface_g")
+    for function in (with_callbacks, plain):
+        call = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(function.address)
+        assert call(1.5) == 3.0
