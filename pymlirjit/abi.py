@@ -4,12 +4,12 @@ A function marked ``llvm.emit_c_interface`` is reachable as ``_mlir_ciface_<name
 scalars by value, memrefs as pointers to descriptors, and (for several results or an
 aggregate result) results written through a pointer passed first.
 
-Some scalars do not survive that ABI from ctypes: f16/bf16 and ``complex`` by value are
-lowered to LLVM types that ctypes cannot express, and an ``i1`` result has undefined
+Some scalars do not survive that ABI from ctypes: f16/bf16/f8 and ``complex`` by value
+are lowered to LLVM types that ctypes cannot express, and an ``i1`` result has undefined
 upper bits. For functions using them the session adds an MLIR shim whose boundary types
-are plain: i1 -> i8, f16/bf16 -> i16 (their bits, converted exactly by numpy on the
-Python side), complex<fN> -> (re, im) as two fN parameters. Everything else crosses
-unchanged.
+are plain, as each type's :attr:`~pymlirjit.types.ScalarType.boundary` says: i1 -> i8,
+f16/bf16 -> i16 and f8 -> i8 (their bits, converted exactly by numpy on the Python
+side), complex<fN> -> (re, im) as two fN parameters. Everything else crosses unchanged.
 """
 
 from __future__ import annotations
@@ -27,10 +27,6 @@ from .types import (
     TensorType,
     Type,
     UnrankedMemRefType,
-    f32,
-    f64,
-    i8,
-    i16,
 )
 
 __all__ = [
@@ -42,16 +38,8 @@ __all__ = [
     "native_kernel_supported",
 ]
 
-_WIDENED = {"i1": i8, "f16": i16, "bf16": i16}
-
-
 def _param_boundary_types(t: Type) -> tuple[Type, ...]:
-    if isinstance(t, ScalarType):
-        if t.kind == "complex":
-            part = f32 if t.bits == 64 else f64
-            return (part, part)
-        return (_WIDENED.get(t.mlir, t),)
-    return (t,)
+    return t.boundary if isinstance(t, ScalarType) else (t,)
 
 
 def _memory_ctype(t: Type) -> Any:
@@ -92,8 +80,8 @@ def boundary_abi(signature: Signature) -> BoundaryABI:
     for t in signature.param_types:
         params.extend(_param_boundary_types(t))
     results = list(signature.results)
-    if len(results) == 1 and isinstance(results[0], ScalarType):
-        results = [_WIDENED.get(results[0].mlir, results[0])]
+    if len(results) == 1 and isinstance(results[0], ScalarType) and len(results[0].boundary) == 1:
+        results = [results[0].boundary[0]]
     needs_shim = tuple(params) != signature.param_types or tuple(results) != signature.results
     boundary = Signature.of(params, results)
     c_params = tuple(
@@ -101,7 +89,7 @@ def boundary_abi(signature: Signature) -> BoundaryABI:
     )
     c_result = None
     result_struct = None
-    if len(results) == 1 and isinstance(results[0], ScalarType) and results[0].kind != "complex":
+    if len(results) == 1 and isinstance(results[0], ScalarType) and len(results[0].boundary) == 1:
         c_result = results[0].ctype
     elif results:
         fields = [(f"r{i}", _memory_ctype(t)) for i, t in enumerate(results)]
@@ -110,8 +98,8 @@ def boundary_abi(signature: Signature) -> BoundaryABI:
 
 
 def _plain_scalar(t: Type) -> bool:
-    return isinstance(t, ScalarType) and t.kind in ("bool", "int", "float") and t.mlir not in (
-        "f16", "bf16")
+    """A scalar native code converts itself: it crosses as itself, or i1 as i8."""
+    return isinstance(t, ScalarType) and t.crossing in ("value", "widened")
 
 
 def native_kernel_supported(signature: Signature) -> bool:
@@ -137,11 +125,12 @@ def _convert(value: str, out: str, source: Type, target: Type) -> tuple[list[str
     """MLIR ops converting ``value`` between a boundary type and an inner type."""
     if source == target:
         return [], value
-    if source == i8:
-        return [f"{out} = arith.trunci {value} : i8 to i1"], out
-    if target == i8:
-        return [f"{out} = arith.extui {value} : i1 to i8"], out
-    # f16/bf16 <-> i16: the same bits, so no conversion routine (libcall) is needed.
+    if isinstance(target, ScalarType) and target.crossing == "widened":
+        return [f"{out} = arith.trunci {value} : {source.mlir} to {target.mlir}"], out
+    if isinstance(source, ScalarType) and source.crossing == "widened":
+        return [f"{out} = arith.extui {value} : {source.mlir} to {target.mlir}"], out
+    # f16/bf16/f8 <-> the integer of their width: the same bits, so no conversion
+    # routine (libcall) is needed.
     return [f"{out} = arith.bitcast {value} : {source.mlir} to {target.mlir}"], out
 
 
@@ -187,7 +176,7 @@ def kernel_shim(name: str, entry: str, signature: Signature) -> str:
     inner_args: list[str] = []
     position = 0
     for i, t in enumerate(signature.param_types):
-        if isinstance(t, ScalarType) and t.kind == "complex":
+        if isinstance(t, ScalarType) and t.crossing == "pair":
             re, im = boundary_args[position], boundary_args[position + 1]
             lines.append(f"%z{i} = complex.create {re}, {im} : {t.mlir}")
             inner_args.append(f"%z{i}")
@@ -217,7 +206,7 @@ def callback_shim(name: str, symbol: str, signature: Signature) -> str:
     lines: list[str] = []
     boundary_values: list[str] = []
     for i, (value, t) in enumerate(zip(params, signature.param_types)):
-        if isinstance(t, ScalarType) and t.kind == "complex":
+        if isinstance(t, ScalarType) and t.crossing == "pair":
             lines.append(f"%re{i} = complex.re {value} : {t.mlir}")
             lines.append(f"%im{i} = complex.im {value} : {t.mlir}")
             boundary_values += [f"%re{i}", f"%im{i}"]

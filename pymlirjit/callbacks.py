@@ -28,6 +28,7 @@ from typing import Any, TypeVar, overload
 
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
 from .callframe import call_machinery, culprit_token, record_current
+from .convert import from_c, to_c, to_memory
 from .errors import SignatureError
 from .memref import (
     UnrankedDescriptor,
@@ -43,8 +44,6 @@ from .types import (
     TensorType,
     Type,
     UnrankedMemRefType,
-    bits_to_half,
-    half_to_bits,
     to_python_scalar,
 )
 
@@ -118,13 +117,7 @@ class Callback:
 def _param_converter(t: Type) -> tuple[int, Callable[..., Any]]:
     """(number of C arguments, function turning them into the Python value)."""
     if isinstance(t, ScalarType):
-        if t.kind == "complex":
-            return 2, complex
-        if t.kind == "bool":
-            return 1, bool
-        if t.mlir in ("f16", "bf16"):
-            return 1, functools.partial(bits_to_half, t)
-        return 1, _identity
+        return len(t.boundary), from_c(t)
     if isinstance(t, MemRefType):
         struct = descriptor_type(t.rank)
         rank, element = t.rank, t.element
@@ -137,23 +130,13 @@ def _param_converter(t: Type) -> tuple[int, Callable[..., Any]]:
     raise SignatureError(f"{t.mlir} cannot be passed to a callback")
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
 def _store_result(struct: Any, field: str, t: Type, value: Any, what: str) -> None:
     if isinstance(t, MemRefType):
         fill_descriptor_with_copy(getattr(struct, field), value, t, what)
         return
     if not isinstance(t, ScalarType):
         raise SignatureError(f"{what}: {t.mlir} cannot be returned by a callback")
-    number = to_python_scalar(t, value, what)
-    if t.kind == "complex":
-        setattr(struct, field, t.ctype(number.real, number.imag))
-    elif t.mlir in ("f16", "bf16"):
-        setattr(struct, field, half_to_bits(t, number) & 0xFFFF)
-    else:
-        setattr(struct, field, number)
+    setattr(struct, field, to_memory(t, value, what))
 
 
 class _Entry:
@@ -232,7 +215,8 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     function = cb.__wrapped__
     name = cb.name
     converters = [_param_converter(t) for t in signature.param_types]
-    plain = all(count == 1 and convert is _identity for count, convert in converters)
+    plain = all(isinstance(t, ScalarType) and t.crossing == "value"
+                for t in signature.param_types)
     results = signature.results
     result_what = [f"callback {name!r}: result #{i}" for i in range(len(results))]
     status_word = ctypes.c_int64.from_address
@@ -293,16 +277,11 @@ def _build_ctypes_entry(cb: Callback) -> Any:
 
     result_type = results[0]
     assert isinstance(result_type, ScalarType)  # aggregates go through the pointer
-    as_boundary: Callable[[Any], Any] = _identity
-    if result_type.kind == "bool":
-        as_boundary = int
-    elif result_type.mlir in ("f16", "bf16"):
-        as_boundary = functools.partial(half_to_bits, result_type)
+    to_boundary = to_c(result_type)
 
     def entry(status: int, *c_args: Any) -> Any:
         try:
-            value = as_boundary(to_python_scalar(result_type, function(*python_args(c_args)),
-                                                 result_what[0]))
+            value = to_boundary(function(*python_args(c_args)), result_what[0])[0]
             status_word(status).value = 0
             return value
         except BaseException as error:

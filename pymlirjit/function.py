@@ -17,6 +17,7 @@ from typing import Any
 
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
 from .callframe import call_machinery, enter_call, exit_call
+from .convert import from_c, from_memory, to_c
 from .memref import (
     GLOBAL_MEMREF_MARKER,
     _libc,
@@ -33,9 +34,6 @@ from .types import (
     TensorType,
     Type,
     UnrankedMemRefType,
-    bits_to_half,
-    half_to_bits,
-    to_python_scalar,
 )
 from .vectorcall import NativeCallable, has_entry, set_entry
 
@@ -222,6 +220,8 @@ class _PythonCall:
         self.marshal = [_argument_marshaller(p.type, f"{display_name}() parameter {p.name!r}")
                         for p in signature.params]
         self.unmarshal = [_result_reader(t) for t in signature.results]
+        self.from_boundary = (_from_boundary(signature.results[0]) if signature.results
+                              else _identity)
         self.arity = len(signature.params)
         self.native_code: object = None
         self.in_flight = ctypes.c_int64(0)  # counted by native entries (see vectorcall)
@@ -262,7 +262,7 @@ class _PythonCall:
         if struct is None:
             if not self.unmarshal:
                 return None
-            return _from_boundary(self.signature.results[0], result)
+            return self.from_boundary(result)
         values = tuple(read(getattr(struct, f"r{i}"), owners)
                        for i, read in enumerate(self.unmarshal))
         return values[0] if len(values) == 1 else values
@@ -273,22 +273,10 @@ Marshaller = Callable[[Any, list[Any], list[Any], dict[int, object]], None]
 
 def _argument_marshaller(t: Type, what: str) -> Marshaller:
     if isinstance(t, ScalarType):
-        if t.kind == "complex":
-            def marshal_complex(value: Any, out: list[Any], *_: Any) -> None:
-                number = to_python_scalar(t, value, what)
-                out += (number.real, number.imag)
-            return marshal_complex
-        if t.kind == "bool":
-            def marshal_bool(value: Any, out: list[Any], *_: Any) -> None:
-                out.append(int(to_python_scalar(t, value, what)))
-            return marshal_bool
-        if t.mlir in ("f16", "bf16"):
-            def marshal_half(value: Any, out: list[Any], *_: Any) -> None:
-                out.append(half_to_bits(t, to_python_scalar(t, value, what)))
-            return marshal_half
+        to_boundary = to_c(t)
 
         def marshal_scalar(value: Any, out: list[Any], *_: Any) -> None:
-            out.append(to_python_scalar(t, value, what))
+            out += to_boundary(value, what)
         return marshal_scalar
     if isinstance(t, (MemRefType, TensorType)):
         def marshal_array(value: Any, out: list[Any], keepalive: list[Any],
@@ -309,25 +297,19 @@ def _argument_marshaller(t: Type, what: str) -> Marshaller:
     raise TypeError(f"{what}: {t.mlir} cannot be passed from Python")
 
 
-def _from_boundary(t: Type, value: Any) -> Any:
-    """A by-value result from the C ABI (after the shim) as a Python scalar."""
-    if isinstance(t, ScalarType):
-        if t.kind == "bool":
-            return bool(value)
-        if t.mlir in ("f16", "bf16"):
-            return bits_to_half(t, value)
+def _from_boundary(t: Type) -> Callable[[Any], Any]:
+    """How a by-value result from the C ABI (after the shim) becomes a Python value."""
+    return from_c(t) if isinstance(t, ScalarType) else _identity
+
+
+def _identity(value: Any) -> Any:
     return value
 
 
 def _result_reader(t: Type) -> Callable[[Any, dict[int, object]], Any]:
     if isinstance(t, ScalarType):
-        if t.kind == "complex":
-            return lambda field, _: complex(field.real, field.imag)
-        if t.mlir in ("f16", "bf16"):
-            return lambda bits, _: bits_to_half(t, bits)
-        if t.kind == "bool":
-            return lambda field, _: bool(field)
-        return lambda field, _: field
+        read = from_memory(t)
+        return lambda field, _: read(field)
     if isinstance(t, MemRefType):
         rank, element = t.rank, t.element
         return lambda descriptor, owners: owned_array_from_descriptor(descriptor, rank,

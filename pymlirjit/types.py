@@ -15,6 +15,8 @@ a numpy scalar type or dtype, an MLIR type string, ``Annotated[...]``) into a ty
 from __future__ import annotations
 
 import ctypes
+import functools
+import importlib
 import threading
 import typing
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ __all__ = [
     "f16",
     "f32",
     "f64",
+    "f8E4M3FN",
+    "f8E5M2",
     "from_mlir",
     "i1",
     "i8",
@@ -61,8 +65,10 @@ class _Complex128(ctypes.Structure):
 class ScalarType:
     """A scalar MLIR type: an integer, ``index``, a float or a complex number.
 
-    ``ctype`` is its representation in memory (in a struct or a buffer); ``kind`` is one
-    of ``"bool"``, ``"int"``, ``"float"``, ``"complex"``.
+    ``kind`` is one of ``"bool"``, ``"int"``, ``"float"``, ``"complex"``; ``ctype`` is its
+    representation in memory (in a struct or a buffer); ``crossing`` how a value of it
+    crosses the C ABI by value (see :attr:`boundary`); ``dtype_module`` the module whose
+    attribute ``dtype_name`` is its numpy dtype, where numpy has none of its own.
     """
 
     mlir: str
@@ -70,20 +76,29 @@ class ScalarType:
     bits: int
     dtype_name: str
     ctype: Any
+    crossing: str = "value"
+    dtype_module: str | None = None
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        """The numpy dtype of this type (bf16 needs the ``ml_dtypes`` package)."""
-        if self.dtype_name == "bfloat16":
-            try:
-                import ml_dtypes
-            except ImportError as exc:
-                raise TypeError(
-                    "bf16 arrays need the ml_dtypes package: pip install 'pymlirjit[bf16]'"
-                ) from exc
-            bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
-            return bfloat16
-        return np.dtype(self.dtype_name)
+        """The numpy dtype of this type (bf16 and the f8 types need ``ml_dtypes``)."""
+        if self.dtype_module is None:
+            return np.dtype(self.dtype_name)
+        return _foreign_dtype(self.dtype_module, self.dtype_name, self.mlir)
+
+    @property
+    def boundary(self) -> tuple[ScalarType, ...]:
+        """The plain scalar types a value of this type crosses the C ABI as: itself
+        (``crossing="value"``), i8 for i1 (``"widened"``: an LLVM i1 result has undefined
+        upper bits), a signless integer of the same width for the floats ctypes cannot
+        express (``"bits"``: f16, bf16, the f8 types), and (re, im) for complex numbers
+        (``"pair"``)."""
+        if self.crossing == "value":
+            return (self,)
+        if self.crossing == "pair":
+            part = f32 if self.bits == 64 else f64
+            return (part, part)
+        return (_INTEGERS[max(self.bits, 8)],)
 
     def __repr__(self) -> str:
         return self.mlir
@@ -93,25 +108,44 @@ class ScalarType:
         return to_python_scalar(self, value, "value")
 
 
-def _scalar(mlir: str, kind: str, bits: int, dtype_name: str, ctype: Any) -> ScalarType:
-    return ScalarType(mlir, kind, bits, dtype_name, ctype)
+@functools.cache
+def _foreign_dtype(module: str, name: str, mlir: str) -> np.dtype[Any]:
+    try:
+        found = importlib.import_module(module)
+    except ImportError as exc:
+        raise TypeError(f"{mlir} arrays need the {module} package: "
+                        f"pip install 'pymlirjit[bf16]'") from exc
+    dtype: np.dtype[Any] = np.dtype(getattr(found, name))
+    return dtype
 
 
-i1 = _scalar("i1", "bool", 1, "bool", ctypes.c_bool)
+def _scalar(mlir: str, kind: str, bits: int, dtype_name: str, ctype: Any,
+            crossing: str = "value", dtype_module: str | None = None) -> ScalarType:
+    return ScalarType(mlir, kind, bits, dtype_name, ctype, crossing, dtype_module)
+
+
+# One row per scalar type: everything else (conversions, the C ABI, shims, native code,
+# the disk cache) is derived from these fields.
+i1 = _scalar("i1", "bool", 1, "bool", ctypes.c_bool, "widened")
 i8 = _scalar("i8", "int", 8, "int8", ctypes.c_int8)
 i16 = _scalar("i16", "int", 16, "int16", ctypes.c_int16)
 i32 = _scalar("i32", "int", 32, "int32", ctypes.c_int32)
 i64 = _scalar("i64", "int", 64, "int64", ctypes.c_int64)
 index = _scalar("index", "int", 64, "int64", ctypes.c_int64)
-f16 = _scalar("f16", "float", 16, "float16", ctypes.c_uint16)
-bf16 = _scalar("bf16", "float", 16, "bfloat16", ctypes.c_uint16)
+f16 = _scalar("f16", "float", 16, "float16", ctypes.c_uint16, "bits")
+bf16 = _scalar("bf16", "float", 16, "bfloat16", ctypes.c_uint16, "bits", "ml_dtypes")
+f8E4M3FN = _scalar("f8E4M3FN", "float", 8, "float8_e4m3fn", ctypes.c_uint8, "bits",
+                   "ml_dtypes")
+f8E5M2 = _scalar("f8E5M2", "float", 8, "float8_e5m2", ctypes.c_uint8, "bits", "ml_dtypes")
 f32 = _scalar("f32", "float", 32, "float32", ctypes.c_float)
 f64 = _scalar("f64", "float", 64, "float64", ctypes.c_double)
-complex64 = _scalar("complex<f32>", "complex", 64, "complex64", _Complex64)
-complex128 = _scalar("complex<f64>", "complex", 128, "complex128", _Complex128)
+complex64 = _scalar("complex<f32>", "complex", 64, "complex64", _Complex64, "pair")
+complex128 = _scalar("complex<f64>", "complex", 128, "complex128", _Complex128, "pair")
+
+_INTEGERS = {8: i8, 16: i16, 32: i32, 64: i64}
 
 SCALARS: tuple[ScalarType, ...] = (
-    i1, i8, i16, i32, i64, index, f16, bf16, f32, f64, complex64, complex128,
+    i1, i8, i16, i32, i64, index, f16, bf16, f8E4M3FN, f8E5M2, f32, f64, complex64, complex128,
 )
 _BY_MLIR = {t.mlir: t for t in SCALARS}
 _BY_DTYPE = {t.dtype_name: t for t in SCALARS if t is not index}
@@ -389,16 +423,6 @@ def to_python_scalar(scalar: ScalarType, value: Any, what: str) -> Any:
     ):
         return complex(value)
     raise TypeError(f"{what}: expected a complex for {scalar.mlir}, got {_describe(value)}")
-
-
-def half_to_bits(scalar: ScalarType, value: float) -> int:
-    """The 16 bits of an f16/bf16 value, as a signed int (how they cross the C ABI)."""
-    return int(np.array(value, dtype=scalar.dtype).view(np.int16))
-
-
-def bits_to_half(scalar: ScalarType, bits: int) -> float:
-    """The f16/bf16 value whose 16 bits are ``bits`` (signed or unsigned), as a float."""
-    return float(np.array(bits & 0xFFFF, dtype=np.uint16).view(scalar.dtype))
 
 
 def _describe(value: Any) -> str:

@@ -24,8 +24,8 @@ from typing import Annotated, TypeAlias
 
 from . import types
 
-__all__ = ["bf16", "complex64", "complex128", "f16", "f32", "f64", "i1", "i8", "i16", "i32",
-           "i64", "index"]
+__all__ = ["bf16", "complex64", "complex128", "f8E4M3FN", "f8E5M2", "f16", "f32", "f64", "i1",
+           "i8", "i16", "i32", "i64", "index"]
 
 i1: TypeAlias = Annotated[bool, types.i1]
 i8: TypeAlias = Annotated[int, types.i8]
@@ -35,6 +35,8 @@ i64: TypeAlias = Annotated[int, types.i64]
 index: TypeAlias = Annotated[int, types.index]
 f16: TypeAlias = Annotated[float, types.f16]
 bf16: TypeAlias = Annotated[float, types.bf16]
+f8E4M3FN: TypeAlias = Annotated[float, types.f8E4M3FN]
+f8E5M2: TypeAlias = Annotated[float, types.f8E5M2]
 f32: TypeAlias = Annotated[float, types.f32]
 f64: TypeAlias = Annotated[float, types.f64]
 complex64: TypeAlias = Annotated[complex, types.complex64]

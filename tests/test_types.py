@@ -63,3 +63,59 @@ def test_scalar_checks() -> None:
 def test_identity_layout_memref_strings() -> None:
     assert to_type("memref<?xf64>") == MemRef[f64, None]
     assert to_type(Annotated[np.ndarray, "memref<2x3xf32>"]) == MemRef[f32, 2, 3]
+
+
+# -- the 8-bit floats: a row in types.py each, crossing in memrefs and as scalars ------------
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+_F8_COPY = """
+func.func @copy(%a: memref<?x{t}>, %b: memref<?x{t}>) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?x{t}>
+  scf.for %i = %c0 to %n step %c1 {{
+    %x = memref.load %a[%i] : memref<?x{t}>
+    memref.store %x, %b[%i] : memref<?x{t}>
+  }}
+  call @look(%b) : (memref<?x{t}>) -> ()
+  return
+}}
+func.func private @look(memref<?x{t}>)
+func.func @same(%x: {t}) -> {t} {{
+  return %x : {t}
+}}
+"""
+
+
+@pytest.mark.parametrize(("name", "dtype"), [("f8E4M3FN", "float8_e4m3fn"),
+                                             ("f8E5M2", "float8_e5m2")])
+def test_f8_memrefs_cross_into_kernels_and_callbacks(name: str, dtype: str) -> None:
+    import pymlirjit
+    from pymlirjit import Session, callback
+    from pymlirjit.types import f8E4M3FN, f8E5M2
+
+    scalar = {"f8E4M3FN": f8E4M3FN, "f8E5M2": f8E5M2}[name]
+    assert getattr(pymlirjit, name) is scalar and to_type(np.dtype(getattr(ml_dtypes, dtype))) \
+        is scalar
+    session = Session()
+    seen: list[np.ndarray] = []
+
+    @callback(f"(memref<?x{name}>) -> ()", session=session)
+    def look(a: np.ndarray) -> None:
+        seen.append(a.copy())
+
+    assert look.signature.param_types == (MemRef[scalar, None],)
+
+    module = session.compile(_F8_COPY.format(t=name))
+    values = np.array([1, 2.5, -3, 0.125, 0], dtype=getattr(ml_dtypes, dtype))
+    out = np.zeros_like(values)
+    module.copy(values, out)
+    assert out.tobytes() == values.tobytes()
+    assert len(seen) == 1 and seen[0].dtype == values.dtype
+    assert seen[0].tobytes() == values.tobytes()
+    assert module.same(2.5) == 2.5
+    assert module.same(np.float32(-0.125)) == -0.125
+    assert module.same(0.3) == float(np.array(0.3, dtype=getattr(ml_dtypes, dtype)))
+    with pytest.raises(TypeError, match="parameter"):
+        module.same("x")

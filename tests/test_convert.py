@@ -1,0 +1,40 @@
+"""convert: every scalar type's Python value survives its C form, both directions."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from pymlirjit.convert import from_c, from_memory, to_c, to_memory
+from pymlirjit.types import SCALARS, ScalarType
+
+_SAMPLES = {"bool": [True, False], "int": [0, 1, -1, 100], "float": [0.0, 1.5, -2.0, 0.25],
+            "complex": [0j, 1 + 2j, -0.5 - 4j]}
+
+
+@pytest.mark.parametrize("t", SCALARS, ids=lambda t: t.mlir)
+def test_values_round_trip_through_their_boundary_and_memory_forms(t: ScalarType) -> None:
+    if t.dtype_module is not None:
+        pytest.importorskip(t.dtype_module)
+    for value in _SAMPLES[t.kind]:
+        c_values = to_c(t)(value, "v")
+        assert len(c_values) == len(t.boundary)
+        for c_value, part in zip(c_values, t.boundary):
+            part.ctype(c_value)  # each fits its boundary type's C form
+        assert from_c(t)(*c_values) == value
+        field = to_memory(t, value, "v")
+
+        class Holder(ctypes.Structure):
+            _fields_ = [("x", t.ctype)]
+
+        assert from_memory(t)(Holder(field).x) == value
+
+
+def test_errors_name_the_value() -> None:
+    from pymlirjit.types import f8E5M2, i8
+
+    with pytest.raises(ValueError, match="parameter 'n'"):
+        to_c(i8)(1000, "parameter 'n'")
+    with pytest.raises(TypeError, match="result #0"):
+        to_c(f8E5M2)("text", "result #0")
