@@ -34,6 +34,7 @@ from .types import (
 )
 
 __all__ = [
+    "RESERVED_PREFIX",
     "BoundaryABI",
     "boundary_abi",
     "callback_shim",
@@ -41,6 +42,10 @@ __all__ = [
     "native_callback_supported",
     "native_kernel_supported",
 ]
+
+#: Symbols starting with this are pymlirjit's own (entry and callback shims): user
+#: source may not define or declare them.
+RESERVED_PREFIX = "__pymlirjit_"
 
 _WIDENED = {"i1": i8, "f16": i16, "bf16": i16}
 
