@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import re
@@ -267,7 +268,6 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
 
 
 def _lower(module: Any, text: str, filename: str) -> Any:
-    from mlir import ir
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -277,12 +277,57 @@ def _lower(module: Any, text: str, filename: str) -> Any:
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         for stage in _stages(text):
             _check_no_sub_byte_access(module, filename)
-            try:
-                PassManager.parse(stage).run(module.operation)
-            except ir.MLIRError as exc:
-                raise MLIRError("lowering failed", _diagnostics(exc, filename)) from None
+            _run_passes(PassManager.parse(stage), module, filename)
     _check_lowered(module, filename)
     return module
+
+
+@functools.cache
+def _pass_manager_run() -> Any:
+    """MLIR's C ``mlirPassManagerRunOnOp``, called with the GIL held (as the bindings
+    do): the bindings' diagnostic handlers call Python without taking it."""
+    import mlir._mlir_libs as libs
+
+    library = ctypes.PyDLL(os.path.join(os.path.dirname(libs.__file__), "libMLIRPythonCAPI.so"))
+    run = library.mlirPassManagerRunOnOp
+    run.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    run.restype = ctypes.c_int8  # MlirLogicalResult: 1 on success
+    return run
+
+
+_CAPSULE_NAME = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", ctypes.pythonapi))
+_CAPSULE_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def _pointer(capsule: Any) -> int:
+    return int(_CAPSULE_POINTER(capsule, _CAPSULE_NAME(capsule)) or 0)
+
+
+def _run_passes(passes: Any, module: Any, filename: str) -> None:
+    """Run ``passes`` on ``module``; raise its error diagnostics as an MLIRError.
+
+    Through the C API rather than ``PassManager.run``: some passes emit an error yet
+    report success (MLIR 22's lowering of a ``memref.generic_atomic_rmw`` yielding a value
+    defined outside its region), and the bindings then abort the process ("unhandled
+    captured errors"); here any error diagnostic fails the run.
+    """
+    errors: list[Diagnostic] = []
+
+    def collect(diagnostic: Any) -> bool:
+        if str(diagnostic.severity).rsplit(".", 1)[-1].lower() == "error":
+            errors.append(_diagnostic(diagnostic).renamed_source(filename))
+        return True
+
+    handler = module.context.attach_diagnostic_handler(collect)
+    try:
+        succeeded = _pass_manager_run()(_pointer(passes._CAPIPtr),
+                                        _pointer(module.operation._CAPIPtr))
+    finally:
+        handler.detach()
+    if errors or succeeded != 1:
+        raise MLIRError("lowering failed", errors)
 
 
 _MEMREF_LOWERING = "finalize-memref-to-llvm"
@@ -302,7 +347,9 @@ def _stages(pipeline: str) -> list[str]:
     return [pipeline]
 
 
-_MEMORY_ACCESSES = {"memref.load": 0, "memref.store": 1, "affine.load": 0, "affine.store": 1}
+#: Memory operations, by the index of their memref operand.
+_MEMORY_ACCESSES = {"memref.load": 0, "memref.store": 1, "affine.load": 0, "affine.store": 1,
+                    "memref.generic_atomic_rmw": 0, "memref.atomic_rmw": 1}
 
 
 def _check_no_sub_byte_access(module: Any, filename: str) -> None:
