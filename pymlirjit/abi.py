@@ -30,6 +30,7 @@ from .types import (
 )
 
 __all__ = [
+    "RESERVED_PREFIX",
     "BoundaryABI",
     "boundary_abi",
     "callback_shim",
@@ -37,6 +38,11 @@ __all__ = [
     "native_callback_supported",
     "native_kernel_supported",
 ]
+
+#: Symbols starting with this are pymlirjit's own (entry and callback shims): user
+#: source may not define or declare them.
+RESERVED_PREFIX = "__pymlirjit_"
+
 
 def _param_boundary_types(t: Type) -> tuple[Type, ...]:
     return t.boundary if isinstance(t, ScalarType) else (t,)

@@ -296,22 +296,24 @@ def load_callbacks(specs: Sequence[str]) -> list[Any]:
     return list(found.values())
 
 
-def _check_loadable(path: str) -> str:
-    """``path`` if it is a shared library this process can load. (The engine's own loader
-    aborts the process on a file that is not one.)"""
+def _check_loadable(path: str, given: str) -> str:
+    """``path`` (absolute; ``given`` on the command line) if it is a shared library this
+    process can load. (The engine's own loader aborts the process on a file that is not
+    one.)"""
     if not os.path.isfile(path):
-        raise CLIError(f"no such shared library: {path}")
+        raise CLIError(f"no such shared library: {given}")
     try:
         ctypes.CDLL(path)
     except OSError as exc:
-        raise CLIError(f"cannot load shared library {path}: {exc}") from exc
+        raise CLIError(f"cannot load shared library {given}: {exc}") from exc
     return path
 
 
 def resolve_shared_libs(specs: Sequence[str]) -> list[str]:
-    """Paths of the ``--shared-libs`` given (each a path, a runtime library name, or a
-    comma-separated list of those)."""
-    from .session import runtime_library
+    """Absolute paths of the ``--shared-libs`` given (each a path containing ``/``, an
+    MLIR runtime library name, or a comma-separated list of those). A bare name is
+    looked up only among MLIR's runtime libraries, never in the current folder."""
+    from .pipeline import runtime_library
 
     paths = []
     for spec in specs:
@@ -320,7 +322,7 @@ def resolve_shared_libs(specs: Sequence[str]) -> list[str]:
                 path = runtime_library(name)
             except FileNotFoundError as exc:
                 raise CLIError(str(exc)) from exc
-            paths.append(_check_loadable(path))
+            paths.append(_check_loadable(path, name))
     return paths
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import os
 import threading
@@ -29,6 +28,7 @@ from mlir.execution_engine import ExecutionEngine as _UpstreamEngine
 
 from .callframe import call_frame
 from .errors import LinkError
+from .pipeline import check_opt_level, runtime_library
 
 __all__ = ["ExecutionEngine", "address_of"]
 
@@ -61,10 +61,22 @@ def _capsule_pointer() -> Any:
 def _load_compiler_runtime() -> None:
     """Make libgcc's soft-float routines (``__truncdfhf2``, ``__extendhfsf2``, ...)
     visible to the JIT: LLVM calls them for f16 arithmetic, and nothing else loads them."""
-    path = ctypes.util.find_library("gcc_s")
+    path = _loaded_library_path("libgcc_s.so")
     if path:
         with contextlib.suppress(OSError):
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def _loaded_library_path(prefix: str) -> str | None:
+    """The absolute path of a library already mapped in this process whose file name
+    starts with ``prefix`` (dlopen of a bare name would search the library path, which
+    may include the current folder)."""
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.rstrip("\n").partition("/")[2]
+            if path and os.path.basename(path).startswith(prefix):
+                return "/" + path
+    return None
 
 
 def _load_library(path: str) -> ctypes.CDLL:
@@ -137,8 +149,11 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
 
     def __init__(self, module: Any, opt_level: int = 2, shared_libs: Sequence[str] = (),
                  **options: Any) -> None:
+        # LLVM aborts the process on an optimization level outside 0..3.
+        opt_level = check_opt_level(opt_level)
         self._needed, self._defined = _external_symbols(module)
-        self._shared_libs = tuple(str(path) for path in shared_libs)
+        # Absolute paths only: dlopen would search the current folder for a bare name.
+        self._shared_libs = tuple(runtime_library(str(path)) for path in shared_libs)
         # Load them here first: LLVM aborts the process on a file that is not a library.
         self._libraries = [_load_library(path) for path in self._shared_libs]
         _load_compiler_runtime()

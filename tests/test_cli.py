@@ -207,6 +207,13 @@ ERROR_CASES = {
                                  "cli_no_such_module"], ["cli_no_such_module"]),
     "missing shared library": (["run", "tests/data/cli_print_memref.mlir", "--shared-libs",
                                 "libcli_no_such.so"], ["libcli_no_such.so"]),
+    "bare name of no MLIR library": (["run", "tests/data/cli_scale.mlir", "--shared-libs",
+                                      "libm.so.6"],
+                                     ["'libm.so.6' is not an MLIR runtime library",
+                                      "give another library by its path"]),
+    "refused pass": (["lower", "tests/data/cli_scale.mlir", "--pipeline",
+                      "convert-func-to-llvm,xegpu-propagate-layout"],
+                     ["pass 'xegpu-propagate-layout' is refused"]),
     "not a shared library": (["run", "tests/data/cli_print_memref.mlir", "--shared-libs",
                               "tests/data/cli_malformed.mlir"],
                              ["cannot load shared library tests/data/cli_malformed.mlir"]),
@@ -319,3 +326,37 @@ def test_array_of_the_wrong_dtype_is_one_clean_line(
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
     assert "expected dtype float32 for memref<?xf32>, got float64" in err[0]
+
+
+def test_shared_libs_never_load_a_library_planted_in_the_current_folder(tmp_path: Path) -> None:
+    """A bare name resolves only in MLIR's lib folder, even with an empty element (the
+    current folder) in LD_LIBRARY_PATH."""
+    from .test_pipeline import build_planted_library
+
+    build_planted_library(tmp_path, "libmlir_c_runner_utils.so")
+    marker = tmp_path / "marker"
+    source = tmp_path / "main.mlir"
+    source.write_text("func.func @main() -> i32 { %c = arith.constant 3 : i32 "
+                      "return %c : i32 }")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PLANTED_MARKER=str(marker),
+               LD_LIBRARY_PATH=":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    for libs in ("libmlir_c_runner_utils.so", "mlir_runner_utils,libmlir_c_runner_utils.so"):
+        done = subprocess.run([sys.executable, "-m", "pymlirjit", "run", str(source),
+                               "--shared-libs", libs], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "3\n"
+        assert not marker.exists()
+    done = subprocess.run([sys.executable, "-m", "pymlirjit", "run", str(source),
+                           "--shared-libs", "./libmlir_c_runner_utils.so"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()  # a path is the user's explicit choice
+
+
+def test_lower_refuses_absurd_nesting_with_its_location(tmp_path: Path) -> None:
+    source = tmp_path / "deep.mlir"
+    source.write_text("func.func @f() {\n" + "scf.execute_region {\n" * 5000
+                      + "scf.yield\n}\n" * 5000 + "return\n}\n")
+    assert_one_error_line(pymlirjit("lower", str(source)),
+                          f"{source}:1001:20: nested more than 1000 deep")

