@@ -113,7 +113,10 @@ def set_entry(obj: NativeCallable, entry: int, python_path: object,
     calls it does not take to ``python_path`` and counts the calls running in
     ``in_flight`` (both kept alive by the caller, as long as the entry is set)."""
     pointers = _pointers(obj)
-    pointers[1] = id(python_path)  # before the entry: it never runs without them
+    # The entry last, and any previous one cleared first: an entry never runs with
+    # another's Python path or counter (Python may switch threads between these stores).
+    pointers[0] = 0
+    pointers[1] = id(python_path)
     pointers[2] = ctypes.addressof(in_flight)
     pointers[0] = entry
 
