@@ -153,6 +153,11 @@ class Kernel(NativeCallable):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.compile()(*args, **kwargs)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy shares no compiled function: it compiles (or hits the session's cache)
+        # on its first call, and so subscribes to invalidation itself.
+        return {**self.__dict__, "_compiled": None, "_module": None, "_retired": []}
+
     @property
     def signature(self) -> Signature:
         """The MLIR signature, with the stub's parameter names (compiles if needed)."""

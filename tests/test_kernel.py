@@ -506,3 +506,34 @@ print("ok")
 
 def test_a_forked_child_calls_kernels_compiled_before() -> None:
     assert run_python(CALL_AFTER_FORK, timeout=60) == "ok\n"
+
+
+def test_invalidate_points_the_kernel_away_then_retires(session: Session) -> None:
+    from pymlirjit.vectorcall import has_entry
+
+    @mlir_kernel(source=TWICE, session=session)
+    def twice(x: float) -> float: ...
+
+    assert twice(2.0) == 4.0 and has_entry(twice)
+    function = twice.compile()
+    twice.invalidate()
+    assert not has_entry(twice)  # calls go to __call__, which compiles again
+    assert twice._retired == []  # no call was running: nothing kept
+    assert twice.compile() is not function and twice(3.0) == 6.0 and has_entry(twice)
+    assert function(1.0) == 2.0  # a function handed out keeps working
+    assert type(twice).forget is type(twice).invalidate
+
+
+def test_a_copied_kernel_compiles_for_itself(session: Session) -> None:
+    import copy
+
+    @mlir_kernel(source=TWICE, session=session)
+    def twice(x: float) -> float: ...
+
+    assert twice(2.0) == 4.0
+    duplicate = copy.copy(twice)
+    assert duplicate(3.0) == 6.0
+    assert duplicate.compile() is not twice.compile()
+    function = duplicate.compile()
+    session.clear_cache()  # the copy subscribed when it compiled
+    assert duplicate.compile() is not function
