@@ -552,6 +552,11 @@ class _EntryBuilder(_FunctionBuilder):
                    "no_keywords")
         self.check(b.icmp_signed("==", nargs, ir.Constant(_i64, len(signature.params))),
                    "arity")
+        # From here on a call has no keywords and the arity expected: the calls handed
+        # over go to a fallback that knows it, so that neither stays live in registers
+        # (the counter's address takes one for the whole call).
+        fallback = self.fallback
+        self.fallback = self.function.append_basic_block("positional_fallback")
         c_args: list[ir.Value] = []
         for i, t in enumerate(signature.param_types):
             obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
@@ -591,9 +596,17 @@ class _EntryBuilder(_FunctionBuilder):
             self.close_record(record)  # may run Python (a callback's error): still counted
         self.leave(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
-        python_path = b.load(b.bitcast(b.gep(self_obj, [ir.Constant(_i64, PYTHON_PATH_OFFSET)]),
-                                       _ptr.as_pointer()))
-        self.hand_to_python(python_path, args, nargs, kwnames)
+        self.leave(b.call(self.api[_POSITIONAL_CALL],
+                          [self.python_path(self_obj), args,
+                           ir.Constant(_i64, len(signature.params)), ir.Constant(_ptr, None)]))
+        b.position_at_end(fallback)
+        self.hand_to_python(self.python_path(self_obj), args, nargs, kwnames)
+
+    def python_path(self, self_obj: ir.Value) -> ir.Value:
+        """What the entry hands the calls it does not take (see pymlirjit.vectorcall)."""
+        offset = ir.Constant(_i64, PYTHON_PATH_OFFSET)
+        return self.builder.load(self.builder.bitcast(self.builder.gep(self_obj, [offset]),
+                                                      _ptr.as_pointer()))
 
     def hand_to_python(self, python_path: ir.Value, args: ir.Value, nargs: ir.Value,
                        kwnames: ir.Value) -> None:
