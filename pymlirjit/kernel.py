@@ -139,7 +139,6 @@ class Kernel(NativeCallable):
             if self._compiled is not None:
                 self._retired.append(self._compiled)
                 self._compiled = None
-                self._module = None
             self._purge()
 
     #: The same as :meth:`invalidate` (its name before the Invalidated protocol).

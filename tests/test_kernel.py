@@ -473,6 +473,7 @@ def test_code_outlives_invalidation_while_threads_call_soak(request: pytest.Fixt
 
 CALL_AFTER_FORK = """
 import os
+import warnings
 import numpy as np
 from pymlirjit import Session, callback, f64, mlir_kernel
 
@@ -492,7 +493,9 @@ func.func private @hook(f64) -> f64
 def kernel(x: f64) -> f64: ...
 
 assert kernel(1.0) == 3.0 and kernel(np.float64(2.0)) == 6.0
-pid = os.fork()
+with warnings.catch_warnings():  # Python 3.12+ warns of forking a threaded process
+    warnings.simplefilter("ignore", DeprecationWarning)
+    pid = os.fork()
 if pid == 0:
     # Calls only: compiling anew in a forked child is another matter (docs/threads.md).
     ok = kernel(4.0) == 12.0 and kernel(np.float64(5.0)) == 15.0
