@@ -24,7 +24,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
 from .callframe import call_machinery, culprit_token, record_current
@@ -50,6 +50,7 @@ from .types import (
 __all__ = [
     "Callback",
     "CallbackRegistry",
+    "Invalidated",
     "callback",
     "default_registry",
     "prepare_entries",
@@ -296,36 +297,48 @@ def _build_ctypes_entry(cb: Callback) -> Any:
 
 # -- registries and the decorator --------------------------------------------------------
 
+class Invalidated(Protocol):
+    """What a :class:`CallbackRegistry` or a :class:`pymlirjit.Session` tells when what
+    it linked may have changed (a callback added or removed, a cache cleared): a kernel
+    then lets go of its compiled function. Subscribers are kept weakly."""
+
+    def invalidate(self) -> None: ...
+
+
 class CallbackRegistry:
     """Callbacks by MLIR symbol name. Defining a name again replaces the old callback."""
 
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}
         self._lock = threading.Lock()
-        self._watchers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._subscribers: weakref.WeakSet[Invalidated] = weakref.WeakSet()
 
     def add(self, cb: Callback) -> Callback:
         """Register ``cb`` under its name, replacing any callback of that name; kernels
         that compiled against this registry relink on their next call."""
         with self._lock:
             self._callbacks[cb.name] = cb
-            watchers = list(self._watchers)
-            self._watchers.clear()
-        for watcher in watchers:
-            watcher.forget()
+            subscribers = list(self._subscribers)
+        _invalidate(subscribers)
         return cb
 
-    def watch(self, kernel: Any) -> None:
-        """Call ``kernel.forget()`` when a callback is next added (kept weakly)."""
+    def watch(self, subscriber: Invalidated) -> None:
+        """Call ``subscriber.invalidate()`` whenever a callback is added or removed (the
+        subscriber is kept weakly)."""
         with self._lock:
-            self._watchers.add(kernel)
+            self._subscribers.add(subscriber)
 
     def get(self, name: str) -> Callback | None:
         return self._callbacks.get(name)
 
     def remove(self, name: str) -> None:
+        """Unregister the callback ``name``; kernels linked to it relink on their next
+        call (and raise :class:`pymlirjit.LinkError` if nothing else defines it)."""
         with self._lock:
-            self._callbacks.pop(name, None)
+            removed = self._callbacks.pop(name, None) is not None
+            subscribers = list(self._subscribers)
+        if removed:
+            _invalidate(subscribers)
 
     def __contains__(self, name: object) -> bool:
         return name in self._callbacks
@@ -335,6 +348,13 @@ class CallbackRegistry:
 
     def __len__(self) -> int:
         return len(self._callbacks)
+
+
+def _invalidate(subscribers: Iterable[Invalidated]) -> None:
+    # Outside the registry's lock: a kernel invalidates under its session's lock, and a
+    # session compiling under that lock asks registries for callbacks.
+    for subscriber in subscribers:
+        subscriber.invalidate()
 
 
 _default_registry = CallbackRegistry()

@@ -139,7 +139,9 @@ class CompiledFunction(NativeCallable):
     def calls_in_flight(self) -> int:
         """How many calls are running through this function's native entry, whatever
         the object called (a kernel shares its function's entry), on any thread or
-        nested (a callback may call the same kernel again)."""
+        nested (a callback may call the same kernel again), including the calls the
+        entry hands to the Python path. While it is not 0 the function must be kept:
+        those calls run in (or return to) its machine code."""
         return int(self._python_call.in_flight.value)
 
     def ensure_native(self) -> bool:

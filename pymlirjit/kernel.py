@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -75,8 +74,6 @@ class Kernel(NativeCallable):
         # (a callback may clear the cache, or another thread may, while the GIL is free).
         self._retired: list[CompiledFunction] = []
         self._module: CompiledModule | None = None
-        self._generation = -1
-        self._lock = threading.Lock()
 
     @property
     def session(self) -> Session:
@@ -84,10 +81,21 @@ class Kernel(NativeCallable):
 
     def compile(self) -> CompiledFunction:
         """Compile now (or fetch from the session's cache) and return the function."""
+        function = self._compiled
+        if function is not None:
+            return function
         session = self.session
-        with self._lock:
-            if self._compiled is not None and self._generation == session.generation:
+        # Under the session's lock: compiling, clearing the cache and retiring functions
+        # (invalidate) never interleave, so the vectorcall slot only ever points at the
+        # entry of a function this kernel keeps.
+        with session.lock:
+            if self._compiled is not None:  # another thread compiled it meanwhile
                 return self._compiled
+            # Subscribe before compiling: a callback redefined meanwhile (registries
+            # notify without the session's lock) invalidates what this compile makes.
+            session.watch(self)
+            session.callbacks.watch(self)
+            default_registry().watch(self)
             module: CompiledModule = session.compile(
                 self.source, pipeline=self._pipeline, opt_level=self._opt_level,
                 shared_libs=self._shared_libs, callbacks=self._callbacks, cache=self._cache)
@@ -105,38 +113,49 @@ class Kernel(NativeCallable):
                 function = function.with_options(self.name,
                                                  [p.name for p in function.signature.params],
                                                  self.release_gil)
-            self._retire()
+            native = function.ensure_native()
+            self._purge()
             self._compiled = function
             self._module = module
-            self._generation = session.generation
-            # Clearing the cache or (re)defining a callback makes the kernel relink.
-            session.watch(self)
-            session.callbacks.watch(self)
-            default_registry().watch(self)
             # Later calls go straight to the function's native entry, without this
-            # class's __call__, until the session clears its cache (forget()).
-            if function.ensure_native():
+            # class's __call__, until invalidate() points the kernel away from it.
+            if native:
                 assert function.native_entry is not None
                 set_entry(self, function.native_entry, function._python_call,
                           function._python_call.in_flight)
             return function
 
-    def forget(self) -> None:
-        """Drop the compiled function; the next call compiles (or hits the cache) again."""
-        with self._lock:
-            clear_entry(self)
-            self._retire()
+    def invalidate(self) -> None:
+        """Let go of the compiled function: the next call compiles (or hits the
+        session's cache) again. Sessions and callback registries call this when the
+        cache is cleared or a callback is (re)defined (see
+        :class:`pymlirjit.callbacks.Invalidated`).
 
-    def _retire(self) -> None:
-        """Let go of the compiled function, and of those retired before, except those
-        with calls still running through their native entries."""
-        if self._compiled is not None:
-            self._retired.append(self._compiled)
-            self._compiled = None
+        The function's machine code lives on while calls still run in it: the kernel
+        first stops calls from entering it, then keeps the function until its native
+        entry counts no call in flight."""
+        with self.session.lock:
+            clear_entry(self)  # first: no call enters the old code from now on
+            if self._compiled is not None:
+                self._retired.append(self._compiled)
+                self._compiled = None
+            self._purge()
+
+    #: The same as :meth:`invalidate` (its name before the Invalidated protocol).
+    forget = invalidate
+
+    def _purge(self) -> None:
+        """Drop the retired functions no call runs in any more (the session's lock held,
+        and the GIL: calls count themselves in and out with the GIL held)."""
         self._retired = [f for f in self._retired if f.calls_in_flight]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.compile()(*args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy shares no compiled function: it compiles (or hits the session's cache)
+        # on its first call, and so subscribes to invalidation itself.
+        return {**self.__dict__, "_compiled": None, "_module": None, "_retired": []}
 
     @property
     def signature(self) -> Signature:

@@ -420,6 +420,7 @@ class _EntryBuilder(_FunctionBuilder):
         self.fallback = self.function.append_basic_block("fallback")
         self.target = target
         self.calls = calls
+        self.in_flight: ir.Value = None  # -> the counter of calls in flight (count_in)
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
@@ -462,8 +463,26 @@ class _EntryBuilder(_FunctionBuilder):
         b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, 0)),
                   failed, ok)
         b.position_at_end(failed)
-        b.ret(obj)
+        self.leave(obj)
         b.position_at_end(ok)
+
+    def count_in(self, self_obj: ir.Value) -> None:
+        """Count this call in flight (see pymlirjit.vectorcall): while any call is, the
+        entry's owner keeps its machine code and this counter alive. The counter is a
+        plain int64, not atomic: every change to it happens with the GIL held."""
+        b = self.builder
+        self.in_flight = b.load(b.bitcast(
+            b.gep(self_obj, [ir.Constant(_i64, IN_FLIGHT_OFFSET)]),
+            _i64.as_pointer().as_pointer()))
+        b.store(b.add(b.load(self.in_flight), ir.Constant(_i64, 1)), self.in_flight)
+
+    def leave(self, value: ir.Value) -> None:
+        """Return ``value``: the call is no longer in flight. Nothing may run after the
+        decrement but the ``ret`` itself, with the GIL held, so that no thread can free
+        this code in between."""
+        b = self.builder
+        b.store(b.sub(b.load(self.in_flight), ir.Constant(_i64, 1)), self.in_flight)
+        b.ret(value)
 
     def field(self, obj: ir.Value, offset: int, field_type: ir.Type) -> ir.Value:
         b = self.builder
@@ -555,6 +574,9 @@ class _EntryBuilder(_FunctionBuilder):
     def build(self) -> None:
         b = self.builder
         self_obj, args, nargsf, kwnames = self.function.args
+        # First, before any check: a call handed to the Python path runs in this code too
+        # (it returns here), and must keep it alive as much as a native call.
+        self.count_in(self_obj)
         # Vectorcall may flag, in the count's top bit, that args[-1] is scratch space.
         nargs = b.and_(nargsf, ir.Constant(_i64, (1 << 63) - 1))
         signature = self.abi.signature
@@ -562,6 +584,11 @@ class _EntryBuilder(_FunctionBuilder):
                    "no_keywords")
         self.check(b.icmp_signed("==", nargs, ir.Constant(_i64, len(signature.params))),
                    "arity")
+        # From here on a call has no keywords and the arity expected: the calls handed
+        # over go to a fallback that knows it, so that neither stays live in registers
+        # (the counter's address takes one for the whole call).
+        fallback = self.fallback
+        self.fallback = self.function.append_basic_block("positional_fallback")
         c_args: list[ir.Value] = []
         for i, t in enumerate(signature.param_types):
             obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
@@ -577,11 +604,6 @@ class _EntryBuilder(_FunctionBuilder):
             target: ir.Value = self.unit.function(self.target, target_type)
         else:
             target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
-        # Count the calls in flight through this entry (see pymlirjit.vectorcall): while
-        # there are any, its machine code is kept alive even if the object called drops it.
-        in_flight = b.load(b.bitcast(b.gep(self_obj, [ir.Constant(_i64, IN_FLIGHT_OFFSET)]),
-                                     _i64.as_pointer().as_pointer()))
-        b.store(b.add(b.load(in_flight), ir.Constant(_i64, 1)), in_flight)
         record = None
         jump_buffer = None
         if self.calls is not None:
@@ -602,14 +624,21 @@ class _EntryBuilder(_FunctionBuilder):
         if state is not None:
             with b.if_then(b.not_(self.is_null(state))):
                 b.call(self.api["PyEval_RestoreThread"], [state])
-        b.store(b.sub(b.load(in_flight), ir.Constant(_i64, 1)), in_flight)
         if record is not None:
-            self.close_record(record)
-        b.ret(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
+            self.close_record(record)  # may run Python (a callback's error): still counted
+        self.leave(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
-        python_path = b.load(b.bitcast(b.gep(self_obj, [ir.Constant(_i64, PYTHON_PATH_OFFSET)]),
-                                       _ptr.as_pointer()))
-        self.hand_to_python(python_path, args, nargs, kwnames)
+        self.leave(b.call(self.api[_POSITIONAL_CALL],
+                          [self.python_path(self_obj), args,
+                           ir.Constant(_i64, len(signature.params)), ir.Constant(_ptr, None)]))
+        b.position_at_end(fallback)
+        self.hand_to_python(self.python_path(self_obj), args, nargs, kwnames)
+
+    def python_path(self, self_obj: ir.Value) -> ir.Value:
+        """What the entry hands the calls it does not take (see pymlirjit.vectorcall)."""
+        offset = ir.Constant(_i64, PYTHON_PATH_OFFSET)
+        return self.builder.load(self.builder.bitcast(self.builder.gep(self_obj, [offset]),
+                                                      _ptr.as_pointer()))
 
     def hand_to_python(self, python_path: ir.Value, args: ir.Value, nargs: ir.Value,
                        kwnames: ir.Value) -> None:
@@ -621,8 +650,8 @@ class _EntryBuilder(_FunctionBuilder):
         with_keywords = self.function.append_basic_block("with_keywords")
         b.cbranch(self.is_null(kwnames), positional_only, with_keywords)
         b.position_at_end(positional_only)
-        b.ret(b.call(self.api[_POSITIONAL_CALL],
-                     [python_path, args, nargs, ir.Constant(_ptr, None)]))
+        self.leave(b.call(self.api[_POSITIONAL_CALL],
+                          [python_path, args, nargs, ir.Constant(_ptr, None)]))
         b.position_at_end(with_keywords)
         count = b.call(self.api["PyTuple_Size"], [kwnames])
         keywords = b.call(self.api["PyDict_New"], [])
@@ -642,13 +671,13 @@ class _EntryBuilder(_FunctionBuilder):
         added = b.call(self.api["PyDict_SetItem"], [keywords, name, value])
         with b.if_then(b.icmp_signed("<", added, ir.Constant(_i32, 0)), likely=False):
             b.call(self.api["Py_DecRef"], [keywords])
-            b.ret(ir.Constant(_ptr, None))
+            self.leave(ir.Constant(_ptr, None))
         i.add_incoming(b.add(i, ir.Constant(_i64, 1)), b.block)
         b.branch(head)
         b.position_at_end(done)
         result = b.call(vectorcall, [python_path, args, nargs, keywords])
         b.call(self.api["Py_DecRef"], [keywords])
-        b.ret(result)
+        self.leave(result)
 
     def record_field(self, record: ir.Value, index: int) -> ir.Value:
         return self.builder.gep(record, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 from .abi import RESERVED_PREFIX, boundary_abi, callback_shim, kernel_shim
 from .cache import CachedModule, DiskCache, ObjectEngine, default_cache_dir
-from .callbacks import Callback, CallbackRegistry, default_registry, prepare_entries
+from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry, prepare_entries
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError
 from .function import CompiledFunction
@@ -184,8 +184,7 @@ class Session:
         self._hits = 0
         self._misses = 0
         self._lock = threading.RLock()
-        self.generation = 0
-        self._watchers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._subscribers: weakref.WeakSet[Invalidated] = weakref.WeakSet()
 
     def __repr__(self) -> str:
         return f"<Session: {len(self._cache)} cached modules>"
@@ -194,6 +193,13 @@ class Session:
         """Hits, misses and the number of cached modules."""
         return CacheInfo(self._hits, self._misses, len(self._cache))
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock (reentrant) under which this session compiles, clears its cache and
+        notifies its subscribers, and kernels replace and retire their compiled
+        functions: none of these interleave."""
+        return self._lock
+
     def clear_cache(self) -> None:
         """Forget every cached module. Modules already handed out keep working;
         ``@mlir_kernel`` functions compile again on their next call."""
@@ -201,15 +207,14 @@ class Session:
             self._cache.clear()
             self._declared.clear()
             self._hits = self._misses = 0
-            self.generation += 1
-            watchers = list(self._watchers)
-            self._watchers.clear()
-        for watcher in watchers:
-            watcher.forget()
+            for subscriber in list(self._subscribers):
+                subscriber.invalidate()
 
-    def watch(self, kernel: Any) -> None:
-        """Call ``kernel.forget()`` when the cache is cleared (kept weakly)."""
-        self._watchers.add(kernel)
+    def watch(self, subscriber: Invalidated) -> None:
+        """Call ``subscriber.invalidate()``, under :attr:`lock`, whenever the cache is
+        cleared (the subscriber is kept weakly)."""
+        with self._lock:
+            self._subscribers.add(subscriber)
 
     def find_callback(self, name: str, explicit: Sequence[Callback] = ()) -> Callback | None:
         """The callback ``@name`` links to: explicit ones first, then this session's

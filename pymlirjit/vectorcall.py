@@ -11,8 +11,10 @@ after :func:`clear_entry`, the pointer is NULL and calls go to ``__call__`` as u
 The second field is the object the entry hands any call it does not take itself (see
 :mod:`pymlirjit.native`): a borrowed reference, which the instance must keep alive. The
 third points at a counter of the calls running through the entry (an int64 the entry
-increments and decrements): whoever replaces an entry must keep its machine code alive
-while that counter is not 0.
+increments first thing and decrements right before it returns, whether it served the
+call or handed it over; not atomic: both happen with the GIL held). Whoever replaces or
+clears an entry must keep its machine code, and the counter, alive while that counter is
+not 0 (see :meth:`pymlirjit.Kernel.invalidate`).
 
 The companion type is built with ``PyType_FromSpecWithBases`` and the
 ``__vectorcalloffset__`` member, both in CPython's stable API since 3.9.
@@ -113,7 +115,10 @@ def set_entry(obj: NativeCallable, entry: int, python_path: object,
     calls it does not take to ``python_path`` and counts the calls running in
     ``in_flight`` (both kept alive by the caller, as long as the entry is set)."""
     pointers = _pointers(obj)
-    pointers[1] = id(python_path)  # before the entry: it never runs without them
+    # The entry last, and any previous one cleared first: an entry never runs with
+    # another's Python path or counter (Python may switch threads between these stores).
+    pointers[0] = 0
+    pointers[1] = id(python_path)
     pointers[2] = ctypes.addressof(in_flight)
     pointers[0] = entry
 

@@ -159,3 +159,74 @@ def test_redefining_a_callback_relinks_kernels_that_already_ran(session: Session
         return 2.0
 
     assert run(0.0) == 2.0
+
+
+class Subscriber:
+    """An :class:`pymlirjit.callbacks.Invalidated`: records, per notification, whether
+    the session's lock was held (by the notifying thread) and the registry's was not."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.seen: list[tuple[bool, bool]] = []
+
+    def invalidate(self) -> None:
+        # Another thread cannot take the session's lock if this one holds it.
+        taken: list[bool] = []
+
+        def probe() -> None:
+            taken.append(self.session.lock.acquire(blocking=False))
+            if taken[0]:
+                self.session.lock.release()
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        self.seen.append((not taken[0], self.session.callbacks._lock.locked()))
+
+
+def test_sessions_and_registries_notify_subscribers(session: Session) -> None:
+    subscriber = Subscriber(session)
+    session.watch(subscriber)
+    session.callbacks.watch(subscriber)
+    session.clear_cache()
+    assert subscriber.seen == [(True, False)]  # under the session's lock
+
+    @callback(name="hook", session=session)
+    def hook(x: f64) -> f64:
+        return x
+
+    session.callbacks.remove("hook")
+    session.callbacks.remove("hook")  # nothing removed: nothing to tell
+    # Registries notify outside their own lock (a kernel takes its session's lock then).
+    assert subscriber.seen == [(True, False), (False, False), (False, False)]
+    session.clear_cache()  # subscriptions last: a later change is told too
+    assert len(subscriber.seen) == 4
+
+
+def test_subscribers_are_kept_weakly(session: Session) -> None:
+    import gc
+    import weakref
+
+    subscriber = Subscriber(session)
+    session.watch(subscriber)
+    session.callbacks.watch(subscriber)
+    gone = weakref.ref(subscriber)
+    del subscriber
+    gc.collect()
+    assert gone() is None
+    session.clear_cache()
+    session.callbacks.remove("nothing")
+
+
+def test_removing_a_callback_relinks_kernels(session: Session) -> None:
+    @callback(name="hook", session=session)
+    def hook(x: f64) -> f64:
+        return x + 1
+
+    @mlir_kernel(source=USES_HOOK, name="run", session=session)
+    def run(x: f64) -> f64: ...
+
+    assert run(1.0) == 2.0
+    session.callbacks.remove("hook")
+    with pytest.raises(LinkError, match="@hook"):
+        run(1.0)

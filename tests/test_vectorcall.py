@@ -131,3 +131,35 @@ def test_copies_work_and_find_their_way_to_the_native_entry() -> None:
     function = neg.compile()
     function_copy = copy.copy(function)
     assert function_copy(3.0) == -3.0 and has_entry(function_copy)
+
+
+def test_calls_handed_to_the_python_path_are_in_flight() -> None:
+    """A numpy scalar makes the native entry hand the call to the Python path, which
+    runs the same machine code and returns into the entry: it counts as in flight, and
+    every way out of the entry (a result, an error) counts it out."""
+    import numpy as np
+
+    session = Session()
+    seen: list[int] = []
+
+    @callback(session=session)
+    def visit(n: i64) -> i64:
+        seen.append(countdown.compile().calls_in_flight)
+        if n < 0:
+            raise ValueError("negative")
+        return n
+
+    @mlir_kernel(source=COUNTDOWN, session=session)
+    def countdown(n: i64) -> i64: ...
+
+    assert countdown(0) == 0
+    seen.clear()
+    assert countdown(np.int64(5)) == 5 and countdown(5) == 5
+    assert seen == [1, 1]
+    with pytest.raises(ValueError, match="negative"):
+        countdown(-1)  # the callback's error, raised as the entry closes its record
+    with pytest.raises(ValueError, match="negative"):
+        countdown(np.int64(-1))
+    with pytest.raises(TypeError, match="positional"):
+        countdown(n=1)  # keywords: the Python path raises
+    assert countdown.compile().calls_in_flight == 0
