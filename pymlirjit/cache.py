@@ -67,7 +67,7 @@ def _environment() -> tuple[str, ...]:
     import llvmlite  # its version only; llvmlite.binding (LLVM itself) is not loaded
     import numpy as np
 
-    from . import __version__
+    from ._version import __version__
 
     return (f"format={_FORMAT}", f"pymlirjit={__version__}", f"mlir={_mlir_build()}",
             f"llvmlite={llvmlite.__version__}", f"python={sys.version}",

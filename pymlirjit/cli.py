@@ -48,7 +48,7 @@ class CLIError(Exception):
 def _versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    from . import __version__
+    from ._version import __version__
 
     parts = [f"pymlirjit {__version__}"]
     for package in ("xtc-mlir-python-bindings", "llvmlite", "numpy"):
