@@ -53,13 +53,26 @@ SCRIPT = textwrap.dedent("""
 NO_COMPILER = {"CC": ""}  # no C compiler: entries hold object code
 
 
-def run(cache_dir: Path, factor: str = "8", env: dict[str, str] | None = None) -> list[str]:
+def run(cache_dir: Path, factor: str = "8", env: dict[str, str] | None = None,
+        warning: str = "") -> list[str]:
+    """The script's output; its stderr must be empty, or the one warning (a fragment)."""
     done = subprocess.run([sys.executable, "-c", SCRIPT.replace("FACTOR", factor),
                            str(cache_dir)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    if warning:
+        assert len(done.stderr.splitlines()) == 1 and warning in done.stderr, done.stderr
+    else:
+        assert done.stderr == ""
     return done.stdout.split()
+
+
+def names(folder: Path) -> list[str]:
+    """The files of a cache folder, entries named by their suffix."""
+    return sorted(".entry" if p.suffix == ".entry" else p.name for p in folder.iterdir())
+
+
+CACHE_FILES = [".entry", "CACHEDIR.TAG", "secret.key"]
 
 
 VALUES = ["4.0", "6.0", "((1+2j),", "0.5)"]
@@ -69,7 +82,7 @@ def test_a_new_process_loads_the_shared_library_an_earlier_one_linked(tmp_path: 
                                                                         ) -> None:
     first = run(tmp_path)
     assert first == [*VALUES, "SharedLibrary", "0", "1", "llvm"]
-    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".so"]
+    assert names(tmp_path) == CACHE_FILES
     # Loading needs neither MLIR's engine nor LLVM: llvmlite's binding is not imported.
     assert run(tmp_path) == [*VALUES, "SharedLibrary", "1", "0", "no-llvm"]
 
@@ -77,7 +90,7 @@ def test_a_new_process_loads_the_shared_library_an_earlier_one_linked(tmp_path: 
 def test_without_a_c_compiler_entries_hold_object_code(tmp_path: Path) -> None:
     first = run(tmp_path, env=NO_COMPILER)
     assert first == [*VALUES, "ExecutionEngine", "0", "1", "llvm"]
-    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".o"]
+    assert names(tmp_path) == CACHE_FILES
     assert run(tmp_path, env=NO_COMPILER)[:-1] == [*VALUES, "ObjectEngine", "1", "0"]
     # An object entry serves processes that could link a library too.
     assert run(tmp_path)[:-1] == [*VALUES, "ObjectEngine", "1", "0"]
@@ -85,12 +98,11 @@ def test_without_a_c_compiler_entries_hold_object_code(tmp_path: Path) -> None:
 
 def test_a_corrupted_or_truncated_entry_is_compiled_again(tmp_path: Path) -> None:
     run(tmp_path)
-    (library,) = tmp_path.glob("*.so")
-    library.write_bytes(library.read_bytes()[:100])
-    assert run(tmp_path)[-4:-1] == ["SharedLibrary", "0", "1"]
-    (meta,) = tmp_path.glob("*.json")
-    meta.write_text("{not json")
-    assert run(tmp_path)[-4:-1] == ["SharedLibrary", "0", "1"]
+    (entry,) = tmp_path.glob("*.entry")
+    entry.write_bytes(entry.read_bytes()[:-100])
+    assert run(tmp_path, warning="(digest)")[-4:-1] == ["SharedLibrary", "0", "1"]
+    entry.write_text("{not an entry")
+    assert run(tmp_path, warning="(format)")[-4:-1] == ["SharedLibrary", "0", "1"]
     assert run(tmp_path)[-4:-1] == ["SharedLibrary", "1", "0"]
 
 
@@ -168,8 +180,8 @@ def test_entries_and_size(tmp_path: Path) -> None:
     assert (cache.entries(), cache.size_bytes()) == (0, 0)
     session = Session(cache_dir=tmp_path / "not yet")
     session.compile("func.func @f() -> i64 { %c = arith.constant 1 : i64 return %c : i64 }")
-    files = list((tmp_path / "not yet").iterdir())
+    files = list((tmp_path / "not yet").glob("*.entry"))
     assert cache.entries() == 1
     assert cache.size_bytes() == sum(f.stat().st_size for f in files) > 0
-    cache.clear()
+    assert cache.clear() == 1
     assert (cache.entries(), cache.size_bytes()) == (0, 0)
