@@ -15,16 +15,20 @@ else ``cc`` or ``gcc``); elsewhere the cache stores the object file alone
 
 from __future__ import annotations
 
-import atexit
+import collections
 import ctypes
+import errno
 import itertools
+import logging
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -172,10 +176,12 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
                 objects.append(cb)  # which keeps its entry alive
             elif what == "function":
                 obj = cb.__wrapped__
-            else:
+            elif what in ("record", "convert_result"):
                 if callback_name not in helpers:
                     helpers[callback_name] = TrampolineHelpers(cb)
                 obj = getattr(helpers[callback_name], what)
+            else:
+                raise KeyError(name)
         else:
             obj = well_known(name)
         if number is None:
@@ -191,8 +197,8 @@ class SharedLibrary:
     slots. ``shared_libs`` are loaded first, with their symbols global, for the
     library's undefined symbols to resolve.
 
-    The library is unloaded when this object is collected, except if it uses shared
-    libraries (which may run threads that still refer to its code).
+    The library is unloaded when this object is collected; if it uses shared
+    libraries, a moment later (see :func:`_retire`).
     """
 
     def __init__(self, data: bytes, shared_libs: Sequence[str] = (),
@@ -203,22 +209,12 @@ class SharedLibrary:
         try:
             with open(descriptor, "wb", closefd=False) as out:
                 out.write(data)
-            # Loaded through a symbolic link of a name used once: the dynamic loader
-            # knows a library by the path it was given, and /proc/self/fd/N names
-            # another file once N is reused. The mapping outlives the link and the
-            # descriptor, so that loaded modules hold no file descriptors.
-            link = _unique_path()
-            os.symlink(f"/proc/self/fd/{descriptor}", link)
-            try:
-                self._library = ctypes.CDLL(link)
-            finally:
-                os.unlink(link)
+            self._library = _load_from_memory(descriptor)
         finally:
             os.close(descriptor)
         self.keepalive: list[object] = []
-        if not shared_libs:
-            finalizer = weakref.finalize(self, _unload, self._library._handle)
-            finalizer.atexit = False  # at exit, other code may still call into it
+        finalizer = weakref.finalize(self, _retire, self._library._handle, bool(shared_libs))
+        finalizer.atexit = False  # at exit, other code may still call into it
 
     def function_address(self, name: str) -> int:
         """The address of the function ``name``; :class:`LinkError` if there is none."""
@@ -245,24 +241,114 @@ def _unload(handle: int) -> None:
     _ctypes.dlclose(handle)
 
 
+# A module that uses shared libraries may still have code running on their threads when
+# its last Python reference goes: MLIR's async runtime marks a task done from inside the
+# task's code, which then returns through the module (a few instructions its awaiting
+# caller does not wait for, and a thread preempted there may sleep for a scheduler
+# slice). Unloading at once could unmap code under that thread; never unloading leaks
+# every load. Such libraries are unloaded after a grace period instead, at the next
+# load or collection of a library: far longer than those instructions take, and memory
+# stays flat.
+_GRACE_SECONDS = 1.0
+_retired: collections.deque[tuple[float, int]] = collections.deque()
+# Reentrant: a collection (and so _retire) may run at any allocation, lock held or not.
+_retired_lock = threading.RLock()
+
+
+def _retire(handle: int, uses_shared_libs: bool) -> None:
+    """Unload a collected library: now, or after the grace period if it uses shared
+    libraries; and unload the retired libraries whose grace period is over."""
+    if uses_shared_libs:
+        with _retired_lock:
+            _retired.append((time.monotonic(), handle))
+    else:
+        _unload(handle)
+    _unload_retired()
+
+
+def _unload_retired() -> None:
+    now = time.monotonic()
+    due = []
+    with _retired_lock:
+        while _retired:
+            retired_at, handle = _retired.popleft()
+            if now - retired_at < _GRACE_SECONDS:
+                _retired.appendleft((retired_at, handle))  # the oldest: the others wait too
+                break
+            due.append(handle)
+    for handle in due:
+        _unload(handle)
+
+
+_log = logging.getLogger("pymlirjit")
 _links = itertools.count()
-_link_folder: tuple[int, str] | None = None  # (the process it belongs to, its path)
-_link_lock = threading.Lock()
+_FOLDER_PREFIX = "pymlirjit-libraries-"
+_STALE_SECONDS = 10.0  # a folder lives for one dlopen: one this old is left over
+_swept_for: int | None = None  # the process that removed the stale folders once
+_sweep_lock = threading.Lock()
 
 
-def _unique_path() -> str:
-    """A path never used before in this process, in a folder of the process's own
-    (removed at exit; a forked child makes its own)."""
-    global _link_folder
-    with _link_lock:
-        pid = os.getpid()
-        if _link_folder is None or _link_folder[0] != pid:
-            folder = tempfile.mkdtemp(prefix="pymlirjit-libraries-")
-            atexit.register(_remove_folder, folder, pid)
-            _link_folder = (pid, folder)
-        return os.path.join(_link_folder[1], f"module{next(_links)}.so")
+def _load_from_memory(descriptor: int) -> ctypes.CDLL:
+    """The library in the memfd ``descriptor``, loaded through a symbolic link of a
+    path used once: the dynamic loader knows a library by the path it was given, and
+    /proc/self/fd/N names another file once N is reused. The link lives in a private
+    folder (no other user can swap it) named after this process, made for this load and
+    removed right after it: the mapping outlives the link and the descriptor, so loaded
+    modules hold no file descriptors and no process, forked or killed, leaves a folder
+    behind but for a load it was killed in (removed by a later process)."""
+    _unload_retired()
+    _sweep_stale_folders()
+    pid = os.getpid()
+    folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{pid}-")  # mode 0700
+    try:
+        # The counter makes the path unique in this process (the folder's name may be
+        # drawn again once removed); the pid, among processes forked from one another.
+        link = os.path.join(folder, f"module{next(_links)}.so")
+        os.symlink(f"/proc/self/fd/{descriptor}", link)
+        try:
+            return ctypes.CDLL(link)
+        finally:
+            os.unlink(link)
+    finally:
+        os.rmdir(folder)
 
 
-def _remove_folder(folder: str, pid: int) -> None:
-    if os.getpid() == pid:  # not in a forked child that exits normally
-        shutil.rmtree(folder, ignore_errors=True)
+def _sweep_stale_folders() -> None:
+    """Once per process: remove the link folders of this user's processes that died
+    during a load (their pid is not alive, and the folder is older than a load takes)."""
+    global _swept_for
+    pid = os.getpid()
+    with _sweep_lock:
+        if _swept_for == pid:
+            return
+        _swept_for = pid
+    temporary = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(temporary) if n.startswith(_FOLDER_PREFIX)]
+    except OSError as exc:
+        _log.debug("cannot look for stale library folders in %s: %s", temporary, exc)
+        return
+    for name in names:
+        path = os.path.join(temporary, name)
+        owner, separator, _ = name.removeprefix(_FOLDER_PREFIX).partition("-")
+        per_load = bool(separator) and owner.isdigit()
+        try:
+            info = os.lstat(path)
+            # Earlier versions kept one folder, named without a pid, for a process's
+            # life: one is left over once unused for a day.
+            age = time.time() - info.st_mtime
+            if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
+                    or age < (_STALE_SECONDS if per_load else 86400.0)
+                    or (per_load and _alive(int(owner)))):
+                continue
+            shutil.rmtree(path)
+        except OSError as exc:  # removed meanwhile, or not removable: not ours to force
+            _log.debug("could not remove the stale library folder %s: %s", path, exc)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno != errno.ESRCH  # EPERM: alive, another user's
+    return True
