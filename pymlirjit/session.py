@@ -201,7 +201,9 @@ class Session:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
     :mod:`pymlirjit.cache`): a new process then loads modules compiled before instead
-    of compiling them again.
+    of compiling them again. ``disk_cache`` is the session's store: a
+    :class:`~pymlirjit.cache.DiskCache`, or a :class:`~pymlirjit.cache.NullCache`
+    without ``cache_dir``.
     """
 
     def __init__(self, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
