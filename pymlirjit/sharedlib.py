@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import errno
 import itertools
-import logging
 import os
 import shlex
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -280,75 +277,26 @@ def _unload_retired() -> None:
         _unload(handle)
 
 
-_log = logging.getLogger("pymlirjit")
-_links = itertools.count()
-_FOLDER_PREFIX = "pymlirjit-libraries-"
-_STALE_SECONDS = 10.0  # a folder lives for one dlopen: one this old is left over
-_swept_for: int | None = None  # the process that removed the stale folders once
-_sweep_lock = threading.Lock()
+_loads = itertools.count()
 
 
 def _load_from_memory(descriptor: int) -> ctypes.CDLL:
-    """The library in the memfd ``descriptor``, loaded through a symbolic link of a
-    path used once: the dynamic loader knows a library by the path it was given, and
-    /proc/self/fd/N names another file once N is reused. The link lives in a private
-    folder (no other user can swap it) named after this process, made for this load and
-    removed right after it: the mapping outlives the link and the descriptor, so loaded
-    modules hold no file descriptors and no process, forked or killed, leaves a folder
-    behind but for a load it was killed in (removed by a later process)."""
+    """The library in the memfd ``descriptor``, loaded through a path used once.
+
+    The dynamic loader knows a library by the path it was given, and /proc/self/fd/N
+    names another file once N is reused: each load spells that path differently, the
+    load's number written in binary as empty (``/``) and current-directory (``/.``)
+    components, which the kernel resolves to the same descriptor. The mapping outlives
+    the descriptor, so loaded modules hold no file descriptors; and nothing is written
+    to the file system, so no process, forked or killed, leaves anything behind. (A
+    forked child counts on from the parent's number: the libraries it inherits were
+    loaded under smaller ones.)
+    """
     _unload_retired()
-    _sweep_stale_folders()
-    pid = os.getpid()
-    folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{pid}-")  # mode 0700
-    try:
-        # The counter makes the path unique in this process (the folder's name may be
-        # drawn again once removed); the pid, among processes forked from one another.
-        link = os.path.join(folder, f"module{next(_links)}.so")
-        os.symlink(f"/proc/self/fd/{descriptor}", link)
-        try:
-            return ctypes.CDLL(link)
-        finally:
-            os.unlink(link)
-    finally:
-        os.rmdir(folder)
+    return ctypes.CDLL(_descriptor_path(descriptor, next(_loads)))
 
 
-def _sweep_stale_folders() -> None:
-    """Once per process: remove the link folders of this user's processes that died
-    during a load (their pid is not alive, and the folder is older than a load takes)."""
-    global _swept_for
-    pid = os.getpid()
-    with _sweep_lock:
-        if _swept_for == pid:
-            return
-        _swept_for = pid
-    temporary = tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(temporary) if n.startswith(_FOLDER_PREFIX)]
-    except OSError as exc:
-        _log.debug("cannot look for stale library folders in %s: %s", temporary, exc)
-        return
-    for name in names:
-        path = os.path.join(temporary, name)
-        owner, separator, _ = name.removeprefix(_FOLDER_PREFIX).partition("-")
-        per_load = bool(separator) and owner.isdigit()
-        try:
-            info = os.lstat(path)
-            # Earlier versions kept one folder, named without a pid, for a process's
-            # life: one is left over once unused for a day.
-            age = time.time() - info.st_mtime
-            if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
-                    or age < (_STALE_SECONDS if per_load else 86400.0)
-                    or (per_load and _alive(int(owner)))):
-                continue
-            shutil.rmtree(path)
-        except OSError as exc:  # removed meanwhile, or not removable: not ours to force
-            _log.debug("could not remove the stale library folder %s: %s", path, exc)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno != errno.ESRCH  # EPERM: alive, another user's
-    return True
+def _descriptor_path(descriptor: int, number: int) -> str:
+    """``/proc/self/fd/<descriptor>``, spelled in a way of its own for each ``number``."""
+    spelling = "".join("/." if bit == "1" else "/" for bit in f"{number:b}")
+    return f"/proc/self/fd{spelling}/{descriptor}"
