@@ -21,6 +21,7 @@ same source again with the same options and callbacks returns the cached module.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import tempfile
@@ -462,9 +463,11 @@ class _Built:
             native = build_native_code(self.signatures, self.registrations, release_gil,
                                        unwind)
             parts = [object_code] + ([native.object_code] if native.object_code else [])
-            with contextlib.suppress(LinkError):  # a compiler that cannot: the object
+            try:
                 return CachedModule("shared", link_shared_library(parts), *description,
                                     native.slots, native.entries)
+            except LinkError as exc:  # a compiler that cannot: the object code alone
+                logging.getLogger("pymlirjit").debug("caching object code: %s", exc)
         return CachedModule("object", object_code, *description)
 
 
