@@ -20,7 +20,6 @@ same source again with the same options and callbacks returns the cached module.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
