@@ -8,6 +8,7 @@ own engine without its traps.
 
 # Importing .engine loads the MLIR bindings at once, on purpose: one of MLIR's runtime
 # libraries (which link libLLVM.so) loaded before them makes the first context abort.
+from ._version import __version__
 from .callbacks import Callback, CallbackRegistry, callback
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
@@ -35,8 +36,6 @@ from .types import (
     i64,
     index,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_PIPELINE",

@@ -48,7 +48,7 @@ class CLIError(Exception):
 def _versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    from . import __version__
+    from ._version import __version__
 
     parts = [f"pymlirjit {__version__}"]
     for package in ("xtc-mlir-python-bindings", "llvmlite", "numpy"):
@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show the disk cache that `pymlirjit run --cache` and "
                     "mlir_kernel(cache=True) use ($PYMLIRJIT_CACHE_DIR, else "
                     "~/.cache/pymlirjit): its folder, modules and size.")
-    cache.add_argument("--clear", action="store_true", help="delete every cached module")
+    cache.add_argument("--clear", action="store_true",
+                       help="delete the cached modules (only files the cache wrote)")
     return parser
 
 
@@ -524,7 +525,10 @@ def cache_command(args: argparse.Namespace) -> None:
     count, size = cache.entries(), cache.size_bytes()
     modules = f"{count} module{'' if count == 1 else 's'} ({size / 1024:.1f} KiB)"
     if args.clear:
-        cache.clear()
+        refused = cache.clearable()
+        if refused is not None:
+            raise CLIError(f"{cache.directory}: nothing removed: {refused.detail}")
+        cache.clear()  # this cache's entries only: never other files of the folder
         print(f"{cache.directory}: removed {modules}")
     else:
         print(f"{cache.directory}: {modules}")

@@ -20,18 +20,26 @@ same source again with the same options and callbacks returns the cached module.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import re
 import tempfile
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from .abi import RESERVED_PREFIX, boundary_abi, callback_shim, kernel_shim
-from .cache import CachedModule, DiskCache, ObjectEngine, default_cache_dir
+from .cache import (
+    CachedModule,
+    CacheStore,
+    DiskCache,
+    NullCache,
+    ObjectEngine,
+    default_cache_dir,
+)
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry, prepare_entries
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError
@@ -55,11 +63,16 @@ _CALLBACK_PREFIX = "__pymlirjit_callback_"
 
 
 class CacheInfo(NamedTuple):
-    """Compile cache counters of a :class:`Session`."""
+    """Compile cache counters of a :class:`Session`: in-memory ``hits`` and ``misses``,
+    the number of modules held (``size``), the modules loaded from the disk cache
+    (``disk_hits``) and the disk entries refused, by reason (``rejected``; see
+    :data:`pymlirjit.cache.REASONS`)."""
 
     hits: int
     misses: int
     size: int
+    disk_hits: int
+    rejected: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -167,14 +180,19 @@ class Session:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
     :mod:`pymlirjit.cache`): a new process then loads modules compiled before instead
-    of compiling them again.
+    of compiling them again. ``disk_cache`` is the session's store: a
+    :class:`~pymlirjit.cache.DiskCache`, or a :class:`~pymlirjit.cache.NullCache`
+    without ``cache_dir``.
     """
 
     def __init__(self, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
                  shared_libs: Iterable[str] = (), *,
                  registry: CallbackRegistry | None = None,
                  cache_dir: str | Path | None = None) -> None:
-        self.disk_cache = DiskCache(cache_dir) if cache_dir is not None else None
+        self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
+                                       else NullCache())
+        self._disk_hits = 0
+        self._rejected: Counter[str] = Counter()
         self.pipeline = normalize_pipeline(pipeline)
         self.opt_level = _check_opt_level(opt_level)
         self.shared_libs = tuple(runtime_library(str(p)) for p in shared_libs)
@@ -190,8 +208,10 @@ class Session:
         return f"<Session: {len(self._cache)} cached modules>"
 
     def cache_info(self) -> CacheInfo:
-        """Hits, misses and the number of cached modules."""
-        return CacheInfo(self._hits, self._misses, len(self._cache))
+        """Hits, misses, the number of cached modules, loads from the disk cache and
+        disk entries refused by reason."""
+        return CacheInfo(self._hits, self._misses, len(self._cache), self._disk_hits,
+                         dict(self._rejected))
 
     @property
     def lock(self) -> threading.RLock:
@@ -206,7 +226,8 @@ class Session:
         with self._lock:
             self._cache.clear()
             self._declared.clear()
-            self._hits = self._misses = 0
+            self._hits = self._misses = self._disk_hits = 0
+            self._rejected.clear()
             for subscriber in list(self._subscribers):
                 subscriber.invalidate()
 
@@ -262,16 +283,15 @@ class Session:
             self._cache[full_key] = module
             return module
 
-    def _disk_cache(self, cache: bool | None) -> DiskCache | None:
-        if cache is None or (cache and self.disk_cache is not None):
+    def _disk_cache(self, cache: bool | None) -> CacheStore:
+        if cache is None:
             return self.disk_cache
-        return _default_disk_cache() if cache else None
+        if not cache:
+            return _NO_CACHE
+        return self.disk_cache if isinstance(self.disk_cache, DiskCache) else _default_disk_cache()
 
-    def _compile_or_load(self, key: _ModuleKey, filename: str, disk: DiskCache | None,
+    def _compile_or_load(self, key: _ModuleKey, filename: str, store: CacheStore,
                          ) -> tuple[CompiledModule, tuple[str, ...]]:
-        if disk is None:
-            built = self._build(key, filename)
-            return built.module(key), built.declared
         # Every callback the source could link is part of the key: those named by an
         # @symbol in it (a superset of its private declarations, known without parsing).
         linkable = {}
@@ -279,44 +299,48 @@ class Session:
             cb = self.find_callback(name, key.explicit)
             if cb is not None:
                 linkable[name] = cb
-        disk_key = DiskCache.key(key.source, key.pipeline, key.opt_level, key.shared_libs,
-                                 [(n, cb.signature.mlir) for n, cb in linkable.items()])
-        entry = disk.load(disk_key)
-        if entry is not None:
+        disk_key = store.key(key.source, key.pipeline, key.opt_level, key.shared_libs,
+                             [(n, cb.signature.mlir) for n, cb in linkable.items()])
+        found = store.load(disk_key)
+        if isinstance(found, CachedModule):
             try:
-                return self._load(entry, key, linkable), entry.declared
-            except (LinkError, OSError, RuntimeError, KeyError):
-                pass  # unusable here (e.g. a library moved): compile afresh
+                module = self._load(found, key, linkable)
+            except _UNLOADABLE as exc:  # e.g. a library moved: compile afresh
+                found = store.reject(disk_key, "unloadable", f"{type(exc).__name__}: {exc}")
+            else:
+                self._disk_hits += 1
+                return module, found.declared
+        if found is not None:
+            self._rejected[found.reason] += 1
         built = self._build(key, filename)
         if not built.signatures:  # nothing to call: nothing worth caching
             return built.module(key), built.declared
-        try:
-            entry = built.cache_entry(key.shared_libs)
-        except OSError:  # no room for scratch files: no cache
-            return built.module(key), built.declared
-        with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
-            disk.store(disk_key, entry)
-        if entry.kind == "shared":
+        entry = store.save(disk_key, lambda: built.cache_entry(key.shared_libs))
+        if entry is not None and entry.kind == "shared":
             # Run the code every later process will load: the native entries exist only
             # there, and this process's behaviour is theirs.
-            with contextlib.suppress(LinkError, OSError, RuntimeError, KeyError):
+            try:
                 return self._load(entry, key, linkable), built.declared
+            except _UNLOADABLE as exc:
+                rejection = store.reject(disk_key, "unloadable", f"{type(exc).__name__}: {exc}")
+                self._rejected[rejection.reason] += 1
         return built.module(key), built.declared
 
     def _load(self, entry: CachedModule, key: _ModuleKey,
               linkable: dict[str, Callback]) -> CompiledModule:
-        """The module of a cache entry, its callbacks bound to ``linkable`` ones."""
+        """The module of a cache entry, its callbacks bound to ``linkable`` ones and its
+        shared libraries those of ``key`` (an entry names none: they are key inputs)."""
         symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
         callbacks = {name: linkable[name] for name in entry.callbacks.values()}
         if entry.kind == "shared":
-            library = SharedLibrary(entry.code, entry.shared_libs)
+            library = SharedLibrary(entry.code, key.shared_libs)
             library.bind(*slot_values(entry.slots, callbacks))
             native = {name: library.function_address(symbol)
                       for name, symbol in entry.native_entries.items()}
             return CompiledModule(library, key.source, entry.lowered_mlir, entry.functions,
                                   callbacks, key.shared_libs, symbols, native)
         prepare_entries(symbols.values())
-        engine = ObjectEngine(entry.code, symbols, entry.shared_libs, entry.needed)
+        engine = ObjectEngine(entry.code, symbols, key.shared_libs, entry.needed)
         return CompiledModule(engine, key.source, entry.lowered_mlir, entry.functions,
                               callbacks, key.shared_libs, symbols)
 
@@ -418,16 +442,17 @@ class _Built:
             object_code = dumped.read_bytes()
         description = (self.signatures,
                        {symbol: cb.name for symbol, cb in self.registrations.items()},
-                       self.declared, tuple(sorted(engine.needed_symbols)), shared_libs,
-                       str(self.lowered))
+                       self.declared, tuple(sorted(engine.needed_symbols)), str(self.lowered))
         if supported():
             release_gil, unwind = call_policy(bool(self.linked), shared_libs)
             native = build_native_code(self.signatures, self.registrations, release_gil,
                                        unwind)
             parts = [object_code] + ([native.object_code] if native.object_code else [])
-            with contextlib.suppress(LinkError):  # a compiler that cannot: the object
+            try:
                 return CachedModule("shared", link_shared_library(parts), *description,
                                     native.slots, native.entries)
+            except LinkError as exc:  # a compiler that cannot: the object code alone
+                logging.getLogger("pymlirjit").debug("caching object code: %s", exc)
         return CachedModule("object", object_code, *description)
 
 
@@ -483,6 +508,9 @@ def _read_source(source: str | Path) -> tuple[str, str]:
 
 _SYMBOL_REFERENCE = re.compile(r"@([A-Za-z_$.][\w$.]*)")
 
+# What an authentic entry may fail with in this process (a callback or library missing).
+_UNLOADABLE = (LinkError, OSError, RuntimeError, KeyError, ValueError)
+_NO_CACHE = NullCache()
 _default_disk: DiskCache | None = None
 
 

@@ -15,7 +15,7 @@ else ``cc`` or ``gcc``); elsewhere the cache stores the object file alone
 
 from __future__ import annotations
 
-import atexit
+import collections
 import ctypes
 import itertools
 import os
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -171,10 +172,12 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
                 obj = cb.__wrapped__
             elif what == "culprit":
                 number = culprit_token(callback_name)
-            else:
+            elif what in ("record", "convert_result"):
                 if callback_name not in helpers:
                     helpers[callback_name] = TrampolineHelpers(cb)
                 obj = getattr(helpers[callback_name], what)
+            else:
+                raise KeyError(name)
         else:
             obj = well_known(name)
         if number is None:
@@ -190,8 +193,8 @@ class SharedLibrary:
     slots. ``shared_libs`` are loaded first, with their symbols global, for the
     library's undefined symbols to resolve.
 
-    The library is unloaded when this object is collected, except if it uses shared
-    libraries (which may run threads that still refer to its code).
+    The library is unloaded when this object is collected; if it uses shared
+    libraries, a moment later (see :func:`_retire`).
     """
 
     def __init__(self, data: bytes, shared_libs: Sequence[str] = (),
@@ -202,22 +205,12 @@ class SharedLibrary:
         try:
             with open(descriptor, "wb", closefd=False) as out:
                 out.write(data)
-            # Loaded through a symbolic link of a name used once: the dynamic loader
-            # knows a library by the path it was given, and /proc/self/fd/N names
-            # another file once N is reused. The mapping outlives the link and the
-            # descriptor, so that loaded modules hold no file descriptors.
-            link = _unique_path()
-            os.symlink(f"/proc/self/fd/{descriptor}", link)
-            try:
-                self._library = ctypes.CDLL(link)
-            finally:
-                os.unlink(link)
+            self._library = _load_from_memory(descriptor)
         finally:
             os.close(descriptor)
         self.keepalive: list[object] = []
-        if not shared_libs:
-            finalizer = weakref.finalize(self, _unload, self._library._handle)
-            finalizer.atexit = False  # at exit, other code may still call into it
+        finalizer = weakref.finalize(self, _retire, self._library._handle, bool(shared_libs))
+        finalizer.atexit = False  # at exit, other code may still call into it
 
     def function_address(self, name: str) -> int:
         """The address of the function ``name``; :class:`LinkError` if there is none."""
@@ -244,24 +237,65 @@ def _unload(handle: int) -> None:
     _ctypes.dlclose(handle)
 
 
-_links = itertools.count()
-_link_folder: tuple[int, str] | None = None  # (the process it belongs to, its path)
-_link_lock = threading.Lock()
+# A module that uses shared libraries may still have code running on their threads when
+# its last Python reference goes: MLIR's async runtime marks a task done from inside the
+# task's code, which then returns through the module (a few instructions its awaiting
+# caller does not wait for, and a thread preempted there may sleep for a scheduler
+# slice). Unloading at once could unmap code under that thread; never unloading leaks
+# every load. Such libraries are unloaded after a grace period instead, at the next
+# load or collection of a library: far longer than those instructions take, and memory
+# stays flat.
+_GRACE_SECONDS = 1.0
+_retired: collections.deque[tuple[float, int]] = collections.deque()
+# Reentrant: a collection (and so _retire) may run at any allocation, lock held or not.
+_retired_lock = threading.RLock()
 
 
-def _unique_path() -> str:
-    """A path never used before in this process, in a folder of the process's own
-    (removed at exit; a forked child makes its own)."""
-    global _link_folder
-    with _link_lock:
-        pid = os.getpid()
-        if _link_folder is None or _link_folder[0] != pid:
-            folder = tempfile.mkdtemp(prefix="pymlirjit-libraries-")
-            atexit.register(_remove_folder, folder, pid)
-            _link_folder = (pid, folder)
-        return os.path.join(_link_folder[1], f"module{next(_links)}.so")
+def _retire(handle: int, uses_shared_libs: bool) -> None:
+    """Unload a collected library: now, or after the grace period if it uses shared
+    libraries; and unload the retired libraries whose grace period is over."""
+    if uses_shared_libs:
+        with _retired_lock:
+            _retired.append((time.monotonic(), handle))
+    else:
+        _unload(handle)
+    _unload_retired()
 
 
-def _remove_folder(folder: str, pid: int) -> None:
-    if os.getpid() == pid:  # not in a forked child that exits normally
-        shutil.rmtree(folder, ignore_errors=True)
+def _unload_retired() -> None:
+    now = time.monotonic()
+    due = []
+    with _retired_lock:
+        while _retired:
+            retired_at, handle = _retired.popleft()
+            if now - retired_at < _GRACE_SECONDS:
+                _retired.appendleft((retired_at, handle))  # the oldest: the others wait too
+                break
+            due.append(handle)
+    for handle in due:
+        _unload(handle)
+
+
+_loads = itertools.count()
+
+
+def _load_from_memory(descriptor: int) -> ctypes.CDLL:
+    """The library in the memfd ``descriptor``, loaded through a path used once.
+
+    The dynamic loader knows a library by the path it was given, and /proc/self/fd/N
+    names another file once N is reused: each load spells that path differently, the
+    load's number written in binary as empty (``/``) and current-directory (``/.``)
+    components, which the kernel resolves to the same descriptor. The mapping outlives
+    the descriptor, so loaded modules hold no file descriptors; and nothing is written
+    to the file system, so no process, forked or killed, leaves anything behind. (A
+    forked child counts on from the parent's number: the libraries it inherits were
+    loaded under smaller ones.)
+    """
+    _unload_retired()
+    return ctypes.CDLL(_descriptor_path(descriptor, next(_loads)))
+
+
+def _descriptor_path(descriptor: int, number: int) -> str:
+    """``/proc/self/fd/<descriptor>``, spelled in a way of its own for each ``number``."""
+    spelling = "".join("/." if bit == "1" else "/" for bit in f"{number:b}")
+    return f"/proc/self/fd{spelling}/{descriptor}"

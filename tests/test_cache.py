@@ -1,17 +1,35 @@
-"""The on-disk compile cache: cross-process hits, keys, corrupted entries."""
+"""The on-disk compile cache: cross-process hits, keys, corrupted entries, and what it
+refuses (planted, edited or swapped entries, folders and files of others)."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import logging
 import os
+import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pymlirjit import Session, callback, f64
-from pymlirjit.cache import DiskCache, decode_signature, encode_signature
+from pymlirjit.cache import (
+    _HEADER,
+    CachedModule,
+    DiskCache,
+    NullCache,
+    _decode_entry,
+    _encode_entry,
+    _mac,
+    decode_signature,
+    encode_signature,
+)
+from pymlirjit.sharedlib import c_compiler
 from pymlirjit.signature import as_signature
 
 SCRIPT = textwrap.dedent("""
@@ -53,13 +71,26 @@ SCRIPT = textwrap.dedent("""
 NO_COMPILER = {"CC": ""}  # no C compiler: entries hold object code
 
 
-def run(cache_dir: Path, factor: str = "8", env: dict[str, str] | None = None) -> list[str]:
+def run(cache_dir: Path, factor: str = "8", env: dict[str, str] | None = None,
+        warning: str = "") -> list[str]:
+    """The script's output; its stderr must be empty, or the one warning (a fragment)."""
     done = subprocess.run([sys.executable, "-c", SCRIPT.replace("FACTOR", factor),
                            str(cache_dir)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    if warning:
+        assert len(done.stderr.splitlines()) == 1 and warning in done.stderr, done.stderr
+    else:
+        assert done.stderr == ""
     return done.stdout.split()
+
+
+def names(folder: Path) -> list[str]:
+    """The files of a cache folder, entries named by their suffix."""
+    return sorted(".entry" if p.suffix == ".entry" else p.name for p in folder.iterdir())
+
+
+CACHE_FILES = [".entry", "CACHEDIR.TAG", "secret.key"]
 
 
 VALUES = ["4.0", "6.0", "((1+2j),", "0.5)"]
@@ -69,7 +100,7 @@ def test_a_new_process_loads_the_shared_library_an_earlier_one_linked(tmp_path: 
                                                                         ) -> None:
     first = run(tmp_path)
     assert first == [*VALUES, "SharedLibrary", "0", "1", "llvm"]
-    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".so"]
+    assert names(tmp_path) == CACHE_FILES
     # Loading needs neither MLIR's engine nor LLVM: llvmlite's binding is not imported.
     assert run(tmp_path) == [*VALUES, "SharedLibrary", "1", "0", "no-llvm"]
 
@@ -77,7 +108,7 @@ def test_a_new_process_loads_the_shared_library_an_earlier_one_linked(tmp_path: 
 def test_without_a_c_compiler_entries_hold_object_code(tmp_path: Path) -> None:
     first = run(tmp_path, env=NO_COMPILER)
     assert first == [*VALUES, "ExecutionEngine", "0", "1", "llvm"]
-    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".json", ".o"]
+    assert names(tmp_path) == CACHE_FILES
     assert run(tmp_path, env=NO_COMPILER)[:-1] == [*VALUES, "ObjectEngine", "1", "0"]
     # An object entry serves processes that could link a library too.
     assert run(tmp_path)[:-1] == [*VALUES, "ObjectEngine", "1", "0"]
@@ -85,12 +116,11 @@ def test_without_a_c_compiler_entries_hold_object_code(tmp_path: Path) -> None:
 
 def test_a_corrupted_or_truncated_entry_is_compiled_again(tmp_path: Path) -> None:
     run(tmp_path)
-    (library,) = tmp_path.glob("*.so")
-    library.write_bytes(library.read_bytes()[:100])
-    assert run(tmp_path)[-4:-1] == ["SharedLibrary", "0", "1"]
-    (meta,) = tmp_path.glob("*.json")
-    meta.write_text("{not json")
-    assert run(tmp_path)[-4:-1] == ["SharedLibrary", "0", "1"]
+    (entry,) = tmp_path.glob("*.entry")
+    entry.write_bytes(entry.read_bytes()[:-100])
+    assert run(tmp_path, warning="(digest)")[-4:-1] == ["SharedLibrary", "0", "1"]
+    entry.write_text("{not an entry")
+    assert run(tmp_path, warning="(format)")[-4:-1] == ["SharedLibrary", "0", "1"]
     assert run(tmp_path)[-4:-1] == ["SharedLibrary", "1", "0"]
 
 
@@ -168,8 +198,243 @@ def test_entries_and_size(tmp_path: Path) -> None:
     assert (cache.entries(), cache.size_bytes()) == (0, 0)
     session = Session(cache_dir=tmp_path / "not yet")
     session.compile("func.func @f() -> i64 { %c = arith.constant 1 : i64 return %c : i64 }")
-    files = list((tmp_path / "not yet").iterdir())
+    files = list((tmp_path / "not yet").glob("*.entry"))
     assert cache.entries() == 1
     assert cache.size_bytes() == sum(f.stat().st_size for f in files) > 0
-    cache.clear()
+    assert cache.clear() == 1
     assert (cache.entries(), cache.size_bytes()) == (0, 0)
+
+
+# -- what the cache trusts, and what it refuses ------------------------------------------------
+
+ONE = "func.func @which() -> i64 { %c = arith.constant 1 : i64 return %c : i64 }"
+TWO = "func.func @which() -> i64 { %c = arith.constant 2 : i64 return %c : i64 }"
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "pymlirjit" and r.levelno == logging.WARNING]
+
+
+def genuine_entry(cache_dir: Path) -> tuple[Path, str, bytes, CachedModule]:
+    """The one entry of ``cache_dir``: its path, key, the folder's secret, and content."""
+    (path,) = cache_dir.glob("*.entry")
+    key = path.name.removesuffix(".entry")
+    secret = (cache_dir / "secret.key").read_bytes()
+    return path, key, secret, _decode_entry(path.read_bytes(), key, secret)
+
+
+def planted_library(folder: Path, witness: Path) -> Path:
+    """A shared library whose constructor writes ``witness``: loading it runs code."""
+    compiler = c_compiler()
+    if compiler is None:
+        pytest.skip("needs a C compiler")
+    source = folder / "planted.c"
+    source.write_text(textwrap.dedent(f"""
+        #include <stdio.h>
+        __attribute__((constructor)) static void planted(void) {{
+            FILE *out = fopen("{witness}", "w");
+            if (out) {{ fputs("planted code ran\\n", out); fclose(out); }}
+        }}
+    """))
+    library = folder / "planted.so"
+    subprocess.run([*compiler, "-shared", "-fPIC", "-o", str(library), str(source)],
+                   check=True, capture_output=True)
+    return library
+
+
+def test_a_planted_entry_with_a_plain_digest_is_refused_and_never_runs(tmp_path: Path,
+                                                                       ) -> None:
+    cache_dir = tmp_path / "cache"
+    run(cache_dir)  # a genuine entry: its key is computable by anyone anyway
+    path, key, secret, genuine = genuine_entry(cache_dir)
+    witness = tmp_path / "witness"
+    code = planted_library(tmp_path, witness).read_bytes()
+    planted = dataclasses.replace(genuine, code=code)
+    # What one who can write the folder but not read the secret plants: the format with a
+    # plain SHA-256 where the MAC goes, and the previous format's pair of files.
+    body = _encode_entry(planted, key, secret)[:-32]
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    (cache_dir / f"{key}.so").write_bytes(code)
+    (cache_dir / f"{key}.json").write_text(json.dumps(
+        {"format": 2, "kind": "shared", "sha256": hashlib.sha256(code).hexdigest()}))
+    assert run(cache_dir, warning="(digest)") == [*VALUES, "SharedLibrary", "0", "1", "llvm"]
+    assert not witness.exists()
+    # The MAC is what refused it: the same bytes under the folder's secret do run (and then
+    # fail to bind, a rejection too).
+    path.write_bytes(_encode_entry(planted, key, secret))
+    assert run(cache_dir, warning="(unloadable)")[:4] == VALUES
+    assert witness.read_text() == "planted code ran\n"
+
+
+def test_shared_libs_written_into_an_entry_are_never_loaded(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    run(cache_dir)
+    path, key, secret, _ = genuine_entry(cache_dir)
+    witness = tmp_path / "witness"
+    library = planted_library(tmp_path, witness)
+    data = path.read_bytes()
+    _, size = _HEADER.unpack_from(data)
+    meta = json.loads(data[_HEADER.size:_HEADER.size + size])
+    assert "shared_libs" not in meta  # an entry names none: they are inputs of its key
+    meta["shared_libs"] = [str(library)]
+    description = json.dumps(meta).encode()
+    body = (_HEADER.pack(b"pymlirjit-entry\n", len(description)) + description
+            + data[_HEADER.size + size:-32])
+    path.write_bytes(body + data[-32:])  # edited, the MAC kept
+    assert run(cache_dir, warning="(digest)")[-4:-1] == ["SharedLibrary", "0", "1"]
+    assert not witness.exists()
+    # Even an entry holding a valid MAC has its shared_libs ignored.
+    path.write_bytes(body + _mac(secret, key, body))
+    assert run(cache_dir) == [*VALUES, "SharedLibrary", "1", "0", "no-llvm"]
+    assert not witness.exists()
+
+
+def test_swapped_entries_are_misses(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for source in (ONE, TWO):
+        Session(cache_dir=tmp_path).compile(source)
+    first, second = sorted(tmp_path.glob("*.entry"))
+    first.rename(tmp_path / "swap")
+    second.rename(first)
+    (tmp_path / "swap").rename(second)
+    loader = Session(cache_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pymlirjit"):
+        assert [loader.compile(source).which() for source in (ONE, TWO)] == [1, 2]
+    info = loader.cache_info()
+    assert (info.disk_hits, info.rejected) == (0, {"digest": 2})
+    assert [m.count("(digest)") for m in warnings_of(caplog)] == [1, 1]
+    again = Session(cache_dir=tmp_path)  # the recompiled modules replaced them
+    assert [again.compile(source).which() for source in (ONE, TWO)] == [1, 2]
+    assert again.cache_info().disk_hits == 2
+
+
+def chown_to_another_user(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a folder to another user")
+    os.chown(path, 12345, 12345)
+
+
+@pytest.mark.parametrize(("setup", "reason", "fragment"), [
+    (chown_to_another_user, "owner", "belongs to uid 12345"),
+    (lambda path: path.chmod(0o770), "permissions", "written by group or others (mode 770)"),
+    (lambda path: path.chmod(0o702), "permissions", "written by group or others (mode 702)"),
+])
+def test_a_folder_of_another_user_or_open_to_others_is_not_used(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, setup: Any, reason: str,
+        fragment: str) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    setup(folder)
+    session = Session(cache_dir=folder)
+    with caplog.at_level(logging.DEBUG, logger="pymlirjit"):
+        assert [session.compile(source).which() for source in (ONE, TWO)] == [1, 2]
+    (warning,) = warnings_of(caplog)  # one warning, naming the folder and the reason
+    assert fragment in warning and str(folder) in warning
+    assert list(folder.iterdir()) == []  # nothing read or written
+    assert session.cache_info().rejected == {reason: 1}
+    assert isinstance(session.disk_cache, DiskCache)
+    assert session.disk_cache.refused is not None
+    assert session.disk_cache.refused.reason == reason
+    assert type(session.compile(ONE).engine).__name__ == "ExecutionEngine"
+
+
+def test_folders_are_made_private_and_files_owner_only(tmp_path: Path) -> None:
+    previous = os.umask(0)  # the modes must not depend on the umask
+    try:
+        Session(cache_dir=tmp_path / "a" / "b" / "cache").compile(ONE)
+    finally:
+        os.umask(previous)
+    folders = [tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "cache"]
+    assert [stat.S_IMODE(f.stat().st_mode) for f in folders] == [0o700] * 3
+    files = sorted(folders[-1].iterdir())
+    assert len(files) == 3
+    assert [stat.S_IMODE(f.stat().st_mode) for f in files] == [0o600] * 3
+
+
+def make_symlink(path: Path) -> None:
+    moved = path.with_name("elsewhere")
+    path.rename(moved)
+    path.symlink_to(moved)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (make_symlink, "file-type"),
+    (lambda path: path.chmod(0o622), "permissions"),
+    (chown_to_another_user, "owner"),
+])
+def test_entry_files_are_checked(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                 change: Any, reason: str) -> None:
+    Session(cache_dir=tmp_path).compile(ONE)
+    (entry,) = tmp_path.glob("*.entry")
+    change(entry)
+    loader = Session(cache_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pymlirjit"):
+        assert loader.compile(ONE).which() == 1
+    assert loader.cache_info().rejected == {reason: 1}
+    (warning,) = warnings_of(caplog)
+    assert f"({reason})" in warning and entry.name in warning
+    assert Session(cache_dir=tmp_path).compile(ONE).which() == 1  # written again, and used
+
+
+def test_a_secret_others_may_read_refuses_the_folder(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    Session(cache_dir=tmp_path).compile(ONE)
+    secret = tmp_path / "secret.key"
+    assert len(secret.read_bytes()) == 32
+    secret.chmod(0o644)
+    session = Session(cache_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pymlirjit"):
+        assert session.compile(ONE).which() == 1
+    (warning,) = warnings_of(caplog)
+    assert "secret.key is open to group or others" in warning
+    assert session.cache_info() == (0, 1, 1, 0, {"permissions": 1})
+
+
+def test_clear_removes_only_the_cache_s_own_files(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir(mode=0o700)
+    foreign = ["main.o", "module.so", "package.json", "notes.txt"]
+    for name in foreign:
+        (project / name).write_text("the project's")
+    Session(cache_dir=project).compile(ONE)
+    (project / ".pymlirjit-tmp-left-by-a-killed-write").write_bytes(b"")
+    env = {**os.environ, "PYMLIRJIT_CACHE_DIR": str(project)}
+    done = subprocess.run([sys.executable, "-m", "pymlirjit", "cache", "--clear"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{project}: removed 1 module")
+    assert sorted(p.name for p in project.iterdir()) == sorted(
+        [*foreign, "CACHEDIR.TAG", "secret.key"])
+    assert all((project / name).read_text() == "the project's" for name in foreign)
+
+
+def test_a_folder_pymlirjit_did_not_mark_is_never_cleared(tmp_path: Path) -> None:
+    key_like = ["0" * 64 + ".entry", "f" * 64 + ".so", "a" * 64 + ".json"]
+    for name in key_like:
+        (tmp_path / name).write_text("not pymlirjit's")
+    assert DiskCache(tmp_path).clear() == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(key_like)
+    env = {**os.environ, "PYMLIRJIT_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "pymlirjit", "cache", "--clear"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1
+    assert "nothing removed" in done.stderr and "CACHEDIR.TAG" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(key_like)
+
+
+def test_without_a_cache_dir_the_store_is_a_null_cache(tmp_path: Path) -> None:
+    session = Session()
+    assert isinstance(session.disk_cache, NullCache)
+    module = session.compile(ONE)
+    assert type(module.engine).__name__ == "ExecutionEngine"  # no entry was built
+    assert session.cache_info() == (0, 1, 1, 0, {})
+
+
+def test_cache_info_counts_loads_from_disk(tmp_path: Path) -> None:
+    Session(cache_dir=tmp_path).compile(ONE)
+    loader = Session(cache_dir=tmp_path)
+    loader.compile(ONE)
+    loader.compile(ONE)
+    assert loader.cache_info() == (1, 1, 1, 1, {})
+    hits, misses, size, *_ = loader.cache_info()
+    assert (hits, misses, size) == (1, 1, 1)

@@ -307,7 +307,7 @@ def test_cache_true_keeps_the_machine_code_on_disk(tmp_path: Path,
         assert twice(2.5) == 5.0
         assert pymlirjit.session._default_disk is not None
         assert pymlirjit.session._default_disk.hits == expected_hits
-    assert len(list((tmp_path / "default").glob("*.json"))) == 1
+    assert len(list((tmp_path / "default").glob("*.entry"))) == 1
 
     own = Session(cache_dir=tmp_path / "own")
 

@@ -28,7 +28,7 @@ def test_compiling_twice_reuses_the_engine(session: Session) -> None:
     first = session.compile(SQUARE)
     second = session.compile(SQUARE)
     assert first is second
-    assert session.cache_info() == (1, 1, 1)
+    assert session.cache_info()[:3] == (1, 1, 1)
     assert first.square(3.0) == 9.0
 
 
@@ -46,7 +46,7 @@ def test_clear_cache_recompiles_kernels(session: Session) -> None:
     assert square(2.0) == 4.0
     old = session.compile(SQUARE)
     session.clear_cache()
-    assert session.cache_info() == (0, 0, 0)
+    assert session.cache_info()[:3] == (0, 0, 0)
     assert square(3.0) == 9.0  # the kernel compiles again
     assert old.square(5.0) == 25.0  # what was handed out keeps working
 
