@@ -223,6 +223,10 @@ def new_context() -> Any:
     from mlir import ir
 
     context = ir.Context()
+    # No thread pool: its threads do not survive a fork, and destroying a context whose
+    # pool is gone aborts the process (LLVM: "pthread_join failed"); on two cores the
+    # parallel pass manager gains little anyway.
+    context.enable_multithreading(False)
     # Diagnostics not attached to an exception would otherwise reach stderr; the bindings
     # still collect errors into the exception they raise.
     context.attach_diagnostic_handler(lambda diagnostic: True)

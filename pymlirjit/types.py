@@ -330,6 +330,7 @@ def _type_context() -> Any:
 
     if _context is None:
         _context = ir.Context()
+        _context.enable_multithreading(False)  # no thread pool to lose in a fork
     return _context
 
 

@@ -857,3 +857,46 @@ def test_no_registered_pass_aborts_the_process(position: str, tmp_path: Path) ->
     cases = [f"{name} {position}" for name in registered_passes()]
     assert len(cases) > 200
     assert run_pass_fuzz(cases, tmp_path) == []
+
+
+_FORK_CHILD_RECOMPILES = r"""
+import gc, os, warnings
+import numpy as np
+from pymlirjit import Session, callback, f64, mlir_kernel
+
+warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+session = Session()
+
+@callback(session=session)
+def twice(x: f64) -> f64:
+    return 2 * x
+
+@mlir_kernel(source='''
+func.func @k(%a: f64) -> f64 {
+  %r = call @twice(%a) : (f64) -> f64
+  return %r : f64
+}
+func.func private @twice(f64) -> f64''', session=session)
+def k(a: float) -> float: ...
+
+assert k(1.0) == 2.0 and k(np.float64(2.0)) == 4.0
+pid = os.fork()
+if pid == 0:
+    import faulthandler
+    faulthandler.dump_traceback_later(60, exit=True)
+    session.clear_cache()           # drops the parent's contexts and engines here
+    gc.collect()
+    ok = k(3.0) == 6.0 and k(np.float64(4.0)) == 8.0
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_drops_and_recompiles_what_its_parent_compiled() -> None:
+    # MLIR contexts own no thread pool: its threads would not exist in the child, and
+    # destroying the context there aborted the process ("pthread_join failed").
+    completed = subprocess.run([sys.executable, "-c", _FORK_CHILD_RECOMPILES],
+                               capture_output=True, text=True, timeout=180, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "child 0", completed.stdout + completed.stderr
