@@ -37,13 +37,13 @@ from .cache import (
     CacheStore,
     DiskCache,
     NullCache,
-    ObjectEngine,
     default_cache_dir,
 )
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry, prepare_entries
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError
-from .function import CompiledFunction
+from .module import CompiledModule, call_policy
+from .objectfile import ObjectEngine
 from .pipeline import check_opt_level as _check_opt_level
 from .pipeline import lower, new_context, normalize_pipeline, parse_module, runtime_library
 from .sharedlib import (
@@ -82,93 +82,6 @@ class _ModuleKey:
     opt_level: int
     shared_libs: tuple[str, ...]
     explicit: tuple[Callback, ...]
-
-
-def call_policy(calls_back: bool, shared_libs: Sequence[str]) -> tuple[bool | None, bool]:
-    """Whether a module's functions release the GIL (``None``: only when other Python
-    threads exist), and whether a failing callback may unwind their call at once."""
-    # Compiled code that calls back into Python gains nothing from dropping the GIL
-    # and pays for re-taking it in every callback; but code that may start threads
-    # (anything using shared libraries, such as MLIR's async runtime) must drop it,
-    # or its threads' callbacks would wait for the GIL forever. Code that never calls
-    # back drops it when other Python threads exist (None), for them to run.
-    release_gil: bool | None = True if shared_libs else (False if calls_back else None)
-    # For the same reason, only code without shared libraries may be unwound
-    # (longjmp) out of when a callback fails: it has no threads and no runtime state.
-    return release_gil, calls_back and not shared_libs
-
-
-class CompiledModule:
-    """A JIT-compiled module: its functions as attributes (or ``module["name"]``),
-    ``engine``, ``source`` (the MLIR given) and ``lowered_mlir`` (after the pipeline).
-
-    ``native_entries`` gives the addresses of native entry points already compiled
-    with the code (a module loaded from the disk cache); the others are generated.
-    """
-
-    def __init__(self, engine: ExecutionEngine | ObjectEngine | SharedLibrary, source: str,
-                 lowered: Any, signatures: dict[str, tuple[Signature, str]],
-                 callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = (),
-                 runtime_symbols: dict[str, Callback] | None = None,
-                 native_entries: dict[str, int] | None = None) -> None:
-        self.engine = engine
-        self.source = source
-        self._lowered = lowered
-        self.callbacks = callbacks
-        self.runtime_symbols = runtime_symbols or {}
-        self.entries = signatures  # name -> (signature, C-ABI entry function)
-        release_gil, unwind = call_policy(bool(callbacks), shared_libs)
-        self.functions: dict[str, CompiledFunction] = {
-            name: CompiledFunction(engine, name, signature,
-                                   engine.function_address("_mlir_ciface_" + entry),
-                                   module=self, links_callbacks=bool(callbacks),
-                                   release_gil=release_gil, unwind=unwind)
-            for name, (signature, entry) in signatures.items()
-        }
-        if native_entries is None:
-            self._prepare_native_entries()
-        else:
-            for name, address in native_entries.items():
-                self.functions[name].use_native(address, engine)
-        for name, function in self.functions.items():
-            if not hasattr(type(self), name) and name not in self.__dict__:
-                self.__dict__[name] = function  # plain attribute access: no __getattr__
-
-    def _prepare_native_entries(self) -> None:
-        from .abi import native_kernel_supported
-
-        if not any(native_kernel_supported(f.signature) for f in self.functions.values()):
-            return
-        from .native import NativeBatch  # llvmlite loads only when needed
-
-        batch = NativeBatch()
-        ready = [f.add_native_entry(batch) for f in self.functions.values()]
-        addresses, code = batch.compile()
-        for use in ready:
-            if use is not None:
-                use(addresses, code)
-
-    @property
-    def lowered_mlir(self) -> str:
-        """The module in the LLVM dialect, as it was JIT-compiled (or loaded)."""
-        return str(self._lowered)
-
-    def __getitem__(self, name: str) -> CompiledFunction:
-        try:
-            return self.functions[name]
-        except KeyError:
-            raise KeyError(f"the module defines no public function @{name}; it has: "
-                           f"{', '.join(sorted(self.functions)) or 'none'}") from None
-
-    def __getattr__(self, name: str) -> CompiledFunction:
-        functions = self.__dict__.get("functions", {})
-        if name in functions:
-            return functions[name]  # type: ignore[no-any-return]
-        raise AttributeError(f"the module defines no public function @{name}; it has: "
-                             f"{', '.join(sorted(functions)) or 'none'}")
-
-    def __repr__(self) -> str:
-        return f"<CompiledModule with {', '.join('@' + n for n in self.functions)}>"
 
 
 class Session:

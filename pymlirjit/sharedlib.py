@@ -10,7 +10,7 @@ MLIR, no LLVM, no code generation, which is what makes a warm start cheap.
 
 This needs Linux (``memfd_create``) and a C compiler at the time of the miss (``$CC``,
 else ``cc`` or ``gcc``); elsewhere the cache stores the object file alone
-(:class:`pymlirjit.cache.ObjectEngine` links it with llvmlite when loaded).
+(:class:`pymlirjit.objectfile.ObjectEngine` links it with llvmlite when loaded).
 """
 
 from __future__ import annotations
