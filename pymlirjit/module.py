@@ -8,17 +8,28 @@ ExecutionEngine, a :class:`~pymlirjit.sharedlib.SharedLibrary`, an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .callbacks import Callback
+from .abi import boundary_abi, native_callback_supported, native_kernel_supported
+from .callbacks import Callback, TrampolineHelpers
+from .callframe import call_machinery, culprit_token
 from .engine import ExecutionEngine
 from .function import CompiledFunction
 from .objectfile import ObjectEngine
-from .sharedlib import SharedLibrary
+from .relocation import (
+    ARRAY_FROM_DESCR,
+    FINISH_CALL,
+    FOREIGN_RECORD,
+    FRAME_KEY,
+    array_from_descr,
+    callback_slot,
+    well_known,
+)
+from .sharedlib import NativeCode, SharedLibrary
 from .signature import Signature
 
-__all__ = ["CompiledModule", "call_policy"]
+__all__ = ["CompiledModule", "build_native_code", "call_policy", "slot_values"]
 
 
 def call_policy(calls_back: bool, shared_libs: Sequence[str]) -> tuple[bool | None, bool]:
@@ -106,3 +117,76 @@ class CompiledModule:
 
     def __repr__(self) -> str:
         return f"<CompiledModule with {', '.join('@' + n for n in self.functions)}>"
+
+
+def build_native_code(functions: Mapping[str, tuple[Signature, str]],
+                      runtime_symbols: Mapping[str, Callback], release_gil: bool | None,
+                      unwind: bool) -> NativeCode:
+    """The native entries of ``functions`` (name -> (signature, C-ABI entry name)), each
+    calling ``_mlir_ciface_<entry>`` under the module's GIL and unwinding policy, and
+    the functions compiled code calls for ``runtime_symbols`` (symbol -> callback): a
+    trampoline where the types allow one, else a forwarder to the callback's ctypes
+    entry."""
+    from .native import NativeBatch  # llvmlite loads only when code is generated
+
+    batch = NativeBatch(relocatable=True)
+    calls = call_machinery() if runtime_symbols else None
+    entries: dict[str, str] = {}
+    for i, (name, (signature, entry)) in enumerate(functions.items()):
+        if native_kernel_supported(signature):
+            symbol = f"pymlirjit_entry_{i}"
+            batch.add_kernel_entry(boundary_abi(signature), "_mlir_ciface_" + entry, calls,
+                                   release_gil, unwind, symbol)
+            entries[name] = symbol
+    for symbol, cb in runtime_symbols.items():
+        if native_callback_supported(cb.signature):
+            batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                          TrampolineHelpers(cb), symbol)
+        else:
+            batch.add_forwarder(symbol, cb.abi, callback_slot(cb.name, "entry"))
+    if not batch.symbols:
+        return NativeCode(None, (), {})
+    return NativeCode(batch.emit_object(), tuple(batch.slot_names), entries)
+
+
+def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
+                ) -> tuple[list[int], list[object]]:
+    """The values of the slots ``names`` in this process, with ``callbacks`` (by
+    callback name) for the slots of callbacks: the numbers to store, and the objects
+    they point at (to keep alive with the code)."""
+    values: list[int] = []
+    objects: list[object] = []
+    helpers: dict[str, TrampolineHelpers] = {}
+    for name in names:
+        number: int | None = None
+        if name == FINISH_CALL:
+            obj: object = call_machinery().finish_call
+        elif name == FRAME_KEY:
+            number = call_machinery().frame_key
+        elif name == FOREIGN_RECORD:
+            number = call_machinery().foreign_record
+        elif name == ARRAY_FROM_DESCR:
+            number = array_from_descr()
+        elif name.startswith("callback:"):
+            callback_name, _, what = name.removeprefix("callback:").rpartition(":")
+            cb = callbacks[callback_name]
+            if what == "entry":
+                number = cb.address
+                objects.append(cb)  # which keeps its entry alive
+            elif what == "function":
+                obj = cb.__wrapped__
+            elif what == "culprit":
+                number = culprit_token(callback_name)
+            elif what in ("record", "convert_result"):
+                if callback_name not in helpers:
+                    helpers[callback_name] = TrampolineHelpers(cb)
+                obj = getattr(helpers[callback_name], what)
+            else:
+                raise KeyError(name)
+        else:
+            obj = well_known(name)
+        if number is None:
+            number = id(obj)
+            objects.append(obj)
+        values.append(number)
+    return values, objects

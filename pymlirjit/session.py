@@ -42,17 +42,11 @@ from .cache import (
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry, prepare_entries
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError
-from .module import CompiledModule, call_policy
+from .module import CompiledModule, build_native_code, call_policy, slot_values
 from .objectfile import ObjectEngine
 from .pipeline import check_opt_level as _check_opt_level
 from .pipeline import lower, new_context, normalize_pipeline, parse_module, runtime_library
-from .sharedlib import (
-    SharedLibrary,
-    build_native_code,
-    link_shared_library,
-    slot_values,
-    supported,
-)
+from .sharedlib import SharedLibrary, link_shared_library, supported
 from .signature import Signature, from_func_op
 from .types import TensorType
 
