@@ -1,10 +1,11 @@
-"""Sessions: compile MLIR source, link its callbacks, and cache one engine per module.
+"""Sessions: one lock, and memory -> store -> compile -> store for each module.
 
-:meth:`Session.compile` parses the source, marks every public function and every
-callback declaration with ``llvm.emit_c_interface``, adds the ABI shims some types
-need, lowers the module, JIT-compiles it, registers the callbacks it declares and
-returns a :class:`CompiledModule` whose functions are Python callables. Compiling the
-same source again with the same options and callbacks returns the cached module.
+:meth:`Session.compile` returns the module compiled before from the same source,
+:class:`CompileOptions` and callbacks; else loads it from the session's
+:class:`~pymlirjit.cache.CacheStore`; else runs the stages (:mod:`pymlirjit.prepare`:
+parse, declarations, shims, lowering; :mod:`pymlirjit.module`: JIT engine, cache
+entry, load) and stores the result. The :class:`CompiledModule` it returns gives the
+module's functions as Python callables.
 
 >>> session = Session()
 >>> module = session.compile('''
@@ -72,7 +73,9 @@ class Session:
 
     ``pipeline`` (a pass pipeline string or list of passes; default
     :data:`pymlirjit.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
-    are defaults for :meth:`compile`. ``callbacks`` is this session's registry:
+    are defaults for :meth:`compile`, held as one frozen
+    :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`). ``callbacks`` is
+    this session's registry:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
     :mod:`pymlirjit.cache`): a new process then loads modules compiled before instead
