@@ -9,7 +9,7 @@ the lowered MLIR (for inspection). The code is one of two kinds:
   ``dlopen``: no MLIR, no LLVM, no code generation.
 - ``object``: the object file MLIR's ExecutionEngine produced, where no shared library
   can be linked (no C compiler). llvmlite links it when loaded
-  (:class:`ObjectEngine`), and the native entry points are generated again.
+  (:class:`pymlirjit.objectfile.ObjectEngine`), and the native entry points are generated again.
 
 Storage only: a :class:`CacheStore` is what a session asks (load, save, clear);
 :class:`NullCache` keeps nothing, :class:`DiskCache` keeps entries in a private folder.
@@ -27,39 +27,27 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import hashlib
 import hmac
 import json
 import logging
 import os
-import platform
 import re
 import stat
 import struct
-import sys
 import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from .signature import Parameter, Signature
-from .types import (
-    SCALARS,
-    MemRefType,
-    ScalarType,
-    TensorType,
-    Type,
-    UnrankedMemRefType,
-)
+from ._version import build_environment
+from .signature import Signature, decode_signature, encode_signature
 
-__all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "ObjectEngine",
-           "Rejection", "default_cache_dir", "entry_key"]
-
-SCALARS_BY_MLIR = {t.mlir: t for t in SCALARS}
+__all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
+           "default_cache_dir", "entry_key"]
 
 _FORMAT = 3
 _KINDS = ("shared", "object")
@@ -72,89 +60,6 @@ def default_cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "pymlirjit"
-
-
-@functools.cache
-def _environment() -> tuple[str, ...]:
-    """What, besides the module, decides its machine code (read cheaply: a warm start
-    must not pay for importlib.metadata or for loading LLVM)."""
-    import llvmlite  # its version only; llvmlite.binding (LLVM itself) is not loaded
-    import numpy as np
-
-    from ._version import __version__
-
-    return (f"format={_FORMAT}", f"pymlirjit={__version__}", f"mlir={_mlir_build()}",
-            f"llvmlite={llvmlite.__version__}", f"python={sys.version}",
-            f"numpy={np.__version__}", f"machine={platform.machine()}",
-            f"cpu={_host_cpu()}")
-
-
-def _mlir_build() -> str:
-    """The installed MLIR bindings: their distribution's version (from its dist-info
-    folder's name) and the size and time of their C API library."""
-    import mlir._mlir_libs as libs
-
-    folder = Path(libs.__file__).parent
-    versions = sorted(p.name for p in folder.parent.parent.glob("xtc_mlir_python_bindings-*"))
-    library = folder / "libMLIRPythonCAPI.so"
-    try:
-        stat = library.stat()
-        identity = f"{stat.st_size}:{stat.st_mtime_ns}"
-    except OSError:
-        identity = "unknown"
-    return f"{','.join(versions)}|{identity}"
-
-
-def _host_cpu() -> str:
-    """The host CPU's model and features (what MLIR's engine generates code for)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            lines = info.read().split("\n\n", 1)[0].splitlines()
-        fields = {k.strip(): v.strip() for k, v in
-                  (line.split(":", 1) for line in lines if ":" in line)}
-        model = fields.get("model name") or fields.get("CPU part", "")
-        features = (fields.get("flags") or fields.get("Features") or "").split()
-        if features:
-            return f"{model}|{' '.join(sorted(features))}"
-    except OSError:
-        pass
-    import llvmlite.binding as llvm  # elsewhere: ask LLVM
-
-    return f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
-
-
-def encode_signature(signature: Signature) -> dict[str, Any]:
-    """A JSON-ready description of ``signature`` (read back without MLIR)."""
-    return {"params": [[p.name, _encode_type(p.type)] for p in signature.params],
-            "results": [_encode_type(t) for t in signature.results]}
-
-
-def decode_signature(data: dict[str, Any]) -> Signature:
-    return Signature(tuple(Parameter(name, _decode_type(t)) for name, t in data["params"]),
-                     tuple(_decode_type(t) for t in data["results"]))
-
-
-def _encode_type(t: Type) -> Any:
-    if isinstance(t, ScalarType):
-        return t.mlir
-    if isinstance(t, MemRefType):
-        return {"memref": t.element.mlir, "shape": list(t.shape),
-                "strides": None if t.strides is None else list(t.strides), "offset": t.offset}
-    if isinstance(t, UnrankedMemRefType):
-        return {"unranked": t.element.mlir}
-    return {"tensor": t.element.mlir, "shape": list(t.shape)}
-
-
-def _decode_type(data: Any) -> Type:
-    if isinstance(data, str):
-        return SCALARS_BY_MLIR[data]
-    if "memref" in data:
-        strides = data["strides"]
-        return MemRefType(SCALARS_BY_MLIR[data["memref"]], tuple(data["shape"]),
-                          None if strides is None else tuple(strides), data["offset"])
-    if "unranked" in data:
-        return UnrankedMemRefType(SCALARS_BY_MLIR[data["unranked"]])
-    return TensorType(SCALARS_BY_MLIR[data["tensor"]], tuple(data["shape"]))
 
 
 @dataclass(frozen=True)
@@ -294,8 +199,8 @@ def entry_key(source: str, pipeline: str, opt_level: int, shared_libs: Iterable[
     signature) pairs. Computable by anyone: what makes an entry trustworthy is its MAC,
     not its name."""
     digest = hashlib.sha256()
-    parts = [*_environment(), source, pipeline, str(opt_level), *shared_libs,
-             *(f"{name}:{signature}" for name, signature in sorted(callbacks))]
+    parts = [f"format={_FORMAT}", *build_environment(), source, pipeline, str(opt_level),
+             *shared_libs, *(f"{name}:{signature}" for name, signature in sorted(callbacks))]
     for part in parts:
         digest.update(part.encode())
         digest.update(b"\0")
@@ -643,56 +548,3 @@ def _write_atomically(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-
-
-_link_lock = threading.Lock()
-
-
-class ObjectEngine:
-    """Compiled code loaded from an object file with llvmlite, standing in for an
-    ExecutionEngine: ``function_address(name)`` gives a function's C-ABI address.
-
-    ``symbols`` maps the runtime symbols the object calls to native addresses (the
-    callbacks); ``shared_libs`` are loaded so that their symbols resolve too. The
-    callbacks passed in are kept alive with the engine.
-    """
-
-    def __init__(self, object_code: bytes, symbols: dict[str, Any],
-                 shared_libs: Iterable[str] = (), needed: Iterable[str] = ()) -> None:
-        import ctypes
-
-        import llvmlite.binding as llvm
-
-        from .engine import address_of
-        from .errors import LinkError
-
-        libraries = [ctypes.CDLL(library) for library in shared_libs]
-        process = ctypes.CDLL(None)
-        # LLVM aborts the process on a symbol it cannot resolve: check them all first.
-        missing = [s for s in needed if s not in symbols and not hasattr(process, s)
-                   and not any(hasattr(library, s) for library in libraries)]
-        if missing:
-            raise LinkError(f"the cached module needs undefined symbols: {missing}", missing)
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        for library in shared_libs:
-            llvm.load_library_permanently(library)
-        self._keepalive = dict(symbols)
-        machine = llvm.Target.from_default_triple().create_target_machine()
-        # llvmlite resolves undefined symbols through one process-wide table: set this
-        # object's callbacks and link it before another object can change them.
-        with _link_lock:
-            for symbol, target in symbols.items():
-                llvm.add_symbol(symbol, address_of(target))
-            self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
-            self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-            self._engine.finalize_object()
-
-    def function_address(self, name: str) -> int:
-        from .errors import LinkError
-
-        address = int(self._engine.get_function_address(name))
-        if not address:
-            raise LinkError(f"Unknown function {name}: the cached module defines no such "
-                            f"function", [name])
-        return address

@@ -29,7 +29,7 @@ from typing import Any, get_args, get_origin
 from .callbacks import Callback, default_registry
 from .errors import SignatureError
 from .function import CompiledFunction
-from .session import CompiledModule, Session, default_session
+from .session import CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
 from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
@@ -74,6 +74,9 @@ class Kernel(NativeCallable):
         # (a callback may clear the cache, or another thread may, while the GIL is free).
         self._retired: list[CompiledFunction] = []
         self._module: CompiledModule | None = None
+        # The session's options with this kernel's, made once (on first compile: the
+        # default session and the libraries are resolved no earlier).
+        self._options: CompileOptions | None = None
 
     @property
     def session(self) -> Session:
@@ -96,9 +99,12 @@ class Kernel(NativeCallable):
             session.watch(self)
             session.callbacks.watch(self)
             default_registry().watch(self)
+            if self._options is None:
+                self._options = session.options.replace(self._pipeline, self._opt_level,
+                                                        self._shared_libs)
             module: CompiledModule = session.compile(
-                self.source, pipeline=self._pipeline, opt_level=self._opt_level,
-                shared_libs=self._shared_libs, callbacks=self._callbacks, cache=self._cache)
+                self.source, options=self._options, callbacks=self._callbacks,
+                cache=self._cache)
             try:
                 function = module[self.name]
             except KeyError as exc:
@@ -155,7 +161,8 @@ class Kernel(NativeCallable):
     def __getstate__(self) -> dict[str, Any]:
         # A copy shares no compiled function: it compiles (or hits the session's cache)
         # on its first call, and so subscribes to invalidation itself.
-        return {**self.__dict__, "_compiled": None, "_module": None, "_retired": []}
+        return {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
+                "_options": None}
 
     @property
     def signature(self) -> Signature:

@@ -10,7 +10,7 @@ MLIR, no LLVM, no code generation, which is what makes a warm start cheap.
 
 This needs Linux (``memfd_create``) and a C compiler at the time of the miss (``$CC``,
 else ``cc`` or ``gcc``); elsewhere the cache stores the object file alone
-(:class:`pymlirjit.cache.ObjectEngine` links it with llvmlite when loaded).
+(:class:`pymlirjit.objectfile.ObjectEngine` links it with llvmlite when loaded).
 """
 
 from __future__ import annotations
@@ -27,28 +27,14 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .abi import boundary_abi, native_callback_supported, native_kernel_supported
-from .callbacks import Callback, TrampolineHelpers
-from .callframe import call_machinery, culprit_token
 from .errors import LinkError
-from .relocation import (
-    ARRAY_FROM_DESCR,
-    FINISH_CALL,
-    FOREIGN_RECORD,
-    FRAME_KEY,
-    SLOT_PREFIX,
-    array_from_descr,
-    callback_slot,
-    well_known,
-)
-from .signature import Signature
+from .relocation import SLOT_PREFIX
 
-__all__ = ["NativeCode", "SharedLibrary", "build_native_code", "c_compiler",
-           "link_shared_library", "slot_values", "supported"]
+__all__ = ["NativeCode", "SharedLibrary", "c_compiler", "link_shared_library", "supported"]
 
 
 def c_compiler() -> list[str] | None:
@@ -112,79 +98,6 @@ class NativeCode:
     object_code: bytes | None
     slots: tuple[str, ...]
     entries: dict[str, str]
-
-
-def build_native_code(functions: Mapping[str, tuple[Signature, str]],
-                      runtime_symbols: Mapping[str, Callback], release_gil: bool | None,
-                      unwind: bool) -> NativeCode:
-    """The native entries of ``functions`` (name -> (signature, C-ABI entry name)), each
-    calling ``_mlir_ciface_<entry>`` under the module's GIL and unwinding policy, and
-    the functions compiled code calls for ``runtime_symbols`` (symbol -> callback): a
-    trampoline where the types allow one, else a forwarder to the callback's ctypes
-    entry."""
-    from .native import NativeBatch  # llvmlite loads only when code is generated
-
-    batch = NativeBatch(relocatable=True)
-    calls = call_machinery() if runtime_symbols else None
-    entries: dict[str, str] = {}
-    for i, (name, (signature, entry)) in enumerate(functions.items()):
-        if native_kernel_supported(signature):
-            symbol = f"pymlirjit_entry_{i}"
-            batch.add_kernel_entry(boundary_abi(signature), "_mlir_ciface_" + entry, calls,
-                                   release_gil, unwind, symbol)
-            entries[name] = symbol
-    for symbol, cb in runtime_symbols.items():
-        if native_callback_supported(cb.signature):
-            batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
-                                          TrampolineHelpers(cb), symbol)
-        else:
-            batch.add_forwarder(symbol, cb.abi, callback_slot(cb.name, "entry"))
-    if not batch.symbols:
-        return NativeCode(None, (), {})
-    return NativeCode(batch.emit_object(), tuple(batch.slot_names), entries)
-
-
-def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
-                ) -> tuple[list[int], list[object]]:
-    """The values of the slots ``names`` in this process, with ``callbacks`` (by
-    callback name) for the slots of callbacks: the numbers to store, and the objects
-    they point at (to keep alive with the code)."""
-    values: list[int] = []
-    objects: list[object] = []
-    helpers: dict[str, TrampolineHelpers] = {}
-    for name in names:
-        number: int | None = None
-        if name == FINISH_CALL:
-            obj: object = call_machinery().finish_call
-        elif name == FRAME_KEY:
-            number = call_machinery().frame_key
-        elif name == FOREIGN_RECORD:
-            number = call_machinery().foreign_record
-        elif name == ARRAY_FROM_DESCR:
-            number = array_from_descr()
-        elif name.startswith("callback:"):
-            callback_name, _, what = name.removeprefix("callback:").rpartition(":")
-            cb = callbacks[callback_name]
-            if what == "entry":
-                number = cb.address
-                objects.append(cb)  # which keeps its entry alive
-            elif what == "function":
-                obj = cb.__wrapped__
-            elif what == "culprit":
-                number = culprit_token(callback_name)
-            elif what in ("record", "convert_result"):
-                if callback_name not in helpers:
-                    helpers[callback_name] = TrampolineHelpers(cb)
-                obj = getattr(helpers[callback_name], what)
-            else:
-                raise KeyError(name)
-        else:
-            obj = well_known(name)
-        if number is None:
-            number = id(obj)
-            objects.append(obj)
-        values.append(number)
-    return values, objects
 
 
 class SharedLibrary:

@@ -20,9 +20,18 @@ from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
 from .errors import SignatureError
-from .types import MemRefType, Type, to_type
+from .types import (
+    SCALARS,
+    MemRefType,
+    ScalarType,
+    TensorType,
+    Type,
+    UnrankedMemRefType,
+    to_type,
+)
 
-__all__ = ["Parameter", "Signature", "as_signature", "from_func_op"]
+__all__ = ["Parameter", "Signature", "as_signature", "decode_signature", "encode_signature",
+           "from_func_op"]
 
 
 @dataclass(frozen=True)
@@ -201,3 +210,42 @@ def from_func_op(func_op: Any) -> Signature:
     name = ir.StringAttr(func_op.attributes["sym_name"]).value
     function_type = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
     return _from_function_type(function_type, f"@{name}")
+
+
+# The serialized form (the disk cache stores it; read back without MLIR).
+
+def encode_signature(signature: Signature) -> dict[str, Any]:
+    """A JSON-ready description of ``signature`` (read back without MLIR)."""
+    return {"params": [[p.name, _encode_type(p.type)] for p in signature.params],
+            "results": [_encode_type(t) for t in signature.results]}
+
+
+def decode_signature(data: dict[str, Any]) -> Signature:
+    return Signature(tuple(Parameter(name, _decode_type(t)) for name, t in data["params"]),
+                     tuple(_decode_type(t) for t in data["results"]))
+
+
+def _encode_type(t: Type) -> Any:
+    if isinstance(t, ScalarType):
+        return t.mlir
+    if isinstance(t, MemRefType):
+        return {"memref": t.element.mlir, "shape": list(t.shape),
+                "strides": None if t.strides is None else list(t.strides), "offset": t.offset}
+    if isinstance(t, UnrankedMemRefType):
+        return {"unranked": t.element.mlir}
+    return {"tensor": t.element.mlir, "shape": list(t.shape)}
+
+
+def _decode_type(data: Any) -> Type:
+    if isinstance(data, str):
+        return _SCALARS_BY_MLIR[data]
+    if "memref" in data:
+        strides = data["strides"]
+        return MemRefType(_SCALARS_BY_MLIR[data["memref"]], tuple(data["shape"]),
+                          None if strides is None else tuple(strides), data["offset"])
+    if "unranked" in data:
+        return UnrankedMemRefType(_SCALARS_BY_MLIR[data["unranked"]])
+    return TensorType(_SCALARS_BY_MLIR[data["tensor"]], tuple(data["shape"]))
+
+
+_SCALARS_BY_MLIR = {t.mlir: t for t in SCALARS}

@@ -26,11 +26,9 @@ from pymlirjit.cache import (
     _decode_entry,
     _encode_entry,
     _mac,
-    decode_signature,
-    encode_signature,
 )
 from pymlirjit.sharedlib import c_compiler
-from pymlirjit.signature import as_signature
+from pymlirjit.signature import as_signature, decode_signature, encode_signature
 
 SCRIPT = textwrap.dedent("""
     import sys

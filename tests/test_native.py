@@ -12,9 +12,9 @@ from pymlirjit import Session, callback
 from pymlirjit.abi import boundary_abi
 from pymlirjit.callbacks import Callback, TrampolineHelpers
 from pymlirjit.callframe import call_machinery
+from pymlirjit.module import slot_values
 from pymlirjit.native import NativeBatch
 from pymlirjit.relocation import SLOT_PREFIX
-from pymlirjit.sharedlib import slot_values
 from pymlirjit.signature import as_signature
 
 KERNEL_SIGNATURES = [

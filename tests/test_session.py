@@ -230,3 +230,14 @@ def test_removing_a_callback_relinks_kernels(session: Session) -> None:
     session.callbacks.remove("hook")
     with pytest.raises(LinkError, match="@hook"):
         run(1.0)
+
+
+def test_one_compile_options_value_is_the_key(session: Session) -> None:
+    from pymlirjit.session import CompileOptions
+
+    assert session.options == CompileOptions.make()
+    first = session.compile(SQUARE, opt_level=3)
+    assert session.compile(SQUARE, options=session.options.replace(opt_level=3)) is first
+    assert session.compile(SQUARE, options=CompileOptions.make(None, 3)) is first
+    assert session.compile(SQUARE) is not first
+    assert session.cache_info()[:3] == (2, 2, 2)

@@ -21,12 +21,12 @@ import pytest
 
 from pymlirjit import MemRef, Session, callback, complex128, f64, index, sharedlib
 from pymlirjit.errors import LinkError
+from pymlirjit.module import slot_values
 from pymlirjit.relocation import FINISH_CALL, FRAME_KEY, callback_slot, dtype_slot
 from pymlirjit.sharedlib import (
     SharedLibrary,
     c_compiler,
     link_shared_library,
-    slot_values,
     supported,
 )
 

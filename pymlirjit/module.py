@@ -1,0 +1,316 @@
+"""Compiled modules: from a lowered module or a cache entry to Python callables.
+
+The stages after :mod:`pymlirjit.prepare`, each returning a value: :func:`build_engine`
+(a lowered module -> MLIR's JIT engine), :func:`build_artifact` (-> a cache entry: a
+shared library or an object file), :func:`load` (an entry -> :class:`CompiledCode`,
+through the :data:`LOADERS` table), and :class:`CompiledModule`, which gives the public
+functions of any :class:`CompiledCode` as :class:`~pymlirjit.function.CompiledFunction`
+attributes under the module's GIL policy (:func:`call_policy`).
+:func:`attach_native_entries` generates the native entry points the code lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from .abi import boundary_abi, native_callback_supported, native_kernel_supported
+from .cache import CachedModule
+from .callbacks import Callback, TrampolineHelpers, prepare_entries
+from .callframe import call_machinery, culprit_token
+from .engine import ExecutionEngine
+from .errors import LinkError
+from .function import CompiledFunction
+from .objectfile import ObjectEngine
+from .prepare import CompileOptions, PreparedModule
+from .relocation import (
+    ARRAY_FROM_DESCR,
+    FINISH_CALL,
+    FOREIGN_RECORD,
+    FRAME_KEY,
+    array_from_descr,
+    callback_slot,
+    well_known,
+)
+from .sharedlib import NativeCode, SharedLibrary, link_shared_library, supported
+from .signature import Signature
+
+__all__ = ["LOADERS", "CompiledCode", "CompiledModule", "attach_native_entries",
+           "build_artifact", "build_engine", "build_native_code", "call_policy",
+           "engine_module", "load", "slot_values"]
+
+
+def call_policy(calls_back: bool, shared_libs: Sequence[str]) -> tuple[bool | None, bool]:
+    """Whether a module's functions release the GIL (``None``: only when other Python
+    threads exist), and whether a failing callback may unwind their call at once."""
+    # Compiled code that calls back into Python gains nothing from dropping the GIL
+    # and pays for re-taking it in every callback; but code that may start threads
+    # (anything using shared libraries, such as MLIR's async runtime) must drop it,
+    # or its threads' callbacks would wait for the GIL forever. Code that never calls
+    # back drops it when other Python threads exist (None), for them to run.
+    release_gil: bool | None = True if shared_libs else (False if calls_back else None)
+    # For the same reason, only code without shared libraries may be unwound
+    # (longjmp) out of when a callback fails: it has no threads and no runtime state.
+    return release_gil, calls_back and not shared_libs
+
+
+class CompiledCode(Protocol):
+    """Loaded machine code of a module, whatever its artifact kind (MLIR's
+    :class:`~pymlirjit.engine.ExecutionEngine`, a
+    :class:`~pymlirjit.sharedlib.SharedLibrary`, an
+    :class:`~pymlirjit.objectfile.ObjectEngine`): the address of each of its functions.
+    Native entry points compiled with the code, where an artifact has them, come with
+    it from its loader (see :data:`LOADERS`)."""
+
+    def function_address(self, name: str) -> int:
+        """The address of the function ``name``; :class:`LinkError` if there is none."""
+        ...
+
+
+class CompiledModule:
+    """A JIT-compiled module: its functions as attributes (or ``module["name"]``),
+    ``engine``, ``source`` (the MLIR given) and ``lowered_mlir`` (after the pipeline).
+
+    ``native_entries`` gives the addresses of native entry points already compiled
+    with the code (a module loaded from the disk cache). The constructor generates no
+    code: :func:`attach_native_entries` generates the others. ``context`` (the MLIR
+    context of ``lowered``) is kept alive with the module.
+    """
+
+    def __init__(self, engine: CompiledCode, source: str,
+                 lowered: Any, signatures: dict[str, tuple[Signature, str]],
+                 callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = (),
+                 runtime_symbols: dict[str, Callback] | None = None,
+                 native_entries: dict[str, int] | None = None, *,
+                 context: Any = None) -> None:
+        self.engine = engine
+        self.source = source
+        self._lowered = lowered
+        self._context = context
+        self.callbacks = callbacks
+        self.runtime_symbols = runtime_symbols or {}
+        self.entries = signatures  # name -> (signature, C-ABI entry function)
+        release_gil, unwind = call_policy(bool(callbacks), shared_libs)
+        self.functions: dict[str, CompiledFunction] = {
+            name: CompiledFunction(engine, name, signature,
+                                   engine.function_address("_mlir_ciface_" + entry),
+                                   module=self, links_callbacks=bool(callbacks),
+                                   release_gil=release_gil, unwind=unwind)
+            for name, (signature, entry) in signatures.items()
+        }
+        for name, address in (native_entries or {}).items():
+            self.functions[name].use_native(address, engine)
+        for name, function in self.functions.items():
+            if not hasattr(type(self), name) and name not in self.__dict__:
+                self.__dict__[name] = function  # plain attribute access: no __getattr__
+
+    @property
+    def lowered_mlir(self) -> str:
+        """The module in the LLVM dialect, as it was JIT-compiled (or loaded)."""
+        return str(self._lowered)
+
+    def __getitem__(self, name: str) -> CompiledFunction:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise KeyError(f"the module defines no public function @{name}; it has: "
+                           f"{', '.join(sorted(self.functions)) or 'none'}") from None
+
+    def __getattr__(self, name: str) -> CompiledFunction:
+        functions = self.__dict__.get("functions", {})
+        if name in functions:
+            return functions[name]  # type: ignore[no-any-return]
+        raise AttributeError(f"the module defines no public function @{name}; it has: "
+                             f"{', '.join(sorted(functions)) or 'none'}")
+
+    def __repr__(self) -> str:
+        return f"<CompiledModule with {', '.join('@' + n for n in self.functions)}>"
+
+
+def build_native_code(functions: Mapping[str, tuple[Signature, str]],
+                      runtime_symbols: Mapping[str, Callback], release_gil: bool | None,
+                      unwind: bool) -> NativeCode:
+    """The native entries of ``functions`` (name -> (signature, C-ABI entry name)), each
+    calling ``_mlir_ciface_<entry>`` under the module's GIL and unwinding policy, and
+    the functions compiled code calls for ``runtime_symbols`` (symbol -> callback): a
+    trampoline where the types allow one, else a forwarder to the callback's ctypes
+    entry."""
+    from .native import NativeBatch  # llvmlite loads only when code is generated
+
+    batch = NativeBatch(relocatable=True)
+    calls = call_machinery() if runtime_symbols else None
+    entries: dict[str, str] = {}
+    for i, (name, (signature, entry)) in enumerate(functions.items()):
+        if native_kernel_supported(signature):
+            symbol = f"pymlirjit_entry_{i}"
+            batch.add_kernel_entry(boundary_abi(signature), "_mlir_ciface_" + entry, calls,
+                                   release_gil, unwind, symbol)
+            entries[name] = symbol
+    for symbol, cb in runtime_symbols.items():
+        if native_callback_supported(cb.signature):
+            batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
+                                          TrampolineHelpers(cb), symbol)
+        else:
+            batch.add_forwarder(symbol, cb.abi, callback_slot(cb.name, "entry"))
+    if not batch.symbols:
+        return NativeCode(None, (), {})
+    return NativeCode(batch.emit_object(), tuple(batch.slot_names), entries)
+
+
+def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
+                ) -> tuple[list[int], list[object]]:
+    """The values of the slots ``names`` in this process, with ``callbacks`` (by
+    callback name) for the slots of callbacks: the numbers to store, and the objects
+    they point at (to keep alive with the code)."""
+    values: list[int] = []
+    objects: list[object] = []
+    helpers: dict[str, TrampolineHelpers] = {}
+    for name in names:
+        number: int | None = None
+        if name == FINISH_CALL:
+            obj: object = call_machinery().finish_call
+        elif name == FRAME_KEY:
+            number = call_machinery().frame_key
+        elif name == FOREIGN_RECORD:
+            number = call_machinery().foreign_record
+        elif name == ARRAY_FROM_DESCR:
+            number = array_from_descr()
+        elif name.startswith("callback:"):
+            callback_name, _, what = name.removeprefix("callback:").rpartition(":")
+            cb = callbacks[callback_name]
+            if what == "entry":
+                number = cb.address
+                objects.append(cb)  # which keeps its entry alive
+            elif what == "function":
+                obj = cb.__wrapped__
+            elif what == "culprit":
+                number = culprit_token(callback_name)
+            elif what in ("record", "convert_result"):
+                if callback_name not in helpers:
+                    helpers[callback_name] = TrampolineHelpers(cb)
+                obj = getattr(helpers[callback_name], what)
+            else:
+                raise KeyError(name)
+        else:
+            obj = well_known(name)
+        if number is None:
+            number = id(obj)
+            objects.append(obj)
+        values.append(number)
+    return values, objects
+
+
+def attach_native_entries(module: CompiledModule) -> None:
+    """Generate the native entry points of ``module``'s functions that have none (and
+    whose types allow one), all in one batch: code generation has a fixed cost per
+    batch."""
+    wanted = [f for f in module.functions.values()
+              if f.native_entry is None and native_kernel_supported(f.signature)]
+    if not wanted:
+        return
+    from .native import NativeBatch  # llvmlite loads only when needed
+
+    batch = NativeBatch()
+    ready = [f.add_native_entry(batch) for f in wanted]
+    addresses, code = batch.compile()
+    for use in ready:
+        if use is not None:
+            use(addresses, code)
+
+
+# The build stage: a lowered module -> artifacts (the JIT engine, then a cache entry).
+
+def build_engine(prepared: PreparedModule, options: CompileOptions) -> ExecutionEngine:
+    """JIT-compile ``prepared`` (lowered) with MLIR's engine and register the callbacks
+    it calls. Raises :class:`LinkError` naming every symbol nothing defines, before any
+    code runs."""
+    engine = ExecutionEngine(prepared.module, options.opt_level, options.shared_libs)
+    prepare_entries(prepared.registrations.values())
+    for symbol, cb in prepared.registrations.items():
+        engine.raw_register_runtime(symbol, cb)  # the engine keeps the callback alive
+    missing = engine.missing_symbols()
+    if missing:
+        names = sorted({s.removeprefix("_mlir_ciface_") for s in missing})
+        raise LinkError(
+            f"{prepared.filename}: no @callback and no shared library defines "
+            f"{', '.join('@' + n for n in names)}; define them with @callback (or pass "
+            f"callbacks=[...]) or pass the shared library that defines them", names)
+    return engine
+
+
+def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str,
+                  options: CompileOptions) -> CompiledModule:
+    """The module of code JIT-compiled in this process (no native entries yet)."""
+    return CompiledModule(engine, source, prepared.module, prepared.signatures,
+                          prepared.linked, options.shared_libs, prepared.registrations,
+                          context=prepared.context)
+
+
+def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
+                   options: CompileOptions) -> CachedModule:
+    """The disk-cache entry of a module JIT-compiled by ``engine``: a shared library with
+    its native entry points where one can be linked, else the object code alone."""
+    signatures = prepared.signatures
+    engine.function_address("_mlir_ciface_" + next(iter(signatures.values()))[1])
+    with tempfile.TemporaryDirectory(prefix="pymlirjit-") as scratch:
+        dumped = Path(scratch, "module.o")
+        engine.dump_to_object_file(str(dumped))  # the code generated by the lookup
+        object_code = dumped.read_bytes()
+    description = (signatures,
+                   {symbol: cb.name for symbol, cb in prepared.registrations.items()},
+                   prepared.declared, tuple(sorted(engine.needed_symbols)),
+                   str(prepared.module))
+    if supported():
+        release_gil, unwind = call_policy(bool(prepared.linked), options.shared_libs)
+        native = build_native_code(signatures, prepared.registrations, release_gil, unwind)
+        parts = [object_code] + ([native.object_code] if native.object_code else [])
+        try:
+            return CachedModule("shared", link_shared_library(parts), *description,
+                                native.slots, native.entries)
+        except LinkError as exc:  # a compiler that cannot: the object code alone
+            logging.getLogger("pymlirjit").debug("caching object code: %s", exc)
+    return CachedModule("object", object_code, *description)
+
+
+# The load stage: an artifact -> CompiledCode, one loader per kind of artifact.
+
+Loader = Callable[[CachedModule, dict[str, Callback], dict[str, Callback], CompileOptions],
+                  tuple[CompiledCode, dict[str, int]]]
+
+
+def _load_shared(entry: CachedModule, symbols: dict[str, Callback],
+                 callbacks: dict[str, Callback], options: CompileOptions,
+                 ) -> tuple[CompiledCode, dict[str, int]]:
+    library = SharedLibrary(entry.code, options.shared_libs)
+    library.bind(*slot_values(entry.slots, callbacks))
+    return library, {name: library.function_address(symbol)
+                     for name, symbol in entry.native_entries.items()}
+
+
+def _load_object(entry: CachedModule, symbols: dict[str, Callback],
+                 callbacks: dict[str, Callback], options: CompileOptions,
+                 ) -> tuple[CompiledCode, dict[str, int]]:
+    prepare_entries(symbols.values())
+    return ObjectEngine(entry.code, symbols, options.shared_libs, entry.needed), {}
+
+
+#: The loader of each artifact kind a cache entry holds (``CachedModule.kind``): given
+#: the entry, its runtime symbols' callbacks, its callbacks by name and the options, the
+#: loaded code and the native entries compiled with it (function -> address).
+LOADERS: dict[str, Loader] = {"shared": _load_shared, "object": _load_object}
+
+
+def load(entry: CachedModule, source: str, linkable: Mapping[str, Callback],
+         options: CompileOptions) -> CompiledModule:
+    """The module of a cache entry, its callbacks bound to ``linkable`` ones (by name)
+    and its shared libraries those of ``options`` (an entry names none: they are key
+    inputs). Native entries the artifact lacks are not generated here (see
+    :func:`attach_native_entries`)."""
+    symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
+    callbacks = {name: linkable[name] for name in entry.callbacks.values()}
+    code, native = LOADERS[entry.kind](entry, symbols, callbacks, options)
+    return CompiledModule(code, source, entry.lowered_mlir, entry.functions, callbacks,
+                          options.shared_libs, symbols, native)

@@ -1,0 +1,106 @@
+"""pymlirjit.module: the build and load stages, and CompiledModule."""
+
+from __future__ import annotations
+
+import pytest
+
+from pymlirjit import callback, f64
+from pymlirjit.cache import _KINDS
+from pymlirjit.callbacks import Callback, CallbackRegistry
+from pymlirjit.engine import ExecutionEngine
+from pymlirjit.module import (
+    LOADERS,
+    CompiledModule,
+    attach_native_entries,
+    build_artifact,
+    build_engine,
+    call_policy,
+    engine_module,
+    load,
+)
+from pymlirjit.objectfile import ObjectEngine
+from pymlirjit.prepare import CompileOptions, PreparedModule, lower, prepare
+from pymlirjit.sharedlib import SharedLibrary, supported
+
+SOURCE = """
+func.func @run(%x: f64) -> f64 {
+  %r = call @bump(%x) : (f64) -> f64
+  %s = arith.mulf %r, %r : f64
+  return %s : f64
+}
+func.func private @bump(f64) -> f64
+"""
+
+
+@callback(name="bump", registry=CallbackRegistry())  # seen by no session
+def bump(x: f64) -> f64:
+    return x + 1.0
+
+
+LINKABLE: dict[str, Callback] = {"bump": bump}
+
+
+def lowered(options: CompileOptions) -> PreparedModule:
+    return lower(prepare(SOURCE, options, LINKABLE.get), options)
+
+
+def test_stages_give_a_module_that_generates_no_code_until_asked() -> None:
+    options = CompileOptions.make()
+    prepared = lowered(options)
+    engine = build_engine(prepared, options)
+    assert isinstance(engine, ExecutionEngine)
+    module = engine_module(engine, prepared, SOURCE, options)
+    assert isinstance(module, CompiledModule)
+    assert module.run.native_entry is None  # the constructor generated nothing
+    assert module.run.call_python(2.0) == 9.0
+    attach_native_entries(module)
+    assert module.run.native_entry is not None
+    assert module.run(3.0) == 16.0
+    assert "llvm.func @run" in module.lowered_mlir
+
+
+def test_a_missing_symbol_fails_the_build_with_every_name() -> None:
+    from pymlirjit import LinkError
+
+    options = CompileOptions.make()
+    prepared = lower(prepare(SOURCE, options, lambda name: None), options)
+    with pytest.raises(LinkError, match="@bump") as info:
+        build_engine(prepared, options)
+    assert info.value.missing == ("bump",)
+
+
+def test_every_artifact_kind_has_a_loader() -> None:
+    assert set(LOADERS) == set(_KINDS)
+
+
+@pytest.mark.parametrize("kind", ["object", "shared"])
+def test_each_artifact_loads_as_compiled_code(kind: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    if kind == "shared" and not supported():
+        pytest.skip("needs Linux and a C compiler")
+    if kind == "object":
+        monkeypatch.setenv("CC", "")  # no compiler: the object code alone
+    options = CompileOptions.make()
+    prepared = lowered(options)
+    entry = build_artifact(build_engine(prepared, options), prepared, options)
+    assert entry.kind == kind
+    assert entry.callbacks == {"_mlir_ciface_bump": "bump"}
+    module = load(entry, SOURCE, LINKABLE, options)
+    expected = {"object": ObjectEngine, "shared": SharedLibrary}[kind]
+    assert type(module.engine) is expected
+    # A shared library brings its native entries; object code gets them generated.
+    assert (module.run.native_entry is not None) == (kind == "shared")
+    attach_native_entries(module)
+    assert module.run(1.0) == 4.0
+    assert module.callbacks == {"bump": bump}
+
+
+@pytest.mark.parametrize(("calls_back", "shared_libs", "expected"), [
+    (False, (), (None, False)),
+    (True, (), (False, True)),
+    (False, ("lib.so",), (True, False)),
+    (True, ("lib.so",), (True, False)),
+])
+def test_call_policy(calls_back: bool, shared_libs: tuple[str, ...],
+                     expected: tuple[bool | None, bool]) -> None:
+    assert call_policy(calls_back, shared_libs) == expected
