@@ -29,9 +29,17 @@ Python objects as constants) or, for the on-disk cache, as relocatable object co
 addresses from named slots the loading process fills (:mod:`pymlirjit.relocation`,
 :mod:`pymlirjit.sharedlib`).
 
-The object layouts read here are CPython's ``PyObject`` header (``ob_type`` at offset
-8) and numpy's ``PyArrayObject_fields`` (data, nd, dimensions, strides, base, descr,
-flags): both are public, stable ABI on 64-bit CPython 3.10-3.13 and numpy 1.x/2.x.
+The object layouts read here are CPython's ``PyObject`` header (``ob_type``) and numpy's
+``PyArrayObject_fields`` (data, nd, dimensions, strides, descr, flags): both are public,
+stable ABI on 64-bit CPython 3.10-3.13 and numpy 1.x/2.x. Their offsets are named once
+(:mod:`pymlirjit.native.builder`) and compared with the running interpreter's objects
+before any code is generated: a mismatch raises instead of generating wrong code.
+
+The modules: :mod:`~pymlirjit.native.batch` (the llvmlite JIT and :class:`NativeBatch`),
+:mod:`~pymlirjit.native.builder` (what every generated function shares),
+:mod:`~pymlirjit.native.entry` (Python -> C ABI: kernel entries and guards) and
+:mod:`~pymlirjit.native.trampoline` (C ABI -> Python: trampolines, ctypes wrappers,
+forwarders).
 """
 
 from .batch import NativeBatch

@@ -18,6 +18,7 @@ from .builder import (
     _LIBC,
     _declare_libc,
     _i64,
+    check_object_layouts,
 )
 from .entry import _EntryBuilder, _GuardBuilder
 from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
@@ -31,6 +32,7 @@ class _Jit:
     def __init__(self) -> None:
         import llvmlite.binding as llvm
 
+        check_object_layouts()  # before any code reads those fields
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         for name in _C_API:

@@ -5,8 +5,11 @@ both emit (zeroed results, unwinding)."""
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from llvmlite import ir
 
 from ..abi import BoundaryABI
@@ -17,8 +20,97 @@ from ..types import ScalarType
 if TYPE_CHECKING:
     from .batch import _Unit
 
-_NPY_C_CONTIGUOUS = 0x0001
-_NPY_WRITEABLE = 0x0400
+# The object fields generated code reads, as byte offsets: CPython's PyObject header and
+# numpy's PyArrayObject_fields, both public ABI on 64-bit CPython 3.10-3.13 (not the
+# free-threaded build) and numpy 1.x/2.x. check_object_layouts() compares them with
+# this interpreter before any code is generated.
+OB_TYPE = 8  # PyObject.ob_type
+ARRAY_DATA = 16  # PyArrayObject.data (char *)
+ARRAY_ND = 24  # PyArrayObject.nd (int)
+ARRAY_DIMENSIONS = 32  # PyArrayObject.dimensions (npy_intp *)
+ARRAY_STRIDES = 40  # PyArrayObject.strides (npy_intp *, in bytes)
+ARRAY_DESCR = 56  # PyArrayObject.descr (PyArray_Descr *)
+ARRAY_FLAGS = 64  # PyArrayObject.flags (int)
+# numpy's array flags (NPY_ARRAY_*), checked with the offsets.
+NPY_C_CONTIGUOUS = 0x0001
+NPY_ALIGNED = 0x0100
+NPY_WRITEABLE = 0x0400
+
+OBJECT_OFFSETS: Mapping[str, int] = {
+    "PyObject.ob_type": OB_TYPE, "PyArrayObject.data": ARRAY_DATA,
+    "PyArrayObject.nd": ARRAY_ND, "PyArrayObject.dimensions": ARRAY_DIMENSIONS,
+    "PyArrayObject.strides": ARRAY_STRIDES, "PyArrayObject.descr": ARRAY_DESCR,
+    "PyArrayObject.flags": ARRAY_FLAGS,
+}
+ARRAY_FLAGS_BY_NAME: Mapping[str, int] = {
+    "c_contiguous": NPY_C_CONTIGUOUS, "aligned": NPY_ALIGNED, "writeable": NPY_WRITEABLE,
+}
+
+
+def layout_mismatches(offsets: Mapping[str, int] = OBJECT_OFFSETS,
+                      flags: Mapping[str, int] = ARRAY_FLAGS_BY_NAME) -> list[str]:
+    """Where ``offsets`` (named as :data:`OBJECT_OFFSETS`) and ``flags`` (named after
+    ``ndarray.flags`` attributes) disagree with the objects of this interpreter, read
+    through ctypes: one line per field, empty if none. Pointers are followed only once
+    every plain field read agrees and where they look like pointers."""
+    def read(obj: object, field: str, c_type: Any) -> int:
+        return int(c_type.from_address(id(obj) + offsets[field]).value or 0)
+
+    base = np.arange(24, dtype=np.int16).reshape(4, 6)
+    base.flags.writeable = False  # contiguous, read-only
+    view = np.arange(24, dtype=np.int32).reshape(4, 6)[1:, ::2]  # strided, writable
+    wrong: list[str] = []
+
+    def expect(what: str, actual: object, expected: object) -> None:
+        if actual != expected:
+            wrong.append(f"{what}: read {actual!r}, expected {expected!r}")
+
+    for obj in (1.5, view):
+        expect(f"PyObject.ob_type at {offsets['PyObject.ob_type']} of a {type(obj).__name__}",
+               read(obj, "PyObject.ob_type", ctypes.c_void_p), id(type(obj)))
+    for array in (base, view):
+        what = f"a {array.dtype} array of shape {array.shape}"
+        expect(f"PyArrayObject.data at {offsets['PyArrayObject.data']} of {what}",
+               read(array, "PyArrayObject.data", ctypes.c_void_p), array.ctypes.data)
+        expect(f"PyArrayObject.nd at {offsets['PyArrayObject.nd']} of {what}",
+               read(array, "PyArrayObject.nd", ctypes.c_int), array.ndim)
+        expect(f"PyArrayObject.descr at {offsets['PyArrayObject.descr']} of {what}",
+               read(array, "PyArrayObject.descr", ctypes.c_void_p), id(array.dtype))
+        raw = read(array, "PyArrayObject.flags", ctypes.c_int)
+        expect(f"PyArrayObject.flags at {offsets['PyArrayObject.flags']} of {what}",
+               raw, array.flags.num)
+        for name, bit in flags.items():
+            expect(f"flag {name} ({bit:#06x}) of {what}", bool(raw & bit),
+                   bool(getattr(array.flags, name)))
+    if wrong:
+        return wrong
+    for array in (base, view):
+        what = f"a {array.dtype} array of shape {array.shape}"
+        for field, values in (("PyArrayObject.dimensions", array.shape),
+                              ("PyArrayObject.strides", array.strides)):
+            address = read(array, field, ctypes.c_void_p)
+            # Only what looks like a heap pointer is followed (the plain fields agree, so
+            # a wrong offset here reads a neighbouring field: an int, NULL or a pointer).
+            plausible = address % 8 == 0 and address >= 1 << 16
+            actual = (tuple((ctypes.c_int64 * array.ndim).from_address(address))
+                      if plausible else f"{address:#x}, not a pointer")
+            expect(f"{field} at {offsets[field]} of {what}", actual, values)
+    return wrong
+
+
+@functools.cache
+def check_object_layouts() -> None:
+    """Raise ``RuntimeError`` if the object layouts generated code relies on are not
+    this interpreter's (see :func:`layout_mismatches`): generating code for them would
+    read the wrong fields."""
+    wrong = layout_mismatches()
+    if wrong:
+        import sys
+
+        raise RuntimeError(
+            f"pymlirjit cannot generate native code for this interpreter (Python "
+            f"{sys.version.split()[0]}, numpy {np.__version__}): its object layouts are not "
+            f"the ones pymlirjit.native.builder expects: " + "; ".join(wrong))
 
 _i8, _i32, _i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _ptr = _i8.as_pointer()
@@ -50,9 +142,6 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyException_SetTraceback": ir.FunctionType(_i32, [_ptr, _ptr]),
     "PyErr_Clear": ir.FunctionType(ir.VoidType(), []),
 }
-
-
-_NPY_ALIGNED = 0x0100
 
 # Calls without keywords: PyObject_Vectorcall(callable, args, nargs, NULL), or, where
 # Python does not export it (3.10), PyObject_VectorcallDict(callable, args, nargs, NULL),

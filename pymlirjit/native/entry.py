@@ -20,9 +20,16 @@ from ..types import MemRefType, ScalarType, TensorType
 from ..vectorcall import IN_FLIGHT_OFFSET, PYTHON_PATH_OFFSET
 from .builder import (
     _JMP_BUF_BYTES,
-    _NPY_C_CONTIGUOUS,
-    _NPY_WRITEABLE,
     _POSITIONAL_CALL,
+    ARRAY_DATA,
+    ARRAY_DESCR,
+    ARRAY_DIMENSIONS,
+    ARRAY_FLAGS,
+    ARRAY_ND,
+    ARRAY_STRIDES,
+    NPY_C_CONTIGUOUS,
+    NPY_WRITEABLE,
+    OB_TYPE,
     _boundary_function_type,
     _FunctionBuilder,
     _i8,
@@ -122,7 +129,7 @@ class _EntryBuilder(_FunctionBuilder):
 
     def type_is(self, obj: ir.Value, py_type: object, label: str) -> None:
         b = self.builder
-        actual = self.field(obj, 8, _i64)
+        actual = self.field(obj, OB_TYPE, _i64)
         self.check(b.icmp_unsigned("==", actual, self.object_id(py_type)), label)
 
     def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
@@ -154,26 +161,26 @@ class _EntryBuilder(_FunctionBuilder):
         itemsize = element.dtype.itemsize
         rank = t.rank
         self.type_is(obj, np.ndarray, f"ndarray{i}")
-        descr = self.field(obj, 56, _i64)
+        descr = self.field(obj, ARRAY_DESCR, _i64)
         self.check(b.icmp_unsigned("==", descr,
                                    self.object_id(element.dtype, dtype_slot(element.mlir))),
                    f"dtype{i}")
-        nd = self.field(obj, 24, _i32)
+        nd = self.field(obj, ARRAY_ND, _i32)
         self.check(b.icmp_signed("==", nd, ir.Constant(_i32, rank)), f"rank{i}")
-        flags = self.field(obj, 64, _i32)
+        flags = self.field(obj, ARRAY_FLAGS, _i32)
         required = 0
         contiguous = isinstance(t, TensorType) or t.strides is None
         if contiguous:
-            required |= _NPY_C_CONTIGUOUS
+            required |= NPY_C_CONTIGUOUS
         if isinstance(t, MemRefType):
-            required |= _NPY_WRITEABLE
+            required |= NPY_WRITEABLE
         if required:
             masked = b.and_(flags, ir.Constant(_i32, required))
             self.check(b.icmp_unsigned("==", masked, ir.Constant(_i32, required)),
                        f"flags{i}")
-        data = self.field(obj, 16, _i64)
-        dims = b.bitcast(self.field(obj, 32, _ptr), _i64.as_pointer())
-        strides = b.bitcast(self.field(obj, 40, _ptr), _i64.as_pointer())
+        data = self.field(obj, ARRAY_DATA, _i64)
+        dims = b.bitcast(self.field(obj, ARRAY_DIMENSIONS, _ptr), _i64.as_pointer())
+        strides = b.bitcast(self.field(obj, ARRAY_STRIDES, _ptr), _i64.as_pointer())
         static_offset = 0 if isinstance(t, TensorType) else (t.offset or 0)
         fields = [_ptr, _ptr, _i64] + ([ir.ArrayType(_i64, rank)] * 2 if rank else [])
         descriptor = b.alloca(ir.LiteralStructType(fields))

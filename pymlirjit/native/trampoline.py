@@ -20,8 +20,9 @@ from ..relocation import (
 )
 from ..types import MemRefType, ScalarType
 from .builder import (
-    _NPY_ALIGNED,
-    _NPY_WRITEABLE,
+    NPY_ALIGNED,
+    NPY_WRITEABLE,
+    OB_TYPE,
     _boundary_function_type,
     _FunctionBuilder,
     _i8,
@@ -172,7 +173,7 @@ class _TrampolineBuilder(_FunctionBuilder):
                          new_type.as_pointer())
         return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
                             byte_strides, b.inttoptr(data, _ptr),
-                            ir.Constant(_i32, _NPY_WRITEABLE | _NPY_ALIGNED),
+                            ir.Constant(_i32, NPY_WRITEABLE | NPY_ALIGNED),
                             ir.Constant(_ptr, None)])
 
     def unbox_result(self, result: ir.Value) -> ir.Value | None:
@@ -221,7 +222,7 @@ class _TrampolineBuilder(_FunctionBuilder):
 
     def type_of(self, obj: ir.Value) -> ir.Value:
         b = self.builder
-        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_i64, 8)]), _i64.as_pointer()))
+        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_i64, OB_TYPE)]), _i64.as_pointer()))
 
     def unbox_exact(self, obj: ir.Value, t: Any) -> ir.Value | None:
         b = self.builder
