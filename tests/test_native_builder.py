@@ -3,16 +3,21 @@ checked against this interpreter."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
+from pymlirjit.memref import DESCRIPTOR_FIELDS, descriptor_type
+from pymlirjit.native.batch import _jit
 from pymlirjit.native.builder import (
     ARRAY_FLAGS_BY_NAME,
     OBJECT_OFFSETS,
     check_object_layouts,
+    descriptor_struct,
     layout_mismatches,
 )
 
@@ -58,3 +63,18 @@ def test_a_wrong_offset_or_flag_is_named() -> None:
     for name in ARRAY_FLAGS_BY_NAME:
         assert found[name], f"a wrong bit for {name} went unnoticed"
         assert all(line.startswith(f"flag {name} ") for line in found[name]), found[name]
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 5])
+def test_the_llvm_descriptor_is_the_ctypes_one(rank: int) -> None:
+    struct = descriptor_struct(rank)
+    ctypes_struct = descriptor_type(rank)
+    target_data = _jit().machine.target_data
+    assert struct.get_abi_size(target_data) == ctypes.sizeof(ctypes_struct)
+    names = [field[0] for field in ctypes_struct._fields_]
+    assert names == list(DESCRIPTOR_FIELDS[:len(struct.elements)])
+    for index, name in enumerate(names):
+        # Each field at the same byte offset as its ctypes twin.
+        offset = getattr(ctypes_struct, name).offset
+        assert sum(element.get_abi_size(target_data)
+                   for element in struct.elements[:index]) == offset

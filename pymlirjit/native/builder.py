@@ -14,6 +14,7 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import JUMP_BUFFER
+from ..memref import descriptor_type
 from ..relocation import name_of
 from ..types import ScalarType
 
@@ -178,6 +179,23 @@ def _boundary_function_type(abi: BoundaryABI) -> ir.FunctionType:
     if boundary.results and not abi.results_via_pointer:
         result = _llvm_type(boundary.results[0])  # type: ignore[arg-type]
     return ir.FunctionType(result, params)
+
+
+def descriptor_struct(rank: int) -> ir.LiteralStructType:
+    """The LLVM struct of a ranked memref descriptor, field for field the ctypes one
+    (:func:`pymlirjit.memref.descriptor_type`; index its fields with the constants
+    :data:`~pymlirjit.memref.ALIGNED`, ...)."""
+    fields: list[ir.Type] = []
+    for field in descriptor_type(rank)._fields_:
+        c_type: Any = field[1]
+        if issubclass(c_type, ctypes.Array):
+            fields.append(ir.ArrayType(_LLVM_OF_CTYPES[c_type._type_], c_type._length_))
+        else:
+            fields.append(_LLVM_OF_CTYPES[c_type])
+    return ir.LiteralStructType(fields)
+
+
+_LLVM_OF_CTYPES: dict[Any, ir.Type] = {ctypes.c_void_p: _ptr, ctypes.c_int64: _i64}
 
 
 def _llvm_type(t: ScalarType) -> ir.Type:

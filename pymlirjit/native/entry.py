@@ -10,6 +10,7 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
+from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
     FINISH_CALL,
     FOREIGN_RECORD,
@@ -38,6 +39,7 @@ from .builder import (
     _llvm_type,
     _ptr,
     _zero_results,
+    descriptor_struct,
 )
 
 if TYPE_CHECKING:
@@ -182,13 +184,13 @@ class _EntryBuilder(_FunctionBuilder):
         dims = b.bitcast(self.field(obj, ARRAY_DIMENSIONS, _ptr), _i64.as_pointer())
         strides = b.bitcast(self.field(obj, ARRAY_STRIDES, _ptr), _i64.as_pointer())
         static_offset = 0 if isinstance(t, TensorType) else (t.offset or 0)
-        fields = [_ptr, _ptr, _i64] + ([ir.ArrayType(_i64, rank)] * 2 if rank else [])
-        descriptor = b.alloca(ir.LiteralStructType(fields))
+        descriptor = b.alloca(descriptor_struct(rank))
         aligned = b.inttoptr(b.sub(data, ir.Constant(_i64, static_offset * itemsize)), _ptr)
         zero = ir.Constant(_i32, 0)
-        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, 0)]))
-        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, 1)]))
-        b.store(ir.Constant(_i64, static_offset), b.gep(descriptor, [zero, ir.Constant(_i32, 2)]))
+        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALLOCATED)]))
+        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALIGNED)]))
+        b.store(ir.Constant(_i64, static_offset),
+                b.gep(descriptor, [zero, ir.Constant(_i32, OFFSET)]))
         layout = None if isinstance(t, TensorType) else t.strides
         for axis in range(rank):
             size = b.load(b.gep(dims, [ir.Constant(_i64, axis)]))
@@ -205,8 +207,8 @@ class _EntryBuilder(_FunctionBuilder):
                 trivial = b.icmp_signed("<=", size, ir.Constant(_i64, 1))
                 self.check(b.or_(matches, trivial), f"static_stride{i}_{axis}")
             axis_index = ir.Constant(_i32, axis)
-            b.store(size, b.gep(descriptor, [zero, ir.Constant(_i32, 3), axis_index]))
-            b.store(stride, b.gep(descriptor, [zero, ir.Constant(_i32, 4), axis_index]))
+            b.store(size, b.gep(descriptor, [zero, ir.Constant(_i32, SIZES), axis_index]))
+            b.store(stride, b.gep(descriptor, [zero, ir.Constant(_i32, STRIDES), axis_index]))
         return b.bitcast(descriptor, _ptr)
 
     def build(self) -> None:

@@ -10,6 +10,7 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL
+from ..memref import ALIGNED, OFFSET, SIZES, STRIDES
 from ..relocation import (
     ARRAY_FROM_DESCR,
     FOREIGN_RECORD,
@@ -32,6 +33,7 @@ from .builder import (
     _ptr,
     _unwind,
     _zero_results,
+    descriptor_struct,
 )
 
 if TYPE_CHECKING:
@@ -149,19 +151,18 @@ class _TrampolineBuilder(_FunctionBuilder):
         rank = t.rank
         dtype = t.element.dtype
         itemsize = dtype.itemsize
-        fields = [_ptr, _ptr, _i64] + ([ir.ArrayType(_i64, rank)] * 2 if rank else [])
-        typed = b.bitcast(descriptor, ir.LiteralStructType(fields).as_pointer())
+        typed = b.bitcast(descriptor, descriptor_struct(rank).as_pointer())
         zero = ir.Constant(_i32, 0)
-        aligned = b.ptrtoint(b.load(b.gep(typed, [zero, ir.Constant(_i32, 1)])), _i64)
-        offset = b.load(b.gep(typed, [zero, ir.Constant(_i32, 2)]))
+        aligned = b.ptrtoint(b.load(b.gep(typed, [zero, ir.Constant(_i32, ALIGNED)])), _i64)
+        offset = b.load(b.gep(typed, [zero, ir.Constant(_i32, OFFSET)]))
         data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
         sizes: ir.Value = ir.Constant(_i64.as_pointer(), None)
         byte_strides: ir.Value = ir.Constant(_i64.as_pointer(), None)
         if rank:
-            sizes = b.gep(typed, [zero, ir.Constant(_i32, 3), zero])
+            sizes = b.gep(typed, [zero, ir.Constant(_i32, SIZES), zero])
             byte_strides = b.alloca(_i64, rank)
             for axis in range(rank):
-                stride = b.load(b.gep(typed, [zero, ir.Constant(_i32, 4),
+                stride = b.load(b.gep(typed, [zero, ir.Constant(_i32, STRIDES),
                                               ir.Constant(_i32, axis)]))
                 b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
                         b.gep(byte_strides, [ir.Constant(_i64, axis)]))
