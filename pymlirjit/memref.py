@@ -18,6 +18,12 @@ import numpy as np
 from .types import MemRefType, ScalarType, TensorType, UnrankedMemRefType
 
 __all__ = [
+    "ALIGNED",
+    "ALLOCATED",
+    "DESCRIPTOR_FIELDS",
+    "OFFSET",
+    "SIZES",
+    "STRIDES",
     "UnrankedDescriptor",
     "array_from_descriptor",
     "descriptor_for_argument",
@@ -35,16 +41,21 @@ _libc.free.restype = None
 GLOBAL_MEMREF_MARKER = 0xDEADBEEF
 
 
+# A ranked descriptor's fields, in order: descriptor_type() is their one definition (the
+# LLVM struct of pymlirjit.native is derived from it), and these name their indices.
+# A rank-0 descriptor ends after ``offset``.
+DESCRIPTOR_FIELDS = ("allocated", "aligned", "offset", "sizes", "strides")
+ALLOCATED, ALIGNED, OFFSET, SIZES, STRIDES = range(len(DESCRIPTOR_FIELDS))
+
+
 @functools.cache
 def descriptor_type(rank: int) -> type[ctypes.Structure]:
     """The ctypes struct of a ranked memref descriptor of ``rank`` (one class per rank)."""
-    fields: list[tuple[str, Any]] = [
-        ("allocated", ctypes.c_void_p),
-        ("aligned", ctypes.c_void_p),
-        ("offset", ctypes.c_int64),
-    ]
-    if rank:
-        fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+    types: dict[str, Any] = {"allocated": ctypes.c_void_p, "aligned": ctypes.c_void_p,
+                             "offset": ctypes.c_int64, "sizes": ctypes.c_int64 * rank,
+                             "strides": ctypes.c_int64 * rank}
+    names = DESCRIPTOR_FIELDS if rank else DESCRIPTOR_FIELDS[:SIZES]
+    fields = [(name, types[name]) for name in names]
     return type(f"MemRefDescriptor{rank}D", (ctypes.Structure,), {"_fields_": fields})
 
 

@@ -45,6 +45,12 @@ from pymlirjit import (
     i64,
 )
 from pymlirjit.memref import (
+    ALIGNED,
+    ALLOCATED,
+    DESCRIPTOR_FIELDS,
+    OFFSET,
+    SIZES,
+    STRIDES,
     array_from_descriptor,
     descriptor_for_argument,
     descriptor_type,
@@ -537,3 +543,15 @@ def test_returned_arrays_are_freed_long() -> None:
 @pytest.mark.usefixtures("slow_opt_in")
 def test_callback_views_do_not_leak_long() -> None:
     callback_views(100_000)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 3])
+def test_descriptor_field_indices_name_the_ctypes_fields(rank: int) -> None:
+    names = [field[0] for field in descriptor_type(rank)._fields_]
+    indices = {"allocated": ALLOCATED, "aligned": ALIGNED, "offset": OFFSET,
+               "sizes": SIZES, "strides": STRIDES}
+    assert list(DESCRIPTOR_FIELDS) == sorted(indices, key=indices.__getitem__)
+    assert names == [name for name in DESCRIPTOR_FIELDS if rank or indices[name] < SIZES]
+    for name in names:
+        assert names[indices[name]] == name
+    assert ctypes.sizeof(descriptor_type(rank)) == 8 * (3 + 2 * rank)

@@ -1,0 +1,47 @@
+"""Native entry points generated with llvmlite: crossing the boundary without ctypes.
+
+:meth:`NativeBatch.add_kernel_entry` builds, for one compiled function, the *vectorcall*
+function of the object that stands for it (see :mod:`pymlirjit.vectorcall`: CPython calls
+it directly, as it calls a builtin function). It unboxes exact ``float``/``int``/``bool``
+arguments and exact ``numpy.ndarray`` arguments straight from their object layout,
+releases the GIL (as the function's policy says), calls the C-ABI entry point and boxes
+the scalar result. Anything it does not recognise at once (a numpy scalar, a wrong dtype,
+a non-contiguous array for an identity layout, keyword arguments, an error) is handed,
+untouched, to the Python implementation (the object's "Python path"), which converts it
+or raises the precise error.
+So the native path only ever makes the common case fast; it never decides an error on its
+own.
+
+:meth:`NativeBatch.add_callback_trampoline` builds the other direction: a C function with
+a callback's exact ABI that takes the GIL (unless the kernel call kept it), boxes the
+arguments (memrefs as numpy arrays made with ``PyArray_NewFromDescr``, aliasing the
+descriptor's memory), calls the Python function with vectorcall and unboxes an exact
+result; any other result goes through a Python converter, and any exception is handed to
+Python to be recorded for the kernel call.
+
+A module with callbacks gives each kernel call a record (see :mod:`pymlirjit.callframe`):
+the entry keeps it on its C stack and points a pthread key at it, and trampolines read it
+there, all without Python code unless a callback fails.
+
+Code is generated for this process (:meth:`NativeBatch.compile`, with the addresses of
+Python objects as constants) or, for the on-disk cache, as relocatable object code
+(``NativeBatch(relocatable=True)``, :meth:`NativeBatch.emit_object`) that reads those
+addresses from named slots the loading process fills (:mod:`pymlirjit.relocation`,
+:mod:`pymlirjit.sharedlib`).
+
+The object layouts read here are CPython's ``PyObject`` header (``ob_type``) and numpy's
+``PyArrayObject_fields`` (data, nd, dimensions, strides, descr, flags): both are public,
+stable ABI on 64-bit CPython 3.10-3.13 and numpy 1.x/2.x. Their offsets are named once
+(:mod:`pymlirjit.native.builder`) and compared with the running interpreter's objects
+before any code is generated: a mismatch raises instead of generating wrong code.
+
+The modules: :mod:`~pymlirjit.native.batch` (the llvmlite JIT and :class:`NativeBatch`),
+:mod:`~pymlirjit.native.builder` (what every generated function shares),
+:mod:`~pymlirjit.native.entry` (Python -> C ABI: kernel entries and guards) and
+:mod:`~pymlirjit.native.trampoline` (C ABI -> Python: trampolines, ctypes wrappers,
+forwarders).
+"""
+
+from .batch import NativeBatch
+
+__all__ = ["NativeBatch"]

@@ -1,0 +1,286 @@
+"""The shared function builder of generated code: LLVM types, the C API and C
+library functions it declares, boxing of scalars, and what entries and trampolines
+both emit (zeroed results, unwinding)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from llvmlite import ir
+
+from ..abi import BoundaryABI
+from ..callframe import JUMP_BUFFER
+from ..memref import descriptor_type
+from ..relocation import name_of
+from ..types import ScalarType
+
+if TYPE_CHECKING:
+    from .batch import _Unit
+
+# The object fields generated code reads, as byte offsets: CPython's PyObject header and
+# numpy's PyArrayObject_fields, both public ABI on 64-bit CPython 3.10-3.13 (not the
+# free-threaded build) and numpy 1.x/2.x. check_object_layouts() compares them with
+# this interpreter before any code is generated.
+OB_TYPE = 8  # PyObject.ob_type
+ARRAY_DATA = 16  # PyArrayObject.data (char *)
+ARRAY_ND = 24  # PyArrayObject.nd (int)
+ARRAY_DIMENSIONS = 32  # PyArrayObject.dimensions (npy_intp *)
+ARRAY_STRIDES = 40  # PyArrayObject.strides (npy_intp *, in bytes)
+ARRAY_DESCR = 56  # PyArrayObject.descr (PyArray_Descr *)
+ARRAY_FLAGS = 64  # PyArrayObject.flags (int)
+# numpy's array flags (NPY_ARRAY_*), checked with the offsets.
+NPY_C_CONTIGUOUS = 0x0001
+NPY_ALIGNED = 0x0100
+NPY_WRITEABLE = 0x0400
+
+OBJECT_OFFSETS: Mapping[str, int] = {
+    "PyObject.ob_type": OB_TYPE, "PyArrayObject.data": ARRAY_DATA,
+    "PyArrayObject.nd": ARRAY_ND, "PyArrayObject.dimensions": ARRAY_DIMENSIONS,
+    "PyArrayObject.strides": ARRAY_STRIDES, "PyArrayObject.descr": ARRAY_DESCR,
+    "PyArrayObject.flags": ARRAY_FLAGS,
+}
+ARRAY_FLAGS_BY_NAME: Mapping[str, int] = {
+    "c_contiguous": NPY_C_CONTIGUOUS, "aligned": NPY_ALIGNED, "writeable": NPY_WRITEABLE,
+}
+
+
+def layout_mismatches(offsets: Mapping[str, int] = OBJECT_OFFSETS,
+                      flags: Mapping[str, int] = ARRAY_FLAGS_BY_NAME) -> list[str]:
+    """Where ``offsets`` (named as :data:`OBJECT_OFFSETS`) and ``flags`` (named after
+    ``ndarray.flags`` attributes) disagree with the objects of this interpreter, read
+    through ctypes: one line per field, empty if none. Pointers are followed only once
+    every plain field read agrees and where they look like pointers."""
+    def read(obj: object, field: str, c_type: Any) -> int:
+        return int(c_type.from_address(id(obj) + offsets[field]).value or 0)
+
+    base = np.arange(24, dtype=np.int16).reshape(4, 6)
+    base.flags.writeable = False  # contiguous, read-only
+    view = np.arange(24, dtype=np.int32).reshape(4, 6)[1:, ::2]  # strided, writable
+    wrong: list[str] = []
+
+    def expect(what: str, actual: object, expected: object) -> None:
+        if actual != expected:
+            wrong.append(f"{what}: read {actual!r}, expected {expected!r}")
+
+    for obj in (1.5, view):
+        expect(f"PyObject.ob_type at {offsets['PyObject.ob_type']} of a {type(obj).__name__}",
+               read(obj, "PyObject.ob_type", ctypes.c_void_p), id(type(obj)))
+    for array in (base, view):
+        what = f"a {array.dtype} array of shape {array.shape}"
+        expect(f"PyArrayObject.data at {offsets['PyArrayObject.data']} of {what}",
+               read(array, "PyArrayObject.data", ctypes.c_void_p), array.ctypes.data)
+        expect(f"PyArrayObject.nd at {offsets['PyArrayObject.nd']} of {what}",
+               read(array, "PyArrayObject.nd", ctypes.c_int), array.ndim)
+        expect(f"PyArrayObject.descr at {offsets['PyArrayObject.descr']} of {what}",
+               read(array, "PyArrayObject.descr", ctypes.c_void_p), id(array.dtype))
+        raw = read(array, "PyArrayObject.flags", ctypes.c_int)
+        expect(f"PyArrayObject.flags at {offsets['PyArrayObject.flags']} of {what}",
+               raw, array.flags.num)
+        for name, bit in flags.items():
+            expect(f"flag {name} ({bit:#06x}) of {what}", bool(raw & bit),
+                   bool(getattr(array.flags, name)))
+    if wrong:
+        return wrong
+    for array in (base, view):
+        what = f"a {array.dtype} array of shape {array.shape}"
+        for field, values in (("PyArrayObject.dimensions", array.shape),
+                              ("PyArrayObject.strides", array.strides)):
+            address = read(array, field, ctypes.c_void_p)
+            # Only what looks like a heap pointer is followed (the plain fields agree, so
+            # a wrong offset here reads a neighbouring field: an int, NULL or a pointer).
+            plausible = address % 8 == 0 and address >= 1 << 16
+            actual = (tuple((ctypes.c_int64 * array.ndim).from_address(address))
+                      if plausible else f"{address:#x}, not a pointer")
+            expect(f"{field} at {offsets[field]} of {what}", actual, values)
+    return wrong
+
+
+@functools.cache
+def check_object_layouts() -> None:
+    """Raise ``RuntimeError`` if the object layouts generated code relies on are not
+    this interpreter's (see :func:`layout_mismatches`): generating code for them would
+    read the wrong fields."""
+    wrong = layout_mismatches()
+    if wrong:
+        import sys
+
+        raise RuntimeError(
+            f"pymlirjit cannot generate native code for this interpreter (Python "
+            f"{sys.version.split()[0]}, numpy {np.__version__}): its object layouts are not "
+            f"the ones pymlirjit.native.builder expects: " + "; ".join(wrong))
+
+_i8, _i32, _i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_ptr = _i8.as_pointer()
+_double = ir.DoubleType()
+
+# The C API functions the generated code calls, with their LLVM types.
+_C_API: dict[str, ir.FunctionType] = {
+    "PyFloat_AsDouble": ir.FunctionType(_double, [_ptr]),
+    "PyFloat_FromDouble": ir.FunctionType(_ptr, [_double]),
+    "PyLong_AsLongLongAndOverflow": ir.FunctionType(_i64, [_ptr, _i32.as_pointer()]),
+    "PyLong_FromLongLong": ir.FunctionType(_ptr, [_i64]),
+    "PyBool_FromLong": ir.FunctionType(_ptr, [_i64]),
+    "PyEval_SaveThread": ir.FunctionType(_ptr, []),
+    "PyInterpreterState_Get": ir.FunctionType(_ptr, []),
+    "PyInterpreterState_ThreadHead": ir.FunctionType(_ptr, [_ptr]),
+    "PyThreadState_Next": ir.FunctionType(_ptr, [_ptr]),
+    "PyEval_RestoreThread": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "PyObject_VectorcallDict": ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64, _ptr]),
+    "PyDict_New": ir.FunctionType(_ptr, []),
+    "PyDict_SetItem": ir.FunctionType(_i32, [_ptr, _ptr, _ptr]),
+    "PyTuple_Size": ir.FunctionType(_i64, [_ptr]),
+    "PyTuple_GetItem": ir.FunctionType(_ptr, [_ptr, _i64]),
+    "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "PyGILState_Ensure": ir.FunctionType(_i32, []),
+    "PyGILState_Release": ir.FunctionType(ir.VoidType(), [_i32]),
+    "PyErr_Fetch": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
+    "PyErr_NormalizeException": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
+    "PyException_SetTraceback": ir.FunctionType(_i32, [_ptr, _ptr]),
+    "PyErr_Clear": ir.FunctionType(ir.VoidType(), []),
+}
+
+# Calls without keywords: PyObject_Vectorcall(callable, args, nargs, NULL), or, where
+# Python does not export it (3.10), PyObject_VectorcallDict(callable, args, nargs, NULL),
+# which takes one more step.
+_POSITIONAL_CALL = ("PyObject_Vectorcall" if hasattr(ctypes.pythonapi, "PyObject_Vectorcall")
+                    else "PyObject_VectorcallDict")
+_C_API[_POSITIONAL_CALL] = _C_API["PyObject_VectorcallDict"]
+
+
+# The C library functions the generated code calls: unwinding and the per-thread frame.
+_LIBC: dict[str, ir.FunctionType] = {
+    "_setjmp": ir.FunctionType(_i32, [_ptr]),
+    "longjmp": ir.FunctionType(ir.VoidType(), [_ptr, _i32]),
+    "pthread_getspecific": ir.FunctionType(_ptr, [_i32]),
+    "pthread_setspecific": ir.FunctionType(_i32, [_i32, _ptr]),
+}
+_JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
+
+
+def _declare_libc(module: ir.Module) -> dict[str, ir.Function]:
+    functions = {n: ir.Function(module, t, n) for n, t in _LIBC.items()}
+    functions["_setjmp"].attributes.add("returns_twice")
+    functions["longjmp"].attributes.add("noreturn")
+    return functions
+
+
+def _boundary_function_type(abi: BoundaryABI) -> ir.FunctionType:
+    """The LLVM type of a function with ``abi``'s C ABI (after the MLIR shim)."""
+    boundary = abi.boundary
+    params: list[ir.Type] = [_ptr] if abi.results_via_pointer else []
+    params += [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
+               for t in boundary.param_types]
+    result: ir.Type = ir.VoidType()
+    if boundary.results and not abi.results_via_pointer:
+        result = _llvm_type(boundary.results[0])  # type: ignore[arg-type]
+    return ir.FunctionType(result, params)
+
+
+def descriptor_struct(rank: int) -> ir.LiteralStructType:
+    """The LLVM struct of a ranked memref descriptor, field for field the ctypes one
+    (:func:`pymlirjit.memref.descriptor_type`; index its fields with the constants
+    :data:`~pymlirjit.memref.ALIGNED`, ...)."""
+    fields: list[ir.Type] = []
+    for field in descriptor_type(rank)._fields_:
+        c_type: Any = field[1]
+        if issubclass(c_type, ctypes.Array):
+            fields.append(ir.ArrayType(_LLVM_OF_CTYPES[c_type._type_], c_type._length_))
+        else:
+            fields.append(_LLVM_OF_CTYPES[c_type])
+    return ir.LiteralStructType(fields)
+
+
+_LLVM_OF_CTYPES: dict[Any, ir.Type] = {ctypes.c_void_p: _ptr, ctypes.c_int64: _i64}
+
+
+def _llvm_type(t: ScalarType) -> ir.Type:
+    if t.kind == "float":
+        return ir.FloatType() if t.bits == 32 else _double
+    if t.kind == "bool":
+        return _i8  # i1 crosses the boundary as i8 (see abi)
+    return ir.IntType(t.bits)
+
+
+class _FunctionBuilder:
+    """What both kinds of generated function need: their unit, the IR builder, and
+    boxing of scalars."""
+
+    def __init__(self, unit: _Unit, name: str, function_type: ir.FunctionType) -> None:
+        self.unit = unit
+        self.module = unit.module
+        self.api = unit.api
+        self.libc = unit.libc
+        self.function = ir.Function(self.module, function_type, name)
+        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+
+    def object_id(self, obj: object, slot: str | None = None) -> ir.Value:
+        """The address of ``obj`` as an i64 (read from the slot ``slot``, by default its
+        well-known name, in relocatable code)."""
+        if not self.unit.relocatable:
+            self.unit.embedded.append(obj)
+            return ir.Constant(_i64, id(obj))
+        return self.builder.load(self.unit.slot(slot or name_of(obj)))
+
+    def pointer(self, obj: object, slot: str | None = None) -> ir.Value:
+        """A pointer to ``obj`` (see :meth:`object_id`)."""
+        return self.builder.inttoptr(self.object_id(obj, slot), _ptr)
+
+    def integer(self, value: int, slot: str) -> ir.Value:
+        """``value``, a process-specific number, as an i64 (from ``slot`` in relocatable
+        code)."""
+        if not self.unit.relocatable:
+            return ir.Constant(_i64, value)
+        return self.builder.load(self.unit.slot(slot))
+
+    def is_null(self, value: ir.Value) -> ir.Value:
+        return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
+                                          ir.Constant(_i64, 0))
+
+    def call(self, function: ir.Value, args: list[ir.Value]) -> ir.Value:
+        """``function(*args)`` (a new reference, or NULL with an exception set)."""
+        b = self.builder
+        argv = b.alloca(_ptr, max(len(args), 1))
+        for i, arg in enumerate(args):
+            b.store(arg, b.gep(argv, [ir.Constant(_i64, i)]))
+        return b.call(self.api[_POSITIONAL_CALL],
+                      [function, argv, ir.Constant(_i64, len(args)), ir.Constant(_ptr, None)])
+
+    def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
+        """A new reference to the Python float/int/bool holding ``value``."""
+        b = self.builder
+        if t.kind == "float":
+            wide = b.fpext(value, _double) if t.bits == 32 else value
+            return b.call(self.api["PyFloat_FromDouble"], [wide])
+        if as_bool:
+            return b.call(self.api["PyBool_FromLong"], [b.zext(value, _i64)])
+        wide = b.sext(value, _i64) if t.bits < 64 else value
+        return b.call(self.api["PyLong_FromLongLong"], [wide])
+
+
+def _zero_results(b: ir.IRBuilder, abi: BoundaryABI, args: list[ir.Value]) -> None:
+    """Zero the results a function with ``abi``'s C ABI returns through a pointer (its
+    first argument, ``args[0]``), if it does."""
+    if not abi.results_via_pointer:
+        return
+    size = ctypes.sizeof(abi.result_struct)
+    offset = 0
+    while offset < size:
+        chunk = next(n for n in (8, 4, 2, 1) if n <= size - offset)
+        width = ir.IntType(8 * chunk)
+        b.store(ir.Constant(width, 0),
+                b.bitcast(b.gep(args[0], [ir.Constant(_i64, offset)]), width.as_pointer()))
+        offset += chunk
+
+
+def _unwind(b: ir.IRBuilder, libc: dict[str, ir.Function], record: ir.Value) -> None:
+    """``longjmp`` to the jump buffer of ``record`` (an i64 pointer to a call record) if
+    it has one (see :mod:`pymlirjit.callframe`); else go on."""
+    jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
+    with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
+        b.call(libc["longjmp"], [b.inttoptr(jump_buffer, _ptr), ir.Constant(_i32, 1)])
+        b.unreachable()

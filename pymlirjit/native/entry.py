@@ -1,0 +1,458 @@
+"""Python -> C ABI: the vectorcall entry of a compiled function (kernel entries),
+and guards, which give each call made through a raw C-ABI address a call record."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from llvmlite import ir
+
+from ..abi import BoundaryABI
+from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
+from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
+from ..relocation import (
+    FINISH_CALL,
+    FOREIGN_RECORD,
+    FRAME_KEY,
+    dtype_slot,
+)
+from ..types import MemRefType, ScalarType, TensorType
+from ..vectorcall import IN_FLIGHT_OFFSET, PYTHON_PATH_OFFSET
+from .builder import (
+    _JMP_BUF_BYTES,
+    _POSITIONAL_CALL,
+    ARRAY_DATA,
+    ARRAY_DESCR,
+    ARRAY_DIMENSIONS,
+    ARRAY_FLAGS,
+    ARRAY_ND,
+    ARRAY_STRIDES,
+    NPY_C_CONTIGUOUS,
+    NPY_WRITEABLE,
+    OB_TYPE,
+    _boundary_function_type,
+    _FunctionBuilder,
+    _i8,
+    _i32,
+    _i64,
+    _llvm_type,
+    _ptr,
+    _zero_results,
+    descriptor_struct,
+)
+
+if TYPE_CHECKING:
+    from .batch import _Unit
+
+
+class _EntryBuilder(_FunctionBuilder):
+    """Emits the LLVM IR of one entry point."""
+
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
+                 calls: Any, release_gil: bool | None,
+                 unwind: bool) -> None:
+        super().__init__(unit, name, ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64,
+                                                            _ptr]))
+        self.abi = abi
+        self.release_gil = release_gil
+        self.unwind = unwind and calls is not None
+        self.fallback = self.function.append_basic_block("fallback")
+        self.target = target
+        self.calls = calls
+        self.in_flight: ir.Value = None  # -> the counter of calls in flight (count_in)
+
+    def check(self, condition: ir.Value, label: str) -> None:
+        """Continue if ``condition`` holds, else hand the call to the Python path."""
+        ok = self.function.append_basic_block(label)
+        self.builder.cbranch(condition, ok, self.fallback)
+        self.builder.position_at_end(ok)
+
+    def save_thread(self) -> ir.Value | None:
+        """Release the GIL as the policy says; the thread state to restore (NULL if it
+        was kept), or ``None`` where it is never released."""
+        b = self.builder
+        if self.release_gil is False:
+            return None
+        if self.release_gil is True:
+            return b.call(self.api["PyEval_SaveThread"], [])
+        # Only when other Python threads exist: alone, releasing would gain nothing and
+        # cost two GIL hand-overs. (Such modules call no Python callback, so no thread
+        # the compiled code starts can be waiting for the GIL.)
+        head = b.call(self.api["PyInterpreterState_ThreadHead"],
+                      [b.call(self.api["PyInterpreterState_Get"], [])])
+        second = b.call(self.api["PyThreadState_Next"], [head])
+        before = b.block
+        save = self.function.append_basic_block("save_thread")
+        saved = self.function.append_basic_block("thread_saved")
+        b.cbranch(self.is_null(second), saved, save)
+        b.position_at_end(save)
+        state = b.call(self.api["PyEval_SaveThread"], [])
+        b.branch(saved)
+        b.position_at_end(saved)
+        result = b.phi(_ptr)
+        result.add_incoming(ir.Constant(_ptr, None), before)
+        result.add_incoming(state, save)
+        return result
+
+    def return_if_null(self, obj: ir.Value, label: str) -> None:
+        """Return NULL (an exception is set) if a C API call returned NULL."""
+        b = self.builder
+        failed = self.function.append_basic_block(f"{label}_failed")
+        ok = self.function.append_basic_block(label)
+        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, 0)),
+                  failed, ok)
+        b.position_at_end(failed)
+        self.leave(obj)
+        b.position_at_end(ok)
+
+    def count_in(self, self_obj: ir.Value) -> None:
+        """Count this call in flight (see pymlirjit.vectorcall): while any call is, the
+        entry's owner keeps its machine code and this counter alive. The counter is a
+        plain int64, not atomic: every change to it happens with the GIL held."""
+        b = self.builder
+        self.in_flight = b.load(b.bitcast(
+            b.gep(self_obj, [ir.Constant(_i64, IN_FLIGHT_OFFSET)]),
+            _i64.as_pointer().as_pointer()))
+        b.store(b.add(b.load(self.in_flight), ir.Constant(_i64, 1)), self.in_flight)
+
+    def leave(self, value: ir.Value) -> None:
+        """Return ``value``: the call is no longer in flight. Nothing may run after the
+        decrement but the ``ret`` itself, with the GIL held, so that no thread can free
+        this code in between."""
+        b = self.builder
+        b.store(b.sub(b.load(self.in_flight), ir.Constant(_i64, 1)), self.in_flight)
+        b.ret(value)
+
+    def field(self, obj: ir.Value, offset: int, field_type: ir.Type) -> ir.Value:
+        b = self.builder
+        address = b.gep(obj, [ir.Constant(_i64, offset)])
+        return b.load(b.bitcast(address, field_type.as_pointer()))
+
+    def type_is(self, obj: ir.Value, py_type: object, label: str) -> None:
+        b = self.builder
+        actual = self.field(obj, OB_TYPE, _i64)
+        self.check(b.icmp_unsigned("==", actual, self.object_id(py_type)), label)
+
+    def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
+        b = self.builder
+        if t.kind == "float":
+            self.type_is(obj, float, f"float{i}")
+            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
+        if t.kind == "bool":
+            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(True))
+            is_false = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(False))
+            self.check(b.or_(is_true, is_false), f"bool{i}")
+            return b.zext(is_true, _i8)
+        self.type_is(obj, int, f"int{i}")
+        overflow = b.alloca(_i32)
+        value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
+        self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)), f"fits{i}")
+        if t.bits < 64:
+            low = ir.Constant(_i64, -(1 << (t.bits - 1)))
+            high = ir.Constant(_i64, (1 << t.bits) - 1)
+            in_range = b.and_(b.icmp_signed(">=", value, low), b.icmp_signed("<=", value, high))
+            self.check(in_range, f"range{i}")
+            return b.trunc(value, ir.IntType(t.bits))
+        return value
+
+    def array(self, obj: ir.Value, t: MemRefType | TensorType, i: int) -> ir.Value:
+        b = self.builder
+        element = t.element
+        itemsize = element.dtype.itemsize
+        rank = t.rank
+        self.type_is(obj, np.ndarray, f"ndarray{i}")
+        descr = self.field(obj, ARRAY_DESCR, _i64)
+        self.check(b.icmp_unsigned("==", descr,
+                                   self.object_id(element.dtype, dtype_slot(element.mlir))),
+                   f"dtype{i}")
+        nd = self.field(obj, ARRAY_ND, _i32)
+        self.check(b.icmp_signed("==", nd, ir.Constant(_i32, rank)), f"rank{i}")
+        flags = self.field(obj, ARRAY_FLAGS, _i32)
+        required = 0
+        contiguous = isinstance(t, TensorType) or t.strides is None
+        if contiguous:
+            required |= NPY_C_CONTIGUOUS
+        if isinstance(t, MemRefType):
+            required |= NPY_WRITEABLE
+        if required:
+            masked = b.and_(flags, ir.Constant(_i32, required))
+            self.check(b.icmp_unsigned("==", masked, ir.Constant(_i32, required)),
+                       f"flags{i}")
+        data = self.field(obj, ARRAY_DATA, _i64)
+        dims = b.bitcast(self.field(obj, ARRAY_DIMENSIONS, _ptr), _i64.as_pointer())
+        strides = b.bitcast(self.field(obj, ARRAY_STRIDES, _ptr), _i64.as_pointer())
+        static_offset = 0 if isinstance(t, TensorType) else (t.offset or 0)
+        descriptor = b.alloca(descriptor_struct(rank))
+        aligned = b.inttoptr(b.sub(data, ir.Constant(_i64, static_offset * itemsize)), _ptr)
+        zero = ir.Constant(_i32, 0)
+        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALLOCATED)]))
+        b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALIGNED)]))
+        b.store(ir.Constant(_i64, static_offset),
+                b.gep(descriptor, [zero, ir.Constant(_i32, OFFSET)]))
+        layout = None if isinstance(t, TensorType) else t.strides
+        for axis in range(rank):
+            size = b.load(b.gep(dims, [ir.Constant(_i64, axis)]))
+            if t.shape[axis] is not None:
+                self.check(b.icmp_signed("==", size, ir.Constant(_i64, t.shape[axis])),
+                           f"dim{i}_{axis}")
+            stride_bytes = b.load(b.gep(strides, [ir.Constant(_i64, axis)]))
+            remainder = b.srem(stride_bytes, ir.Constant(_i64, itemsize))
+            self.check(b.icmp_signed("==", remainder, ir.Constant(_i64, 0)),
+                       f"stride{i}_{axis}")
+            stride = b.sdiv(stride_bytes, ir.Constant(_i64, itemsize))
+            if layout is not None and layout[axis] is not None:
+                matches = b.icmp_signed("==", stride, ir.Constant(_i64, layout[axis]))
+                trivial = b.icmp_signed("<=", size, ir.Constant(_i64, 1))
+                self.check(b.or_(matches, trivial), f"static_stride{i}_{axis}")
+            axis_index = ir.Constant(_i32, axis)
+            b.store(size, b.gep(descriptor, [zero, ir.Constant(_i32, SIZES), axis_index]))
+            b.store(stride, b.gep(descriptor, [zero, ir.Constant(_i32, STRIDES), axis_index]))
+        return b.bitcast(descriptor, _ptr)
+
+    def build(self) -> None:
+        b = self.builder
+        self_obj, args, nargsf, kwnames = self.function.args
+        # First, before any check: a call handed to the Python path runs in this code too
+        # (it returns here), and must keep it alive as much as a native call.
+        self.count_in(self_obj)
+        # Vectorcall may flag, in the count's top bit, that args[-1] is scratch space.
+        nargs = b.and_(nargsf, ir.Constant(_i64, (1 << 63) - 1))
+        signature = self.abi.signature
+        self.check(b.icmp_unsigned("==", b.ptrtoint(kwnames, _i64), ir.Constant(_i64, 0)),
+                   "no_keywords")
+        self.check(b.icmp_signed("==", nargs, ir.Constant(_i64, len(signature.params))),
+                   "arity")
+        # From here on a call has no keywords and the arity expected: the calls handed
+        # over go to a fallback that knows it, so that neither stays live in registers
+        # (the counter's address takes one for the whole call).
+        fallback = self.fallback
+        self.fallback = self.function.append_basic_block("positional_fallback")
+        c_args: list[ir.Value] = []
+        for i, t in enumerate(signature.param_types):
+            obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
+            if isinstance(t, ScalarType):
+                c_args.append(self.scalar(obj, t, i))
+            else:
+                assert isinstance(t, (MemRefType, TensorType))
+                c_args.append(self.array(obj, t, i))
+        result_types = self.abi.boundary.results
+        llvm_result = _llvm_type(result_types[0]) if result_types else ir.VoidType()  # type: ignore[arg-type]
+        target_type = ir.FunctionType(llvm_result, [a.type for a in c_args])
+        if isinstance(self.target, str):
+            target: ir.Value = self.unit.function(self.target, target_type)
+        else:
+            target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
+        record = None
+        jump_buffer = None
+        if self.calls is not None:
+            record, jump_buffer = self.open_record()
+        state = self.save_thread()
+        if jump_buffer is not None:
+            # A failing callback longjmps back here (see _TrampolineBuilder): the call
+            # ends at once, its result undefined, and close_record raises the error.
+            result_slot = b.alloca(llvm_result) if result_types else None
+            jumped = b.call(self.libc["_setjmp"], [jump_buffer])
+            with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
+                returned = b.call(target, c_args)
+                if result_slot is not None:
+                    b.store(returned, result_slot)
+            value = b.load(result_slot) if result_slot is not None else None
+        else:
+            value = b.call(target, c_args)
+        if state is not None:
+            with b.if_then(b.not_(self.is_null(state))):
+                b.call(self.api["PyEval_RestoreThread"], [state])
+        if record is not None:
+            self.close_record(record)  # may run Python (a callback's error): still counted
+        self.leave(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
+        b.position_at_end(self.fallback)
+        self.leave(b.call(self.api[_POSITIONAL_CALL],
+                          [self.python_path(self_obj), args,
+                           ir.Constant(_i64, len(signature.params)), ir.Constant(_ptr, None)]))
+        b.position_at_end(fallback)
+        self.hand_to_python(self.python_path(self_obj), args, nargs, kwnames)
+
+    def python_path(self, self_obj: ir.Value) -> ir.Value:
+        """What the entry hands the calls it does not take (see pymlirjit.vectorcall)."""
+        offset = ir.Constant(_i64, PYTHON_PATH_OFFSET)
+        return self.builder.load(self.builder.bitcast(self.builder.gep(self_obj, [offset]),
+                                                      _ptr.as_pointer()))
+
+    def hand_to_python(self, python_path: ir.Value, args: ir.Value, nargs: ir.Value,
+                       kwnames: ir.Value) -> None:
+        """Return ``python_path(*args, **keywords)``: the keyword values follow the
+        ``nargs`` positional ones in ``args``, named by the ``kwnames`` tuple (or NULL)."""
+        b = self.builder
+        vectorcall = self.api["PyObject_VectorcallDict"]
+        positional_only = self.function.append_basic_block("positional_only")
+        with_keywords = self.function.append_basic_block("with_keywords")
+        b.cbranch(self.is_null(kwnames), positional_only, with_keywords)
+        b.position_at_end(positional_only)
+        self.leave(b.call(self.api[_POSITIONAL_CALL],
+                          [python_path, args, nargs, ir.Constant(_ptr, None)]))
+        b.position_at_end(with_keywords)
+        count = b.call(self.api["PyTuple_Size"], [kwnames])
+        keywords = b.call(self.api["PyDict_New"], [])
+        self.return_if_null(keywords, "keywords_made")
+        start = b.block
+        head = self.function.append_basic_block("keyword")
+        body = self.function.append_basic_block("add_keyword")
+        done = self.function.append_basic_block("keywords_added")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(_i64)
+        i.add_incoming(ir.Constant(_i64, 0), start)
+        b.cbranch(b.icmp_signed("<", i, count), body, done)
+        b.position_at_end(body)
+        name = b.call(self.api["PyTuple_GetItem"], [kwnames, i])  # borrowed
+        value = b.load(b.gep(args, [b.add(nargs, i)]))
+        added = b.call(self.api["PyDict_SetItem"], [keywords, name, value])
+        with b.if_then(b.icmp_signed("<", added, ir.Constant(_i32, 0)), likely=False):
+            b.call(self.api["Py_DecRef"], [keywords])
+            self.leave(ir.Constant(_ptr, None))
+        i.add_incoming(b.add(i, ir.Constant(_i64, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        result = b.call(vectorcall, [python_path, args, nargs, keywords])
+        b.call(self.api["Py_DecRef"], [keywords])
+        self.leave(result)
+
+    def record_field(self, record: ir.Value, index: int) -> ir.Value:
+        return self.builder.gep(record, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
+
+    def open_record(self) -> tuple[ir.Value, ir.Value | None]:
+        """Make this call's record (see pymlirjit.callframe) the thread's innermost one:
+        it tells trampolines where to longjmp on failure (with ``unwind``) and whether
+        this thread keeps the GIL. Returns it and the jmp_buf, if any."""
+        b = self.builder
+        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
+        record = b.alloca(ir.ArrayType(_i64, RECORD_FIELDS))
+        jump_buffer = None
+        address: ir.Value = ir.Constant(_i64, 0)
+        if self.unwind:
+            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
+            buffer.align = 16
+            jump_buffer = b.bitcast(buffer, _ptr)
+            address = b.ptrtoint(jump_buffer, _i64)
+        previous = b.call(self.libc["pthread_getspecific"], [key])
+        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
+                             (HOLDS_GIL, ir.Constant(_i64, int(self.release_gil is False))),
+                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
+            b.store(value, self.record_field(record, index))
+        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
+        return record, jump_buffer
+
+    def close_record(self, record: ir.Value) -> None:
+        """Make the hidden record the innermost one again; if a callback of this call
+        (or of a thread without a call) failed, let Python raise its exception."""
+        b = self.builder
+        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
+        previous = b.inttoptr(b.load(self.record_field(record, PREVIOUS)), _ptr)
+        b.call(self.libc["pthread_setspecific"], [key, previous])
+        foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD),
+                             _i64.as_pointer())
+        failed = b.or_(b.load(self.record_field(record, FAILED)), b.load(foreign))
+        with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(_i64, 0)), likely=False):
+            address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(record, _i64)])
+            self.return_if_null(address, "boxed_record")
+            done = self.call(self.pointer(self.calls.finish_call, FINISH_CALL), [address])
+            b.call(self.api["Py_DecRef"], [address])
+            self.return_if_null(done, "finished")  # a callback's exception, raised
+            b.call(self.api["Py_DecRef"], [done])
+
+    def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
+        if t is None:
+            none = self.pointer(None)
+            self.builder.call(self.api["Py_IncRef"], [none])
+            return none
+        result = self.abi.signature.results[0]
+        return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
+
+
+class _GuardBuilder(_FunctionBuilder):
+    """Emits a guard: a function with the exact C ABI of a compiled function (its
+    ``_mlir_ciface_`` entry) that gives each call a record of its own, as a native
+    entry does, whoever calls it (ctypes, with or without the GIL; C code; another
+    thread). Its record says the GIL is not held (trampolines then take it, which is
+    right either way); with ``unwind``, a failing callback longjmps back to the guard.
+    On failure the guard hands the error to the enclosing call's record (or the
+    foreign one), which raises it when it ends, and returns zeros."""
+
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int, calls: Any,
+                 unwind: bool) -> None:
+        super().__init__(unit, name, _boundary_function_type(abi))
+        self.abi = abi
+        self.target = target
+        self.calls = calls
+        self.unwind = unwind
+
+    def field(self, record: ir.Value, index: int) -> ir.Value:
+        return self.builder.gep(record, [ir.Constant(_i64, index)])
+
+    def build(self) -> None:
+        b = self.builder
+        function_type = self.function.function_type
+        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
+        previous = b.call(self.libc["pthread_getspecific"], [key])
+        record = b.bitcast(b.alloca(ir.ArrayType(_i64, RECORD_FIELDS)), _i64.as_pointer())
+        jump_buffer = None
+        address: ir.Value = ir.Constant(_i64, 0)
+        if self.unwind:
+            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
+            buffer.align = 16
+            jump_buffer = b.bitcast(buffer, _ptr)
+            address = b.ptrtoint(jump_buffer, _i64)
+        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
+                             (HOLDS_GIL, ir.Constant(_i64, 0)),
+                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
+            b.store(value, self.field(record, index))
+        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
+        target = b.inttoptr(ir.Constant(_i64, self.target), function_type.as_pointer())
+        returns = not isinstance(function_type.return_type, ir.VoidType)
+        result_slot = b.alloca(function_type.return_type) if returns else None
+        if jump_buffer is not None:
+            jumped = b.call(self.libc["_setjmp"], [jump_buffer])
+            with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
+                returned = b.call(target, self.function.args)
+                if result_slot is not None:
+                    b.store(returned, result_slot)
+        else:
+            returned = b.call(target, self.function.args)
+            if result_slot is not None:
+                b.store(returned, result_slot)
+        b.call(self.libc["pthread_setspecific"], [key, previous])
+        failed = b.load(self.field(record, FAILED))
+        with b.if_then(b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), likely=False):
+            self.hand_over(record, previous, failed)
+            if result_slot is not None:
+                b.store(ir.Constant(function_type.return_type, 0), result_slot)
+        if result_slot is None:
+            b.ret_void()
+        else:
+            b.ret(b.load(result_slot))
+
+    def hand_over(self, record: ir.Value, previous: ir.Value, failed: ir.Value) -> None:
+        """Fail the enclosing call (its flag first, so that it fails whatever Python
+        manages), move the error to it (the GIL taken), and zero this call's results
+        returned through a pointer."""
+        b = self.builder
+        foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD), _ptr)
+        enclosing = b.bitcast(b.select(self.is_null(previous), foreign, previous),
+                              _i64.as_pointer())
+        enclosing_failed = self.field(enclosing, FAILED)
+        with b.if_then(b.icmp_signed("==", b.load(enclosing_failed), ir.Constant(_i64, 0))):
+            b.store(failed, enclosing_failed)
+        state = b.call(self.api["PyGILState_Ensure"], [])
+        boxed = [b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(r, _i64)])
+                 for r in (record, enclosing)]
+        both = b.and_(b.not_(self.is_null(boxed[0])), b.not_(self.is_null(boxed[1])))
+        with b.if_then(both):
+            done = self.call(self.pointer(self.calls.hand_over), boxed)
+            b.call(self.api["Py_DecRef"], [done])
+        for obj in boxed:
+            b.call(self.api["Py_DecRef"], [obj])
+        b.call(self.api["PyErr_Clear"], [])
+        b.call(self.api["PyGILState_Release"], [state])
+        _zero_results(b, self.abi, self.function.args)

@@ -1,0 +1,358 @@
+"""C ABI -> Python: callback trampolines, the native wrappers of callbacks' ctypes
+entries, and the forwarders of relocatable code."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from llvmlite import ir
+
+from ..abi import BoundaryABI
+from ..callframe import FAILED, HOLDS_GIL
+from ..memref import ALIGNED, OFFSET, SIZES, STRIDES
+from ..relocation import (
+    ARRAY_FROM_DESCR,
+    FOREIGN_RECORD,
+    FRAME_KEY,
+    array_from_descr,
+    callback_slot,
+    dtype_slot,
+)
+from ..types import MemRefType, ScalarType
+from .builder import (
+    NPY_ALIGNED,
+    NPY_WRITEABLE,
+    OB_TYPE,
+    _boundary_function_type,
+    _FunctionBuilder,
+    _i8,
+    _i32,
+    _i64,
+    _llvm_type,
+    _ptr,
+    _unwind,
+    _zero_results,
+    descriptor_struct,
+)
+
+if TYPE_CHECKING:
+    from .batch import _Unit
+
+
+def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
+    function_type = _boundary_function_type(abi)
+    function = ir.Function(unit.module, function_type, name)
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    target = b.inttoptr(b.load(unit.slot(slot)), function_type.as_pointer())
+    returned = b.call(target, function.args, tail=True)
+    if isinstance(function_type.return_type, ir.VoidType):
+        b.ret_void()
+    else:
+        b.ret(returned)
+
+
+_GIL_ALREADY_HELD = -1  # not a PyGILState_STATE value: nothing to release
+
+# Exact results a trampoline unboxes without calling the Python converter (these
+# objects are immortal: types and the bool singletons).
+_BOOLS: list[object] = [True, False, np.True_, np.False_]
+_FLOAT_TYPES: list[object] = [float, np.float64, np.float32, np.float16]
+_INT_TYPES: list[object] = [int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                            np.uint32, np.uint64]
+
+
+class _TrampolineBuilder(_FunctionBuilder):
+    """Emits the LLVM IR of one callback trampoline."""
+
+    def __init__(self, unit: _Unit, name: str, signature: Any, abi: BoundaryABI,
+                 function: Any, helpers: Any) -> None:
+        params = [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
+                  for t in abi.boundary.param_types]
+        results = abi.boundary.results
+        self.result_type = _llvm_type(results[0]) if results else ir.VoidType()  # type: ignore[arg-type]
+        super().__init__(unit, name, ir.FunctionType(self.result_type, params))
+        self.signature = signature
+        self.abi = abi
+        self.helpers = helpers
+        self.callee = function
+        self.gil: ir.Value = None
+        self.frame_record: ir.Value = None
+
+    def slot_of(self, what: str) -> str:
+        return callback_slot(self.helpers.name, what)
+
+    def record_at(self, index: int) -> ir.Value:
+        """The address of field ``index`` of the call's record."""
+        return self.builder.gep(self.frame_record, [ir.Constant(_i64, index)])
+
+    def zero(self) -> ir.Value | None:
+        if isinstance(self.result_type, ir.VoidType):
+            return None
+        return ir.Constant(self.result_type, 0)
+
+    def release_gil(self) -> None:
+        b = self.builder
+        with b.if_then(b.icmp_signed("!=", self.gil, ir.Constant(_i32, _GIL_ALREADY_HELD))):
+            b.call(self.api["PyGILState_Release"], [self.gil])
+
+    def leave(self, value: ir.Value | None) -> None:
+        b = self.builder
+        self.release_gil()
+        if value is None:
+            b.ret_void()
+        else:
+            b.ret(value)
+
+    def record_error_and_leave(self) -> None:
+        """Fail the call (its record's flag, set here so that the call fails even if
+        Python cannot keep the exception), hand the raised exception to Python
+        (``helpers.record``), then unwind to the call's entry or return zero."""
+        b = self.builder
+        b.store(self.integer(self.helpers.culprit, self.slot_of("culprit")),
+                self.record_at(FAILED))
+        slots = [b.alloca(_ptr) for _ in range(3)]
+        b.call(self.api["PyErr_Fetch"], slots)
+        b.call(self.api["PyErr_NormalizeException"], slots)
+        kind, value, traceback = (b.load(slot) for slot in slots)
+        with b.if_then(b.not_(self.is_null(traceback))):
+            b.call(self.api["PyException_SetTraceback"], [value, traceback])
+        done = self.call(self.pointer(self.helpers.record, self.slot_of("record")), [value])
+        for obj in (done, kind, value, traceback):
+            b.call(self.api["Py_DecRef"], [obj])
+        b.call(self.api["PyErr_Clear"], [])
+        self.release_gil()
+        _unwind(b, self.libc, self.frame_record)
+        self.return_zero()
+
+    def return_zero(self) -> None:
+        zero = self.zero()
+        if zero is None:
+            self.builder.ret_void()
+        else:
+            self.builder.ret(zero)
+
+    def branch_on_error(self, failed: ir.Value, label: str) -> None:
+        b = self.builder
+        error = self.function.append_basic_block(f"{label}_error")
+        ok = self.function.append_basic_block(label)
+        b.cbranch(failed, error, ok)
+        b.position_at_end(error)
+        self.record_error_and_leave()
+        b.position_at_end(ok)
+
+    def box(self, value: ir.Value, t: Any) -> ir.Value:
+        if isinstance(t, MemRefType):
+            return self.box_memref(value, t)
+        return self.box_scalar(value, t, t.kind == "bool")
+
+    def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
+        b = self.builder
+        rank = t.rank
+        dtype = t.element.dtype
+        itemsize = dtype.itemsize
+        typed = b.bitcast(descriptor, descriptor_struct(rank).as_pointer())
+        zero = ir.Constant(_i32, 0)
+        aligned = b.ptrtoint(b.load(b.gep(typed, [zero, ir.Constant(_i32, ALIGNED)])), _i64)
+        offset = b.load(b.gep(typed, [zero, ir.Constant(_i32, OFFSET)]))
+        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
+        sizes: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        byte_strides: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        if rank:
+            sizes = b.gep(typed, [zero, ir.Constant(_i32, SIZES), zero])
+            byte_strides = b.alloca(_i64, rank)
+            for axis in range(rank):
+                stride = b.load(b.gep(typed, [zero, ir.Constant(_i32, STRIDES),
+                                              ir.Constant(_i32, axis)]))
+                b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
+                        b.gep(byte_strides, [ir.Constant(_i64, axis)]))
+        descr = self.pointer(dtype, dtype_slot(t.element.mlir))
+        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
+        new_type = ir.FunctionType(_ptr, [_ptr, _ptr, _i32, _i64.as_pointer(),
+                                          _i64.as_pointer(), _ptr, _i32, _ptr])
+        new = b.inttoptr(self.integer(array_from_descr(), ARRAY_FROM_DESCR),
+                         new_type.as_pointer())
+        return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
+                            byte_strides, b.inttoptr(data, _ptr),
+                            ir.Constant(_i32, NPY_WRITEABLE | NPY_ALIGNED),
+                            ir.Constant(_ptr, None)])
+
+    def unbox_result(self, result: ir.Value) -> ir.Value | None:
+        """The C value of ``result`` (a new reference, released here)."""
+        b = self.builder
+        t = self.signature.results[0] if self.signature.results else None
+        exact = self.function.append_basic_block("exact")
+        convert = self.function.append_basic_block("convert")
+        join = self.function.append_basic_block("join")
+        if t is None:
+            fits = self.is_one_of(result, [None])
+        elif t.kind == "bool":
+            fits = self.is_one_of(result, _BOOLS)
+        else:
+            # Python and numpy scalars of the right kind convert exactly through
+            # PyFloat_AsDouble / PyLong_AsLongLongAndOverflow (numpy's __float__/__index__).
+            types = _FLOAT_TYPES if t.kind == "float" else _INT_TYPES
+            fits = self.is_one_of(b.inttoptr(self.type_of(result), _ptr), types)
+        b.cbranch(fits, exact, convert)
+        # The Python converter checks the value (raising the precise error) and returns
+        # an exact float/int/bool, or None for a void callback.
+        b.position_at_end(convert)
+        converted = self.call(self.pointer(self.helpers.convert_result,
+                                           self.slot_of("convert_result")), [result])
+        b.call(self.api["Py_DecRef"], [result])
+        self.branch_on_error(self.is_null(converted), "converted")
+        converted_block = b.block
+        b.branch(join)
+        b.position_at_end(exact)
+        b.branch(join)
+        b.position_at_end(join)
+        value = b.phi(_ptr)
+        value.add_incoming(result, exact)
+        value.add_incoming(converted, converted_block)
+        unboxed = self.unbox_exact(value, t)
+        b.call(self.api["Py_DecRef"], [value])
+        return unboxed
+
+    def is_one_of(self, obj: ir.Value, candidates: list[object]) -> ir.Value:
+        b = self.builder
+        address = b.ptrtoint(obj, _i64)
+        found: ir.Value = ir.Constant(ir.IntType(1), 0)
+        for candidate in candidates:
+            found = b.or_(found, b.icmp_unsigned("==", address, self.object_id(candidate)))
+        return found
+
+    def type_of(self, obj: ir.Value) -> ir.Value:
+        b = self.builder
+        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_i64, OB_TYPE)]), _i64.as_pointer()))
+
+    def unbox_exact(self, obj: ir.Value, t: Any) -> ir.Value | None:
+        b = self.builder
+        if t is None:
+            return None
+        if t.kind == "float":
+            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
+        if t.kind == "bool":
+            return b.zext(self.is_one_of(obj, [True, np.True_]), _i8)
+        overflow = b.alloca(_i32)
+        value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
+        # The converter returns ints already wrapped to the signed range of the type,
+        # so only an exact int straight from the callback can be out of range here.
+        low = ir.Constant(_i64, -(1 << (t.bits - 1)))
+        high = ir.Constant(_i64, (1 << (t.bits - 1)) - 1)
+        in_range = b.and_(b.icmp_signed(">=", value, low), b.icmp_signed("<=", value, high))
+        fits = b.and_(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)), in_range)
+        slow = self.function.append_basic_block("wrap")
+        done = self.function.append_basic_block("wrapped")
+        entry_block = b.block
+        b.cbranch(fits, done, slow)
+        b.position_at_end(slow)
+        converted = self.call(self.pointer(self.helpers.convert_result,
+                                           self.slot_of("convert_result")), [obj])
+        self.branch_on_error(self.is_null(converted), "range_checked")
+        wrapped = b.call(self.api["PyLong_AsLongLongAndOverflow"], [converted, overflow])
+        b.call(self.api["Py_DecRef"], [converted])
+        slow_block = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        result = b.phi(_i64)
+        result.add_incoming(value, entry_block)
+        result.add_incoming(wrapped, slow_block)
+        return b.trunc(result, ir.IntType(t.bits)) if t.bits < 64 else result
+
+    def build(self) -> None:
+        b = self.builder
+        # This thread's current call record ({failed, jump_buffer, holds_gil}), or the one of
+        # threads the compiled code started; a failed call skips callbacks, GIL-free.
+        key = b.trunc(self.integer(self.helpers.frame_key, FRAME_KEY), _i32)
+        record = b.call(self.libc["pthread_getspecific"], [key])
+        foreign = b.inttoptr(self.integer(self.helpers.foreign_record, FOREIGN_RECORD),
+                             _ptr)
+        record = b.select(self.is_null(record), foreign, record)
+        self.frame_record = b.bitcast(record, _i64.as_pointer())
+        with b.if_then(b.icmp_signed("!=", b.load(self.record_at(FAILED)),
+                                     ir.Constant(_i64, 0))):
+            self.return_zero()
+        # A kernel call that kept the GIL on this thread says so in its record: the GIL
+        # is then held already, and taking it again would only cost time.
+        holds_gil = b.load(self.record_at(HOLDS_GIL))
+        before = b.block
+        take = self.function.append_basic_block("take_gil")
+        taken = self.function.append_basic_block("gil_taken")
+        b.cbranch(b.icmp_signed("!=", holds_gil, ir.Constant(_i64, 0)), taken, take)
+        b.position_at_end(take)
+        state = b.call(self.api["PyGILState_Ensure"], [])
+        b.branch(taken)
+        b.position_at_end(taken)
+        self.gil = b.phi(_i32)
+        self.gil.add_incoming(ir.Constant(_i32, _GIL_ALREADY_HELD), before)
+        self.gil.add_incoming(state, take)
+        # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
+        # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
+        boxed = [self.box(value, t)
+                 for t, value in zip(self.signature.param_types, self.function.args)]
+        failed: ir.Value = ir.Constant(ir.IntType(1), 0)
+        for obj in boxed:
+            failed = b.or_(failed, self.is_null(obj))
+        with b.if_then(failed):
+            for obj in boxed:
+                b.call(self.api["Py_DecRef"], [obj])
+        self.branch_on_error(failed, "boxed")
+        result = self.call(self.pointer(self.callee, self.slot_of("function")), boxed)
+        for obj in boxed:
+            b.call(self.api["Py_DecRef"], [obj])
+        self.branch_on_error(self.is_null(result), "called")
+        self.leave(self.unbox_result(result))
+
+
+class _CtypesWrapperBuilder(_FunctionBuilder):
+    """Emits the native wrapper of a callback's ctypes entry: the callback's C ABI, so
+    that compiled code calls it as it calls a trampoline, and the same failure rule. A
+    failed call skips it; after the ctypes entry returns (its Python frames gone), a
+    status word still set says the callback did not succeed: the wrapper then sets the
+    call's failed flag (the callback's culprit token) and unwinds the call, or returns
+    zeros where the call cannot be unwound."""
+
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int,
+                 helpers: Any) -> None:
+        super().__init__(unit, name, _boundary_function_type(abi))
+        self.abi = abi
+        self.target = target
+        self.helpers = helpers
+
+    def return_zero(self) -> None:
+        b = self.builder
+        _zero_results(b, self.abi, self.function.args)
+        return_type = self.function.function_type.return_type
+        if isinstance(return_type, ir.VoidType):
+            b.ret_void()
+        else:
+            b.ret(ir.Constant(return_type, 0))
+
+    def build(self) -> None:
+        b = self.builder
+        key = b.trunc(self.integer(self.helpers.frame_key, FRAME_KEY), _i32)
+        record = b.call(self.libc["pthread_getspecific"], [key])
+        foreign = b.inttoptr(self.integer(self.helpers.foreign_record, FOREIGN_RECORD), _ptr)
+        record = b.bitcast(b.select(self.is_null(record), foreign, record), _i64.as_pointer())
+        failed = b.gep(record, [ir.Constant(_i64, FAILED)])
+        with b.if_then(b.icmp_signed("!=", b.load(failed), ir.Constant(_i64, 0)),
+                       likely=False):
+            self.return_zero()
+        status = b.alloca(_i64)
+        b.store(ir.Constant(_i64, 1), status)
+        function_type = self.function.function_type
+        target_type = ir.FunctionType(function_type.return_type,
+                                      [_ptr, *function_type.args])
+        target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
+        returned = b.call(target, [b.bitcast(status, _ptr), *self.function.args])
+        with b.if_then(b.icmp_signed("!=", b.load(status), ir.Constant(_i64, 0)),
+                       likely=False):
+            with b.if_then(b.icmp_signed("==", b.load(failed), ir.Constant(_i64, 0))):
+                b.store(ir.Constant(_i64, self.helpers.culprit), failed)
+            _unwind(b, self.libc, record)
+            self.return_zero()
+        if isinstance(function_type.return_type, ir.VoidType):
+            b.ret_void()
+        else:
+            b.ret(returned)
