@@ -33,6 +33,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from . import ffi
+
 __all__ = ["CLIError", "build_parser", "error_message", "format_result", "main",
            "parse_argument", "parse_args"]
 
@@ -215,7 +217,7 @@ def _flush_stdout() -> None:
     """Flush Python's and C's stdout, so output of compiled code and of Python stays in order."""
     sys.stdout.flush()
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
+        ffi.fflush(None)
 
 
 class _Clock:
