@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .abi import boundary_abi, native_callback_supported, native_kernel_supported
+from .abi import boundary_abi, ciface_symbol, native_callback_supported, native_kernel_supported
 from .callbacks import Callback, TrampolineHelpers
 from .callframe import call_machinery, culprit_token
 from .errors import LinkError
@@ -130,7 +130,7 @@ def build_native_code(functions: Mapping[str, tuple[Signature, str]],
     for i, (name, (signature, entry)) in enumerate(functions.items()):
         if native_kernel_supported(signature):
             symbol = f"pymlirjit_entry_{i}"
-            batch.add_kernel_entry(boundary_abi(signature), "_mlir_ciface_" + entry, calls,
+            batch.add_kernel_entry(boundary_abi(signature), ciface_symbol(entry), calls,
                                    release_gil, unwind, symbol)
             entries[name] = symbol
     for symbol, cb in runtime_symbols.items():
