@@ -30,18 +30,52 @@ from .types import (
 )
 
 __all__ = [
+    "CIFACE_PREFIX",
     "RESERVED_PREFIX",
     "BoundaryABI",
     "boundary_abi",
     "callback_shim",
+    "callback_shim_symbol",
+    "ciface_name",
+    "ciface_symbol",
+    "entry_shim_symbol",
     "kernel_shim",
     "native_callback_supported",
     "native_kernel_supported",
 ]
 
+# -- symbol names: every rule in one place --------------------------------------------------
+
+#: MLIR names the C-interface wrapper of ``@f`` (``llvm.emit_c_interface``) this way.
+CIFACE_PREFIX = "_mlir_ciface_"
+
 #: Symbols starting with this are pymlirjit's own (entry and callback shims): user
 #: source may not define or declare them.
 RESERVED_PREFIX = "__pymlirjit_"
+_ENTRY_SHIM_PREFIX = RESERVED_PREFIX + "entry_"
+_CALLBACK_SHIM_PREFIX = RESERVED_PREFIX + "callback_"
+
+
+def ciface_symbol(name: str) -> str:
+    """The symbol of ``@name``'s C interface: ``_mlir_ciface_<name>``."""
+    return CIFACE_PREFIX + name
+
+
+def ciface_name(symbol: str) -> str:
+    """The MLIR function a C-interface symbol belongs to (other symbols unchanged)."""
+    return symbol.removeprefix(CIFACE_PREFIX)
+
+
+def entry_shim_symbol(name: str) -> str:
+    """The function :func:`kernel_shim` defines for kernel ``@name``: the module's entry."""
+    return _ENTRY_SHIM_PREFIX + name
+
+
+def callback_shim_symbol(name: str) -> str:
+    """The declaration :func:`callback_shim` makes for callback ``@name``: the Python
+    callback is registered under ``ciface_symbol(callback_shim_symbol(name))``."""
+    return _CALLBACK_SHIM_PREFIX + name
+
 
 
 def _param_boundary_types(t: Type) -> tuple[Type, ...]:

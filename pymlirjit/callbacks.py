@@ -221,12 +221,14 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     results = signature.results
     result_what = [f"callback {name!r}: result #{i}" for i in range(len(results))]
     status_word = ctypes.c_int64.from_address
+    # Where the arguments start in what ctypes passes: after the result pointer, if any.
+    skip = 1 if abi.results_via_pointer else 0
 
-    def python_args(c_args: tuple[Any, ...]) -> list[Any]:
+    def python_args(c_args: tuple[Any, ...]) -> tuple[Any, ...] | list[Any]:
         if plain:
-            return list(c_args)
+            return c_args[skip:] if skip else c_args
         values = []
-        position = 0
+        position = skip
         for count, convert in converters:
             values.append(convert(*c_args[position:position + count]))
             position += count
@@ -241,48 +243,38 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                             f"({', '.join(t.mlir for t in results)}), got {got}")
         return result
 
+    # The three shapes differ only in what they do with the result: store it through
+    # the pointer passed before the arguments, check that there is none, or return it
+    # (``deliver`` returns what C receives).
+    deliver: Callable[[Any, tuple[Any, ...]], Any]
+    restype = None
     if abi.results_via_pointer:
         struct_type = abi.result_struct
 
-        def entry_via_pointer(status: int, out: int, *c_args: Any) -> None:
-            try:
-                values = check_count(function(*python_args(c_args)))
-                struct = struct_type.from_address(out)
-                for i, (t, value) in enumerate(zip(results, values)):
-                    _store_result(struct, f"r{i}", t, value, result_what[i])
-                status_word(status).value = 0
-            except BaseException as error:
-                try:  # noqa: SIM105 - contextlib.suppress would need Python frames
-                    record_current(name, error)
-                except BaseException:  # nothing may reach ctypes (it prints); the
-                    pass  # wrapper fails the call all the same
+        def deliver(result: Any, c_args: tuple[Any, ...]) -> Any:
+            struct = struct_type.from_address(c_args[0])
+            for i, (t, value) in enumerate(zip(results, check_count(result))):
+                _store_result(struct, f"r{i}", t, value, result_what[i])
+    elif not results:
+        def deliver(result: Any, c_args: tuple[Any, ...]) -> Any:
+            if result is not None:
+                raise TypeError(f"callback {name!r} is declared to return nothing, "
+                                f"but returned {type(result).__name__}")
+    else:
+        result_type = results[0]
+        assert isinstance(result_type, ScalarType)  # aggregates go through the pointer
+        to_boundary = to_c(result_type)
+        restype = abi.c_result
 
-        prototype = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *abi.c_params)
-        return prototype(entry_via_pointer)
+        def deliver(result: Any, c_args: tuple[Any, ...]) -> Any:
+            return to_boundary(result, result_what[0])[0]
 
-    if not results:
-        def entry_without_result(status: int, *c_args: Any) -> None:
-            try:
-                result = function(*python_args(c_args))
-                if result is not None:
-                    raise TypeError(f"callback {name!r} is declared to return nothing, "
-                                    f"but returned {type(result).__name__}")
-                status_word(status).value = 0
-            except BaseException as error:
-                try:  # noqa: SIM105 - contextlib.suppress would need Python frames
-                    record_current(name, error)
-                except BaseException:  # nothing may reach ctypes (it prints); the
-                    pass  # wrapper fails the call all the same
-
-        return ctypes.CFUNCTYPE(None, ctypes.c_void_p, *abi.c_params)(entry_without_result)
-
-    result_type = results[0]
-    assert isinstance(result_type, ScalarType)  # aggregates go through the pointer
-    to_boundary = to_c(result_type)
+    failed = None if restype is None else 0
+    leading = [ctypes.c_void_p] * skip
 
     def entry(status: int, *c_args: Any) -> Any:
         try:
-            value = to_boundary(function(*python_args(c_args)), result_what[0])[0]
+            value = deliver(function(*python_args(c_args)), c_args)
             status_word(status).value = 0
             return value
         except BaseException as error:
@@ -290,9 +282,9 @@ def _build_ctypes_entry(cb: Callback) -> Any:
                 record_current(name, error)
             except BaseException:  # nothing may reach ctypes (it prints); the
                 pass  # wrapper fails the call all the same
-            return 0
+            return failed
 
-    return ctypes.CFUNCTYPE(abi.c_result, ctypes.c_void_p, *abi.c_params)(entry)
+    return ctypes.CFUNCTYPE(restype, ctypes.c_void_p, *leading, *abi.c_params)(entry)
 
 
 # -- registries and the decorator --------------------------------------------------------

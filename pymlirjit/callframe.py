@@ -1,6 +1,6 @@
 """Call records: how a failing callback's exception reaches the call into compiled code.
 
-The ground floor of the package (it imports nothing from pymlirjit): the record each call
+The ground floor of the package (it imports only :mod:`~pymlirjit.ffi`): the record each call
 into compiled code has, the per-thread pointer to the innermost one, and the Python side
 of error capture (``enter_call``/``exit_call`` for calls made from Python,
 ``finish_call`` for native entries, :class:`CallMachinery` for the code generators).
@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
+
+from . import ffi
 
 __all__ = [
     "FAILED",
@@ -92,16 +94,11 @@ class _NativeFrameSlot:
     so that native code finds it without the GIL."""
 
     def __init__(self) -> None:
-        libc = ctypes.CDLL(None)
         self.key = ctypes.c_uint(0)
-        if libc.pthread_key_create(ctypes.byref(self.key), None) != 0:
+        if ffi.pthread_key_create(ctypes.byref(self.key), None) != 0:
             raise OSError("pthread_key_create failed")
-        self._set = libc.pthread_setspecific
-        self._set.argtypes = [ctypes.c_uint, ctypes.c_void_p]
-        self._set.restype = ctypes.c_int
-        self._get = libc.pthread_getspecific
-        self._get.argtypes = [ctypes.c_uint]
-        self._get.restype = ctypes.c_void_p
+        self._set = ffi.pthread_setspecific
+        self._get = ffi.pthread_getspecific
 
     def get(self) -> int:
         """The address of this thread's innermost record (0 if none)."""
@@ -183,7 +180,7 @@ def hand_over(inner: int, outer: int) -> None:
     """Move the error of the call whose record is at ``inner`` (which has ended) to the
     call at ``outer``, unless that one has an error already (the first one wins). A
     guard calls this when a call through a raw address failed (see
-    ``pymlirjit.native._GuardBuilder``): the enclosing call raises the error."""
+    ``pymlirjit.native.entry._GuardBuilder``): the enclosing call raises the error."""
     with _error_lock:
         error = _errors.pop(inner, None)
         if error is not None and outer not in _errors:

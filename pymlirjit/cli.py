@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import importlib
-import importlib.util
 import os
 import re
 import sys
@@ -30,17 +27,22 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-__all__ = ["CLIError", "build_parser", "error_message", "format_result", "main",
-           "parse_argument", "parse_args"]
+from . import ffi
+from .cli_loading import load_callbacks, resolve_shared_libs
+from .cli_values import (
+    CLIError,
+    check_outputs,
+    format_result,
+    parse_arguments,
+    save_outputs,
+    split_results,
+)
+
+__all__ = ["CLIError", "build_parser", "error_message", "main", "parse_args"]
 
 _PROG = "pymlirjit"
-
-
-class CLIError(Exception):
-    """A failure the command line reports as its one-line error message."""
 
 
 # -- the parser ---------------------------------------------------------------------------
@@ -215,7 +217,7 @@ def _flush_stdout() -> None:
     """Flush Python's and C's stdout, so output of compiled code and of Python stays in order."""
     sys.stdout.flush()
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
+        ffi.fflush(None)
 
 
 class _Clock:
@@ -237,199 +239,6 @@ class _Clock:
         label = [done]
         yield label
         self._say(f"{label[0]}: {(time.perf_counter() - start) * 1e3:.3f} ms")
-
-
-# -- loading callbacks and libraries -----------------------------------------------------
-
-@contextlib.contextmanager
-def _on_sys_path(folder: str) -> Iterator[None]:
-    """Put ``folder`` first on ``sys.path`` while importing (as ``python FILE`` does)."""
-    added = folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        if added and folder in sys.path:
-            sys.path.remove(folder)
-
-
-def _import_path(path: Path) -> ModuleType:
-    if not path.is_file():
-        raise CLIError(f"cannot import callbacks: no such file: {path}")
-    name = "_pymlirjit_callbacks_" + re.sub(r"\W", "_", path.stem)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise CLIError(f"cannot import callbacks from {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        with _on_sys_path(str(path.resolve().parent)):
-            spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise CLIError(f"cannot import callbacks from {path}: "
-                       f"{type(exc).__name__}: {exc}") from exc
-    return module
-
-
-def _import_name(name: str) -> ModuleType:
-    try:
-        with _on_sys_path(os.getcwd()):
-            return importlib.import_module(name)
-    except Exception as exc:
-        raise CLIError(f"cannot import callbacks module {name!r}: "
-                       f"{type(exc).__name__}: {exc}") from exc
-
-
-def load_callbacks(specs: Sequence[str]) -> list[Any]:
-    """Import each ``.py`` path or module name; return the ``@callback`` objects they
-    define (a later definition of a name replaces an earlier one)."""
-    from .callbacks import Callback
-
-    found: dict[str, Callback] = {}
-    for spec in specs:
-        is_path = spec.endswith(".py") or os.sep in spec
-        module = _import_path(Path(spec)) if is_path else _import_name(spec)
-        for value in vars(module).values():
-            if isinstance(value, Callback):
-                found[value.name] = value
-    return list(found.values())
-
-
-def _check_loadable(path: str, given: str) -> str:
-    """``path`` (absolute; ``given`` on the command line) if it is a shared library this
-    process can load. (The engine's own loader aborts the process on a file that is not
-    one.)"""
-    if not os.path.isfile(path):
-        raise CLIError(f"no such shared library: {given}")
-    try:
-        ctypes.CDLL(path)
-    except OSError as exc:
-        raise CLIError(f"cannot load shared library {given}: {exc}") from exc
-    return path
-
-
-def resolve_shared_libs(specs: Sequence[str]) -> list[str]:
-    """Absolute paths of the ``--shared-libs`` given (each a path containing ``/``, an
-    MLIR runtime library name, or a comma-separated list of those). A bare name is
-    looked up only among MLIR's runtime libraries, never in the current folder."""
-    from .pipeline import runtime_library
-
-    paths = []
-    for spec in specs:
-        for name in filter(None, (part.strip() for part in spec.split(","))):
-            try:
-                path = runtime_library(name)
-            except FileNotFoundError as exc:
-                raise CLIError(str(exc)) from exc
-            paths.append(_check_loadable(path, name))
-    return paths
-
-
-# -- arguments and results ------------------------------------------------------------------
-
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def _parse_number(text: str, scalar: Any) -> Any:
-    kind = scalar.kind
-    if kind == "bool":
-        word = text.strip().lower()
-        if word in _TRUE or word in _FALSE:
-            return word in _TRUE
-        raise ValueError(text)
-    if kind == "int":
-        try:
-            return int(text, 0)  # also 0x1f, 0b101
-        except ValueError:
-            return int(text)  # leading zeros: "007"
-    if kind == "float":
-        return float(text)
-    return complex(text.replace(" ", ""))
-
-
-def _load_array(text: str, what: str) -> Any:
-    import numpy as np
-
-    try:
-        return np.load(text, allow_pickle=False)
-    except OSError as exc:
-        raise CLIError(f"{what}: cannot read array file {text}: "
-                       f"{exc.strerror or exc}") from exc
-    except ValueError as exc:
-        detail = "" if "pickle" in str(exc) else f": {exc}"
-        raise CLIError(f"{what}: {text} is not a .npy file of numbers{detail}") from exc
-
-
-def parse_argument(text: str, param: Any, position: int) -> Any:
-    """The value of command-line argument ``text`` for ``param`` (a signature
-    :class:`~pymlirjit.Parameter`; ``position`` counts from 1): a Python scalar for a
-    scalar type, the array loaded from a ``.npy`` file for a memref or tensor."""
-    from .types import ScalarType, to_python_scalar
-
-    what = f"argument {position} ({param.type.mlir})"
-    if not isinstance(param.type, ScalarType):
-        return _load_array(text, what)
-    try:
-        value = _parse_number(text, param.type)
-    except ValueError:
-        raise CLIError(f"{what}: cannot parse {text!r} as {param.type.mlir}") from None
-    try:
-        return to_python_scalar(param.type, value, what)
-    except (TypeError, ValueError) as exc:
-        raise CLIError(str(exc)) from exc
-
-
-def parse_arguments(texts: Sequence[str], function: Any) -> list[Any]:
-    """The Python values of ``texts`` for the compiled ``function``'s parameters."""
-    params = function.signature.params
-    if len(texts) != len(params):
-        expected = ", ".join(p.type.mlir for p in params) or "none"
-        raise CLIError(f"@{function.name} takes {len(params)} argument"
-                       f"{'' if len(params) == 1 else 's'} ({expected}), got {len(texts)}")
-    return [parse_argument(text, param, i)
-            for i, (text, param) in enumerate(zip(texts, params), start=1)]
-
-
-def format_result(value: Any, mlir_type: Any = None) -> str:
-    """How the command prints one result: numpy's printing for arrays, plain ``repr``
-    for scalars (f32/f16 and complex<f32> at their own precision)."""
-    import numpy as np
-
-    if isinstance(value, np.ndarray):
-        return str(value)
-    narrow = {"f32": np.float32, "f16": np.float16, "complex<f32>": np.complex64}
-    to_numpy = narrow.get(getattr(mlir_type, "mlir", ""))
-    if to_numpy is not None:
-        return str(to_numpy(value))
-    return repr(value)
-
-
-def _results(value: Any, count: int) -> tuple[Any, ...]:
-    if count == 0:
-        return ()
-    return value if count > 1 else (value,)
-
-
-def _check_outputs(paths: Sequence[str], function: Any) -> None:
-    """Before running: fail if ``--output`` names more files than there are array results."""
-    from .types import ScalarType
-
-    arrays = sum(not isinstance(t, ScalarType) for t in function.signature.results)
-    if len(paths) > arrays:
-        raise CLIError(f"--output given {len(paths)} time{'s' if len(paths) > 1 else ''}, "
-                       f"but @{function.name} returns {arrays} array"
-                       f"{'' if arrays == 1 else 's'}")
-
-
-def _save_outputs(paths: Sequence[str], results: Sequence[Any]) -> None:
-    import numpy as np
-
-    arrays = [r for r in results if isinstance(r, np.ndarray)]
-    for path, array in zip(paths, arrays):
-        np.save(path, array)
 
 
 # -- the commands ---------------------------------------------------------------------------
@@ -486,7 +295,7 @@ def run_command(args: argparse.Namespace) -> None:
             label[0] = "load from the disk cache"
     function = _entry_function(module, args.entry, str(path))
     values = parse_arguments(args.args, function)
-    _check_outputs(args.output, function)
+    check_outputs(args.output, function)
     _flush_stdout()
     try:
         with clock.phase(f"running @{function.name}", "run"):
@@ -494,8 +303,8 @@ def run_command(args: argparse.Namespace) -> None:
     finally:
         _flush_stdout()
     result_types = function.signature.results
-    results = _results(value, len(result_types))
-    _save_outputs(args.output, results)
+    results = split_results(value, len(result_types))
+    save_outputs(args.output, results)
     for result, mlir_type in zip(results, result_types):
         print(format_result(result, mlir_type))
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import ffi
 from .types import MemRefType, ScalarType, TensorType, UnrankedMemRefType
 
 __all__ = [
@@ -31,11 +32,7 @@ __all__ = [
     "fill_descriptor_with_copy",
 ]
 
-_libc = ctypes.CDLL(None)
-_libc.malloc.argtypes = [ctypes.c_size_t]
-_libc.malloc.restype = ctypes.c_void_p
-_libc.free.argtypes = [ctypes.c_void_p]
-_libc.free.restype = None
+_libc = ffi  # for function.py, until it uses ffi.free itself
 
 # MLIR marks the `allocated` pointer of a memref.get_global result with this constant.
 GLOBAL_MEMREF_MARKER = 0xDEADBEEF
@@ -91,7 +88,7 @@ class _MallocedBuffer:
         self.address = address
 
     def __del__(self) -> None:
-        _libc.free(self.address)
+        ffi.free(self.address)
 
 
 def _raw_view(address: int, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -261,7 +258,7 @@ def fill_descriptor_with_copy(descriptor: Any, value: Any, memref: MemRefType,
         raise ValueError(f"{what}: cannot return an array for {memref.mlir}, whose layout has "
                          f"static strides")
     nbytes = max(array.nbytes, 1)
-    address = _libc.malloc(nbytes)
+    address = ffi.malloc(nbytes)
     if not address:
         raise MemoryError(f"{what}: malloc of {nbytes} bytes failed")
     target = _raw_view(address, array.shape, _contiguous_strides(array), array.dtype, None)

@@ -10,7 +10,6 @@ True
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import re
@@ -19,6 +18,7 @@ from collections.abc import Callable, Sequence
 from numbers import Integral
 from typing import Any, TypeVar
 
+from . import ffi
 from .errors import Diagnostic, MLIRError
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
@@ -286,29 +286,6 @@ def _lower(module: Any, text: str, filename: str) -> Any:
     return module
 
 
-@functools.cache
-def _pass_manager_run() -> Any:
-    """MLIR's C ``mlirPassManagerRunOnOp``, called with the GIL held (as the bindings
-    do): the bindings' diagnostic handlers call Python without taking it."""
-    import mlir._mlir_libs as libs
-
-    library = ctypes.PyDLL(os.path.join(os.path.dirname(libs.__file__), "libMLIRPythonCAPI.so"))
-    run = library.mlirPassManagerRunOnOp
-    run.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    run.restype = ctypes.c_int8  # MlirLogicalResult: 1 on success
-    return run
-
-
-_CAPSULE_NAME = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
-    ("PyCapsule_GetName", ctypes.pythonapi))
-_CAPSULE_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
-
-
-def _pointer(capsule: Any) -> int:
-    return int(_CAPSULE_POINTER(capsule, _CAPSULE_NAME(capsule)) or 0)
-
-
 def _run_passes(passes: Any, module: Any, filename: str) -> None:
     """Run ``passes`` on ``module``; raise its error diagnostics as an MLIRError.
 
@@ -326,11 +303,11 @@ def _run_passes(passes: Any, module: Any, filename: str) -> None:
 
     handler = module.context.attach_diagnostic_handler(collect)
     try:
-        succeeded = _pass_manager_run()(_pointer(passes._CAPIPtr),
-                                        _pointer(module.operation._CAPIPtr))
+        succeeded = ffi.pass_manager_run_on_op(ffi.capsule_pointer(passes._CAPIPtr),
+                                               ffi.capsule_pointer(module.operation._CAPIPtr))
     finally:
         handler.detach()
-    if errors or succeeded != 1:
+    if errors or not succeeded:
         raise MLIRError("lowering failed", errors)
 
 

@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .abi import RESERVED_PREFIX, boundary_abi, callback_shim, kernel_shim
+from .abi import (
+    RESERVED_PREFIX,
+    boundary_abi,
+    callback_shim,
+    callback_shim_symbol,
+    ciface_symbol,
+    entry_shim_symbol,
+    kernel_shim,
+)
 from .callbacks import Callback
 from .errors import Diagnostic, MLIRError
 from .pipeline import (
@@ -29,8 +37,6 @@ from .types import TensorType
 
 __all__ = ["CompileOptions", "PreparedModule", "lower", "prepare"]
 
-_ENTRY_PREFIX = "__pymlirjit_entry_"
-_CALLBACK_PREFIX = "__pymlirjit_callback_"
 
 
 @dataclass(frozen=True)
@@ -121,19 +127,19 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                                            "its Python annotations", "its MLIR declaration")
                 linked[name] = cb
                 if boundary_abi(signature).needs_shim:
-                    symbol = _CALLBACK_PREFIX + name
+                    symbol = callback_shim_symbol(name)
                     shims.append(callback_shim(name, symbol, signature))
                     op.operation.erase()
                 else:
                     symbol = name
                     op.attributes["llvm.emit_c_interface"] = unit
-                registrations["_mlir_ciface_" + symbol] = cb
+                registrations[ciface_symbol(symbol)] = cb
             elif not private:
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
                 entry = name
                 if boundary_abi(signature).needs_shim:
-                    entry = _ENTRY_PREFIX + name
+                    entry = entry_shim_symbol(name)
                     shims.append(kernel_shim(name, entry, signature))
                 signatures[name] = (signature, entry)
         if shims:

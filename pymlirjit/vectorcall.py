@@ -26,6 +26,8 @@ import ctypes
 import threading
 from typing import Any
 
+from . import ffi
+
 __all__ = ["ENTRY_OFFSET", "IN_FLIGHT_OFFSET", "PYTHON_PATH_OFFSET", "NativeCallable",
            "clear_entry", "fast_type", "has_entry", "set_entry"]
 
@@ -51,10 +53,6 @@ class _Spec(ctypes.Structure):
                 ("itemsize", ctypes.c_int), ("flags", ctypes.c_uint),
                 ("slots", ctypes.POINTER(_Slot))]
 
-
-_from_spec = ctypes.pythonapi.PyType_FromSpecWithBases
-_from_spec.argtypes = [ctypes.POINTER(_Spec), ctypes.py_object]
-_from_spec.restype = ctypes.py_object
 
 
 class NativeCallable:
@@ -101,7 +99,7 @@ def fast_type(cls: type) -> type:
                                 _Slot(0, None))
             name = f"{cls.__module__}.{cls.__qualname__}".encode()
             spec = _Spec(name, _SIZE, 0, _HAVE_VERSION_TAG | _HAVE_VECTORCALL, slots)
-            made = _from_spec(ctypes.byref(spec), (cls,))
+            made = ffi.type_from_spec_with_bases(ctypes.byref(spec), (cls,))
             made.__doc__ = cls.__doc__
             # The type keeps pointers into the spec's name and members.
             made._spec_memory = (name, members, slots, spec)

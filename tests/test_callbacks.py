@@ -221,6 +221,44 @@ def test_wrong_array_result_raises(session: Session) -> None:
         module.run()
 
 
+# Each shape of ctypes entry (f16 keeps the trampolines out): a result returned, written
+# through the result pointer, or none; returned right, then wrong.
+CTYPES_ENTRY_SHAPES = {
+    "returned": ("(f16) -> f16", "%r = call @cb(%h) : (f16) -> f16\n  %x = arith.extf %r : "
+                 "f16 to f64", lambda h: h * 2, "text", TypeError, "result #0"),
+    "via_pointer": ("(f16) -> (f64, f64)", "%a, %b = call @cb(%h) : (f16) -> (f64, f64)\n"
+                    "  %x = arith.addf %a, %b : f64", lambda h: (float(h), float(h)),
+                    (1.0, 2.0, 3.0), TypeError, "must return a tuple of 2 values"),
+    "no_result": ("(f16) -> ()", "call @cb(%h) : (f16) -> ()\n  %e = arith.extf %h : "
+                  "f16 to f64\n  %x = arith.addf %e, %e : f64", lambda h: None, 5, TypeError,
+                  "declared to return nothing"),
+}
+
+
+@pytest.mark.parametrize("shape", CTYPES_ENTRY_SHAPES)
+def test_each_ctypes_entry_shape_delivers_and_checks_its_result(session: Session,
+                                                                shape: str) -> None:
+    signature, body, good, bad_value, error, message = CTYPES_ENTRY_SHAPES[shape]
+    returned: list[object] = [None]
+
+    def cb(h: object) -> object:
+        return returned[0]
+
+    callback(signature, name="cb", session=session)(cb)
+    module = session.compile(f"""
+    func.func @k(%h: f16) -> f64 {{
+      {body}
+      return %x : f64
+    }}
+    func.func private @cb{signature.split(" ->")[0]} -> {signature.split("-> ")[1]}
+    """)
+    returned[0] = good(np.float16(1.5))
+    assert module.k(np.float16(1.5)) == 3.0
+    returned[0] = bad_value
+    with pytest.raises(error, match=message):
+        module.k(np.float16(1.5))
+
+
 def test_signature_mismatch_names_both_sides(session: Session) -> None:
     @callback(session=session)
     def cb(x: f32) -> f32:

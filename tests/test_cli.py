@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 from pymlirjit import cli
-from pymlirjit.signature import Parameter
-from pymlirjit.types import f32, i1, i32, i64, index
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -259,29 +257,6 @@ def test_usage_errors_keep_argparse_exit_code() -> None:
     assert pymlirjit("run", "tests/data/cli_scale.mlir", "-O", "7").returncode == 2
     assert pymlirjit().returncode == 2
     assert pymlirjit("run").returncode == 2
-
-
-# -- argument parsing and result printing -----------------------------------------------
-
-@pytest.mark.parametrize("text, mlir_type, expected", [
-    ("42", i32, 42), ("-7", i64, -7), ("0x1f", index, 31), ("007", i32, 7),
-    ("2.5", f32, 2.5), ("-inf", f32, float("-inf")), ("1e3", f32, 1000.0),
-    ("true", i1, True), ("0", i1, False), ("No", i1, False),
-])
-def test_parse_argument(text: str, mlir_type: object, expected: object) -> None:
-    assert cli.parse_argument(text, Parameter("arg0", mlir_type), 1) == expected
-
-
-def test_parse_argument_rejects_bad_text() -> None:
-    with pytest.raises(cli.CLIError, match=r"argument 3 \(i1\): cannot parse 'maybe' as i1"):
-        cli.parse_argument("maybe", Parameter("arg2", i1), 3)
-
-
-def test_format_result() -> None:
-    assert cli.format_result(0.1, f32) == "0.1"           # f32 at its own precision
-    assert cli.format_result(0.1) == "0.1"
-    assert cli.format_result(True, i1) == "True"
-    assert cli.format_result(np.arange(3)) == "[0 1 2]"
 
 
 # -- the examples of docs/cli.md --------------------------------------------------------
