@@ -26,7 +26,6 @@ check is a miss (logged, counted by reason), never loaded, never a crash.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import hmac
 import json
@@ -35,7 +34,6 @@ import os
 import re
 import stat
 import struct
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -44,6 +42,15 @@ from pathlib import Path
 from typing import Protocol
 
 from ._version import build_environment
+from .privatefiles import (
+    TEMPORARY_PREFIX,
+    Refused,
+    check_private_folder,
+    make_private_folder,
+    read_private,
+    write_atomically,
+    write_temporary,
+)
 from .signature import Signature, decode_signature, encode_signature
 
 __all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
@@ -104,10 +111,8 @@ class Rejection:
     detail: str
 
 
-class _Refused(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.rejection = Rejection(reason, detail)
+def _rejection(refused: Refused) -> Rejection:
+    return Rejection(refused.reason, refused.detail)
 
 
 class CacheStore(Protocol):
@@ -245,14 +250,14 @@ class DiskCache:
         if not isinstance(opened, bytes):
             return opened
         try:
-            data = _read_private(self.directory / _entry_name(key), group_may_read=True)
+            data = read_private(self.directory / _entry_name(key), group_may_read=True)
             entry = _decode_entry(data, key, opened)
         except FileNotFoundError:
             with self._lock:
                 self.misses += 1
             return None
-        except _Refused as refused:
-            rejection = refused.rejection
+        except Refused as refused:
+            rejection = _rejection(refused)
         except OSError as exc:
             rejection = Rejection("io", f"cannot read it: {exc}")
         else:
@@ -270,7 +275,7 @@ class DiskCache:
         path = self.directory / _entry_name(key)
         try:
             entry = make_entry()
-            _write_atomically(path, _encode_entry(entry, key, opened))
+            write_atomically(path, _encode_entry(entry, key, opened))
         except OSError as exc:
             # Said once as a warning: a full disk must not flood the log at each compile.
             level = logging.DEBUG if self._write_failed else logging.WARNING
@@ -304,7 +309,7 @@ class DiskCache:
         removed = 0
         for name in os.listdir(self.directory):
             if not (_ENTRY.fullmatch(name) or _OLD_ENTRY.fullmatch(name)
-                    or name.startswith(_TEMPORARY_PREFIX)):
+                    or name.startswith(TEMPORARY_PREFIX)):
                 continue
             path = self.directory / name
             try:
@@ -323,7 +328,7 @@ class DiskCache:
         if not os.path.lexists(self.directory):
             return None
         try:
-            problem = _check_folder(self.directory)
+            problem = _folder_problem(self.directory)
         except OSError as exc:
             return Rejection("io", f"cannot use {self.directory}: {exc}")
         if problem is None and not _is_marked(self.directory):
@@ -361,15 +366,15 @@ class DiskCache:
                 return None
             try:
                 if create:
-                    _make_private_folder(self.directory)
+                    make_private_folder(self.directory)
                 elif not os.path.lexists(self.directory):
                     return None
-                problem = _check_folder(self.directory)
+                problem = _folder_problem(self.directory)
                 if problem is None:
                     self._secret = _secret(self.directory)
                     return self._secret
-            except _Refused as refused:
-                problem = refused.rejection
+            except Refused as refused:
+                problem = _rejection(refused)
             except OSError as exc:
                 problem = Rejection("io", f"cannot use {self.directory}: {exc}")
             self.refused = problem
@@ -385,7 +390,6 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 _ENTRY = re.compile(r"[0-9a-f]{64}\.entry")
 # Entries of earlier versions (a description beside its code): pymlirjit's to clear too.
 _OLD_ENTRY = re.compile(r"[0-9a-f]{64}\.(?:json|so|o)")
-_TEMPORARY_PREFIX = ".pymlirjit-tmp-"
 _SECRET_FILE = "secret.key"
 _SECRET_SIZE = 32
 _MARKER_FILE = "CACHEDIR.TAG"  # https://bford.info/cachedir/: backup tools skip the folder
@@ -425,11 +429,11 @@ def _encode_entry(entry: CachedModule, key: str, secret: bytes) -> bytes:
 def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
     view = memoryview(data)
     if len(view) < _HEADER.size + _MAC_SIZE or bytes(view[:len(_MAGIC)]) != _MAGIC:
-        raise _Refused("format", "not a cache entry of this pymlirjit version")
+        raise Refused("format", "not a cache entry of this pymlirjit version")
     body = view[:-_MAC_SIZE]
     # Nothing of the entry is decoded before it is known to be this key's, written here.
     if not hmac.compare_digest(_mac(secret, key, body), bytes(view[-_MAC_SIZE:])):
-        raise _Refused("digest", "its MAC does not match its key and content (planted, "
+        raise Refused("digest", "its MAC does not match its key and content (planted, "
                                  "changed, truncated, or written for another key)")
     try:
         _, size = _HEADER.unpack_from(view)
@@ -446,61 +450,7 @@ def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
             dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
             meta["lowered_mlir"], tuple(meta["slots"]), dict(meta["native_entries"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise _Refused("format", f"its description cannot be decoded: {exc!r}") from exc
-
-
-def _check_folder(folder: Path) -> Rejection | None:
-    """Why ``folder`` may not hold a cache (``None``: it may). A symbolic link to a
-    folder is followed (``~/.cache`` often is one): the folder reached is checked."""
-    info = os.stat(folder)
-    if not stat.S_ISDIR(info.st_mode):
-        return Rejection("file-type", f"{folder} is not a folder")
-    if info.st_uid != os.geteuid():
-        return Rejection("owner", f"{folder} belongs to uid {info.st_uid}, not to this "
-                                  f"process's uid {os.geteuid()}")
-    if info.st_mode & 0o022:
-        return Rejection("permissions", f"{folder} may be written by group or others "
-                                        f"(mode {stat.S_IMODE(info.st_mode):o}); make it "
-                                        f"private: chmod 700 {folder}")
-    return None
-
-
-def _make_private_folder(folder: Path) -> None:
-    """Make ``folder`` and its missing parents with mode 0700 (``os.makedirs`` gives
-    parents the default mode)."""
-    missing = []
-    path = folder.absolute()
-    while not os.path.lexists(path):
-        missing.append(path)
-        path = path.parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:  # made meanwhile by another process: checked next
-            continue
-
-
-def _read_private(path: Path, *, group_may_read: bool) -> bytes:
-    """The bytes of ``path``, a regular file of this user that group and others may not
-    write (nor read, unless ``group_may_read``); never through a symbolic link."""
-    try:
-        # O_NONBLOCK: a FIFO in the entry's place must not hang the open.
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _Refused("file-type", f"{path} is a symbolic link") from exc
-        raise
-    with os.fdopen(descriptor, "rb") as file:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            raise _Refused("file-type", f"{path} is not a regular file")
-        if info.st_uid != os.geteuid():
-            raise _Refused("owner", f"{path} belongs to uid {info.st_uid}, not to this "
-                                    f"process's uid {os.geteuid()}")
-        if info.st_mode & (0o022 if group_may_read else 0o077):
-            raise _Refused("permissions", f"{path} is open to group or others (mode "
-                                          f"{stat.S_IMODE(info.st_mode):o})")
-        return file.read()
+        raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc
 
 
 def _secret(folder: Path) -> bytes:
@@ -509,42 +459,27 @@ def _secret(folder: Path) -> bytes:
     if not os.path.lexists(path):
         # Written whole under a temporary name, then linked in: a concurrent first use
         # links the same name and fails; every process then reads the one key that won.
-        temporary = _write_temporary(folder, os.urandom(_SECRET_SIZE))
+        temporary = write_temporary(folder, os.urandom(_SECRET_SIZE))
         try:
             with contextlib.suppress(FileExistsError):  # another process's key won
                 os.link(temporary, path)
         finally:
             os.unlink(temporary)
         if not os.path.lexists(folder / _MARKER_FILE):
-            _write_atomically(folder / _MARKER_FILE, _MARKER)
-    secret = _read_private(path, group_may_read=False)
+            write_atomically(folder / _MARKER_FILE, _MARKER)
+    secret = read_private(path, group_may_read=False)
     if len(secret) != _SECRET_SIZE:
-        raise _Refused("secret", f"{path} is not a key of {_SECRET_SIZE} bytes")
+        raise Refused("secret", f"{path} is not a key of {_SECRET_SIZE} bytes")
     return secret
 
 
 def _is_marked(folder: Path) -> bool:
     try:
-        return _read_private(folder / _MARKER_FILE, group_may_read=True) == _MARKER
-    except (OSError, _Refused):  # absent, or not pymlirjit's: not its folder
+        return read_private(folder / _MARKER_FILE, group_may_read=True) == _MARKER
+    except (OSError, Refused):  # absent, or not pymlirjit's: not its folder
         return False
 
 
-def _write_temporary(folder: Path, data: bytes) -> str:
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=_TEMPORARY_PREFIX)  # 0600
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-    return temporary
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = _write_temporary(path.parent, data)
-    try:
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+def _folder_problem(folder: Path) -> Rejection | None:
+    problem = check_private_folder(folder)
+    return None if problem is None else _rejection(problem)

@@ -12,12 +12,10 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..relocation import SLOT_PREFIX
 from .builder import (
     _C_API,
     _LIBC,
-    _declare_libc,
-    _i64,
+    _Unit,
     check_object_layouts,
 )
 from .entry import _EntryBuilder, _GuardBuilder
@@ -79,38 +77,6 @@ class _Jit:
 @functools.cache
 def _jit() -> _Jit:
     return _Jit()
-
-
-class _Unit:
-    """One LLVM module being generated: its declarations, and how its code refers to
-    Python objects and process addresses. Code for this process embeds them as
-    constants (and keeps the objects alive as long as the code); ``relocatable`` code,
-    for a shared library that any process may load, reads each from a named slot (a
-    global) which the loading process fills (see :mod:`pymlirjit.relocation`)."""
-
-    def __init__(self, name: str, relocatable: bool = False) -> None:
-        self.module = ir.Module(name=name)
-        self.api = {n: ir.Function(self.module, t, n) for n, t in _C_API.items()}
-        self.libc = _declare_libc(self.module)
-        self.relocatable = relocatable
-        self.embedded: list[object] = []
-        self.slots: dict[str, ir.GlobalVariable] = {}
-
-    def slot(self, name: str) -> ir.GlobalVariable:
-        """The global holding the value named ``name`` (``pymlirjit_slot_<index>``)."""
-        variable = self.slots.get(name)
-        if variable is None:
-            variable = ir.GlobalVariable(self.module, _i64, f"{SLOT_PREFIX}{len(self.slots)}")
-            variable.initializer = ir.Constant(_i64, 0)
-            self.slots[name] = variable
-        return variable
-
-    def function(self, name: str, function_type: ir.FunctionType) -> ir.Function:
-        """The function ``name``, declared once."""
-        existing = self.module.globals.get(name)
-        if isinstance(existing, ir.Function):
-            return existing
-        return ir.Function(self.module, function_type, name)
 
 
 class NativeBatch:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -15,11 +15,8 @@ from llvmlite import ir
 from ..abi import BoundaryABI
 from ..callframe import JUMP_BUFFER
 from ..memref import descriptor_type
-from ..relocation import name_of
+from ..relocation import SLOT_PREFIX, name_of
 from ..types import ScalarType
-
-if TYPE_CHECKING:
-    from .batch import _Unit
 
 # The object fields generated code reads, as byte offsets: CPython's PyObject header and
 # numpy's PyArrayObject_fields, both public ABI on 64-bit CPython 3.10-3.13 (not the
@@ -204,6 +201,38 @@ def _llvm_type(t: ScalarType) -> ir.Type:
     if t.kind == "bool":
         return _i8  # i1 crosses the boundary as i8 (see abi)
     return ir.IntType(t.bits)
+
+
+class _Unit:
+    """One LLVM module being generated: its declarations, and how its code refers to
+    Python objects and process addresses. Code for this process embeds them as
+    constants (and keeps the objects alive as long as the code); ``relocatable`` code,
+    for a shared library that any process may load, reads each from a named slot (a
+    global) which the loading process fills (see :mod:`pymlirjit.relocation`)."""
+
+    def __init__(self, name: str, relocatable: bool = False) -> None:
+        self.module = ir.Module(name=name)
+        self.api = {n: ir.Function(self.module, t, n) for n, t in _C_API.items()}
+        self.libc = _declare_libc(self.module)
+        self.relocatable = relocatable
+        self.embedded: list[object] = []
+        self.slots: dict[str, ir.GlobalVariable] = {}
+
+    def slot(self, name: str) -> ir.GlobalVariable:
+        """The global holding the value named ``name`` (``pymlirjit_slot_<index>``)."""
+        variable = self.slots.get(name)
+        if variable is None:
+            variable = ir.GlobalVariable(self.module, _i64, f"{SLOT_PREFIX}{len(self.slots)}")
+            variable.initializer = ir.Constant(_i64, 0)
+            self.slots[name] = variable
+        return variable
+
+    def function(self, name: str, function_type: ir.FunctionType) -> ir.Function:
+        """The function ``name``, declared once."""
+        existing = self.module.globals.get(name)
+        if isinstance(existing, ir.Function):
+            return existing
+        return ir.Function(self.module, function_type, name)
 
 
 class _FunctionBuilder:

@@ -3,7 +3,7 @@ and guards, which give each call made through a raw C-ABI address a call record.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -38,12 +38,10 @@ from .builder import (
     _i64,
     _llvm_type,
     _ptr,
+    _Unit,
     _zero_results,
     descriptor_struct,
 )
-
-if TYPE_CHECKING:
-    from .batch import _Unit
 
 
 class _EntryBuilder(_FunctionBuilder):

@@ -3,7 +3,7 @@ entries, and the forwarders of relocatable code."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -31,13 +31,11 @@ from .builder import (
     _i64,
     _llvm_type,
     _ptr,
+    _Unit,
     _unwind,
     _zero_results,
     descriptor_struct,
 )
-
-if TYPE_CHECKING:
-    from .batch import _Unit
 
 
 def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:

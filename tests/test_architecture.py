@@ -1,0 +1,113 @@
+"""The package's layout (docs/architecture.md): imports flow one way, lazy ones included,
+and no module grows past what one reader holds in mind."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
+
+#: From the ground up: a module imports only modules of its own floor or below.
+FLOORS: list[set[str]] = [
+    {"errors", "types", "_version", "ffi", "callframe", "vectorcall"},
+    {"typing", "signature", "pipeline", "convert", "memref", "abi", "relocation",
+     "privatefiles"},
+    {"native", "native.batch", "native.builder", "native.entry", "native.trampoline"},
+    {"engine", "objectfile", "sharedlib"},
+    {"cache"},
+    {"callbacks", "function", "prepare", "module"},
+    {"session"},
+    {"kernel"},
+    {"cli", "cli_values", "cli_loading", "demo"},
+    {"__init__", "__main__"},
+]
+FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
+MAX_LINES = 500
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every pymlirjit module ``name`` imports, at the top or inside a function."""
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+    if name == "__init__":
+        package = []
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            candidates = [module] if node.module else []
+            candidates += [f"{module}.{alias.name}".lstrip(".") for alias in node.names]
+            for candidate in candidates:
+                if candidate in known:
+                    found.add(candidate)
+            if not node.module and not any(c in known for c in candidates):
+                found.add("__init__")  # `from . import x` of a name of the package root
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pymlirjit"):
+            found.add(node.module.removeprefix("pymlirjit").lstrip(".") or "__init__")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("pymlirjit"):
+                    found.add(alias.name.removeprefix("pymlirjit").lstrip(".") or "__init__")
+    found.discard(name)
+    return found
+
+
+def test_every_module_has_a_floor() -> None:
+    unplaced = sorted(set(_modules()) - set(FLOOR))
+    assert not unplaced, f"modules on no floor of FLOORS (and of docs/architecture.md): {unplaced}"
+
+
+def test_imports_flow_down_only() -> None:
+    modules = _modules()
+    upward = []
+    for name, path in modules.items():
+        for imported in _imports(name, path, set(modules)):
+            if FLOOR.get(imported, 99) > FLOOR.get(name, -1):
+                upward.append(f"{name} (floor {FLOOR.get(name)}) imports {imported} "
+                              f"(floor {FLOOR.get(imported)})")
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = [*trail[trail.index(name):], name]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        state[name] = 1
+        for imported in sorted(graph.get(name, ())):
+            visit(imported, [*trail, name])
+        state[name] = 2
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_engine_depends_on_no_decorator_session_or_kernel_module() -> None:
+    modules = _modules()
+    imported = _imports("engine", modules["engine"], set(modules))
+    assert not imported & {"callbacks", "session", "kernel", "function", "module"}, imported
+
+
+def test_modules_stay_small() -> None:
+    large = {name: n for name, path in _modules().items()
+             if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not large, f"modules over {MAX_LINES} lines: {large}"
