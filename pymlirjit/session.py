@@ -48,17 +48,31 @@ __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_
            "runtime_library"]
 
 
-class CacheInfo(NamedTuple):
-    """Compile cache counters of a :class:`Session`: in-memory ``hits`` and ``misses``,
-    the number of modules held (``size``), the modules loaded from the disk cache
-    (``disk_hits``) and the disk entries refused, by reason (``rejected``; see
-    :data:`pymlirjit.cache.REASONS`)."""
-
+class _Counts(NamedTuple):
     hits: int
     misses: int
     size: int
+
+
+class CacheInfo(_Counts):
+    """Compile cache counters of a :class:`Session`: a named tuple of the in-memory
+    ``hits`` and ``misses`` and the number of modules held (``size``), with two more
+    attributes beside it: the modules loaded from the disk cache (``disk_hits``) and the
+    disk entries refused, by reason (``rejected``; see :data:`pymlirjit.cache.REASONS`)."""
+
     disk_hits: int
     rejected: dict[str, int]
+
+    def __new__(cls, hits: int, misses: int, size: int, disk_hits: int = 0,
+                rejected: dict[str, int] | None = None) -> CacheInfo:
+        info = super().__new__(cls, hits, misses, size)
+        info.disk_hits = disk_hits
+        info.rejected = dict(rejected or {})
+        return info
+
+    def __repr__(self) -> str:
+        return (f"CacheInfo(hits={self.hits}, misses={self.misses}, size={self.size}, "
+                f"disk_hits={self.disk_hits}, rejected={self.rejected})")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def test_compiling_twice_reuses_the_engine(session: Session) -> None:
     first = session.compile(SQUARE)
     second = session.compile(SQUARE)
     assert first is second
-    assert session.cache_info()[:3] == (1, 1, 1)
+    assert session.cache_info() == (1, 1, 1)
     assert first.square(3.0) == 9.0
 
 
@@ -46,7 +46,7 @@ def test_clear_cache_recompiles_kernels(session: Session) -> None:
     assert square(2.0) == 4.0
     old = session.compile(SQUARE)
     session.clear_cache()
-    assert session.cache_info()[:3] == (0, 0, 0)
+    assert session.cache_info() == (0, 0, 0)
     assert square(3.0) == 9.0  # the kernel compiles again
     assert old.square(5.0) == 25.0  # what was handed out keeps working
 
@@ -240,4 +240,14 @@ def test_one_compile_options_value_is_the_key(session: Session) -> None:
     assert session.compile(SQUARE, options=session.options.replace(opt_level=3)) is first
     assert session.compile(SQUARE, options=CompileOptions.make(None, 3)) is first
     assert session.compile(SQUARE) is not first
-    assert session.cache_info()[:3] == (2, 2, 2)
+    assert session.cache_info() == (2, 2, 2)
+
+
+def test_cache_info_is_the_three_counts_with_the_disk_counts_beside_them() -> None:
+    from pymlirjit.session import CacheInfo
+
+    info = CacheInfo(1, 2, 3, 4, {"digest": 1})
+    assert info == (1, 2, 3) and tuple(info) == (1, 2, 3)
+    hits, misses, size = info
+    assert (hits, misses, size, info.disk_hits, info.rejected) == (1, 2, 3, 4, {"digest": 1})
+    assert repr(info) == "CacheInfo(hits=1, misses=2, size=3, disk_hits=4, rejected={'digest': 1})"
