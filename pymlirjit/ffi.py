@@ -64,6 +64,22 @@ pthread_getspecific = _declare(_process, "pthread_getspecific", ctypes.c_void_p,
                                ctypes.c_uint)
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
+#: ``int dladdr(const void *, Dl_info *)``
+_dladdr = _declare(_process, "dladdr", ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_DlInfo))
+
+
+def object_base(address: int) -> int:
+    """The load address of the library (or executable) whose code holds ``address``
+    (0 if none does)."""
+    info = _DlInfo()
+    return int(info.fbase or 0) if _dladdr(address, ctypes.byref(info)) else 0
+
+
 def dlclose(handle: int) -> None:
     """Unload the library ``handle`` (a ``CDLL._handle``); ``OSError`` if dlclose fails."""
     import _ctypes

@@ -16,7 +16,7 @@ FLOORS: list[set[str]] = [
     {"typing", "signature", "pipeline", "convert", "memref", "abi", "relocation",
      "privatefiles"},
     {"native", "native.batch", "native.builder", "native.entry", "native.trampoline"},
-    {"engine", "objectfile", "sharedlib"},
+    {"engine", "asyncruntime", "objectfile", "sharedlib"},
     {"cache"},
     {"callbacks", "function", "prepare", "module"},
     {"session"},

@@ -153,3 +153,11 @@ def test_dlclose_unloads_a_library_loaded_once(tmp_path: Path) -> None:
         "print('libffi_probe' in open('/proc/self/maps').read())\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["42", "True", "False"]
+
+
+def test_object_base_finds_the_library_holding_an_address() -> None:
+    libc = ctypes.CDLL(None)
+    address = ctypes.cast(libc.printf, ctypes.c_void_p).value or 0
+    base = ffi.object_base(address)
+    assert 0 < base <= address
+    assert ffi.object_base(0) == 0
