@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import ffi
 from .errors import LinkError
 from .relocation import SLOT_PREFIX
 
@@ -145,9 +146,7 @@ class SharedLibrary:
 
 
 def _unload(handle: int) -> None:
-    import _ctypes
-
-    _ctypes.dlclose(handle)
+    ffi.dlclose(handle)
 
 
 # A module that uses shared libraries may still have code running on their threads when
