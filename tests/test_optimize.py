@@ -119,7 +119,7 @@ def test_fastmath_dot_matches_numpy(session: Session) -> None:
         a, b = rng.standard_normal(n), rng.standard_normal(n)
         assert dot(a, b) == pytest.approx(float(a @ b), rel=1e-12, abs=1e-12)
     dot.compile()
-    assert "fastmath = #llvm.fastmath<fast>" in dot.lowered_mlir
+    assert "fastmathFlags = #llvm.fastmath<fast>" in dot.lowered_mlir
 
 
 def test_fastmath_is_part_of_the_cache_key(session: Session) -> None:
