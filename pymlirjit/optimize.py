@@ -25,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from .errors import MLIRError
@@ -108,7 +107,6 @@ def set_fastmath(module: Any) -> int:
     return marked
 
 
-@functools.cache
 def _takes_fastmath(opview: type) -> bool:
     return isinstance(getattr(opview, "fastmath", None), property)
 

@@ -81,7 +81,7 @@ def test_opt_level_3_vectorizes_the_matmul(session: Session) -> None:
 
 
 def test_user_pipeline_is_run_as_written() -> None:
-    options = CompileOptions.make(list(DEFAULT_PIPELINE) + ["canonicalize"], opt_level=3)
+    options = CompileOptions.make([*DEFAULT_PIPELINE, "canonicalize"], opt_level=3)
     assert not options.tiles_linalg
     assert CompileOptions.make(opt_level=3).tiles_linalg
     assert not CompileOptions.make(opt_level=2).tiles_linalg
