@@ -89,6 +89,8 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                           "pymlirjit's)")
     run.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
                      metavar="N", help="LLVM optimization level, 0 to 3 (default: 2)")
+    run.add_argument("--fastmath", action="store_true",
+                     help="fast-math flags on float ops (reductions vectorize)")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
                      help="save the array result (repeat for several array results)")
     run.add_argument("--time", action="store_true",
@@ -270,7 +272,8 @@ def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
     session = Session(cache_dir=default_cache_dir() if args.cache else None)
     try:
         module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
-                                 shared_libs=shared_libs, callbacks=callbacks)
+                                 shared_libs=shared_libs, callbacks=callbacks,
+                                 fastmath=args.fastmath)
         return module, session.disk_cache is not None and session.disk_cache.hits > 0
     except LinkError as exc:
         if not exc.missing:

@@ -50,7 +50,7 @@ class Kernel(NativeCallable):
                  callbacks: Iterable[Callback] | None = None,
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
-                 cache: bool | None = None) -> None:
+                 cache: bool | None = None, fastmath: bool | None = None) -> None:
         if not isinstance(source, (str, Path)):
             raise TypeError(f"@mlir_kernel source must be MLIR text or a pathlib.Path, "
                             f"got {type(source).__name__}")
@@ -64,6 +64,7 @@ class Kernel(NativeCallable):
         self.source = source
         self._pipeline = pipeline
         self._opt_level = opt_level
+        self._fastmath = fastmath
         self._shared_libs = None if shared_libs is None else tuple(shared_libs)
         self._callbacks = tuple(callbacks or ())
         self._cache = cache
@@ -101,7 +102,7 @@ class Kernel(NativeCallable):
             default_registry().watch(self)
             if self._options is None:
                 self._options = session.options.replace(self._pipeline, self._opt_level,
-                                                        self._shared_libs)
+                                                        self._shared_libs, self._fastmath)
             module: CompiledModule = session.compile(
                 self.source, options=self._options, callbacks=self._callbacks,
                 cache=self._cache)
@@ -246,8 +247,8 @@ def mlir_kernel(*, source: str | Path, name: str | None = None,
                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                 callbacks: Iterable[Callback] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
-                release_gil: bool | None = None,
-                cache: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
+                release_gil: bool | None = None, cache: bool | None = None,
+                fastmath: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
     """Turn the MLIR function named like the decorated stub (or ``name``) into a
     Python callable. The stub's body is unused; its annotations, where present, are
     checked against the MLIR signature. Compilation happens on first call.
@@ -260,8 +261,12 @@ def mlir_kernel(*, source: str | Path, name: str | None = None,
 
     ``cache=True`` keeps the machine code on disk (the session's ``cache_dir``, else
     :func:`pymlirjit.cache.default_cache_dir`), so that a new process skips compiling.
+
+    ``fastmath=True`` (numba's name) puts fast-math flags on float ops, so that float
+    reductions vectorize (``None``: the session's setting). ``opt_level=3`` with the
+    default pipeline also tiles and vectorizes ``linalg.matmul`` for the host CPU.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
         return Kernel(stub, source, name or stub.__name__, pipeline, opt_level, callbacks,
-                      shared_libs, session, release_gil, cache)
+                      shared_libs, session, release_gil, cache, fastmath)
     return decorate

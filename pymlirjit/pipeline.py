@@ -262,16 +262,20 @@ def _parse(source: str, context: Any, filename: str) -> Any:
 
 
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
-          filename: str = "<source>") -> Any:
+          filename: str = "<source>",
+          before: Callable[[Any, str], str] | None = None) -> Any:
     """Run ``pipeline`` (the default one if ``None``) on ``module`` in place; return it.
 
-    ``filename`` names the source in the locations of diagnostics.
+    ``filename`` names the source in the locations of diagnostics. ``before(module,
+    pipeline)``, if given, runs first (on the same large stack: the optimizing passes of
+    :mod:`pymlirjit.optimize`) and returns the pipeline to run.
     """
     text = normalize_pipeline(pipeline)
-    return _on_large_stack(lambda: _lower(module, text, filename))
+    return _on_large_stack(lambda: _lower(module, text, filename, before))
 
 
-def _lower(module: Any, text: str, filename: str) -> Any:
+def _lower(module: Any, text: str, filename: str,
+           before: Callable[[Any, str], str] | None = None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -279,6 +283,8 @@ def _lower(module: Any, text: str, filename: str) -> Any:
             PassManager.parse(text)
         except ValueError as exc:
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
+        if before is not None:
+            text = before(module, text)
         for stage in _stages(text):
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)

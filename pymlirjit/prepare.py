@@ -24,6 +24,7 @@ from .abi import (
 )
 from .callbacks import Callback
 from .errors import Diagnostic, MLIRError
+from .optimize import optimize, with_vector_lowering
 from .pipeline import (
     check_opt_level,
     new_context,
@@ -49,26 +50,52 @@ class CompileOptions:
     pipeline: str
     opt_level: int
     shared_libs: tuple[str, ...]
+    #: Fast-math flags on float ops (numba's ``fastmath=True``).
+    fastmath: bool = False
+    #: Room for numba's ``parallel=True`` (not used yet).
+    parallel: bool = False
 
     @classmethod
     def make(cls, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
-             shared_libs: Iterable[str] = ()) -> CompileOptions:
+             shared_libs: Iterable[str] = (), fastmath: bool = False) -> CompileOptions:
         """Options from any accepted spelling, checked (``pipeline=None``: the default
         pipeline; libraries by path or by runtime library name)."""
         return cls(normalize_pipeline(pipeline), check_opt_level(opt_level),
-                   tuple(runtime_library(str(p)) for p in shared_libs))
+                   tuple(runtime_library(str(p)) for p in shared_libs),
+                   _check_flag("fastmath", fastmath))
 
     def replace(self, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None,
-                shared_libs: Iterable[str] | None = None) -> CompileOptions:
+                shared_libs: Iterable[str] | None = None,
+                fastmath: bool | None = None) -> CompileOptions:
         """These options with those given (not ``None``) instead, checked."""
-        if pipeline is None and opt_level is None and shared_libs is None:
+        if pipeline is None and opt_level is None and shared_libs is None and fastmath is None:
             return self
         return CompileOptions(
             self.pipeline if pipeline is None else normalize_pipeline(pipeline),
             self.opt_level if opt_level is None else check_opt_level(opt_level),
             self.shared_libs if shared_libs is None
-            else tuple(runtime_library(str(p)) for p in shared_libs))
+            else tuple(runtime_library(str(p)) for p in shared_libs),
+            self.fastmath if fastmath is None else _check_flag("fastmath", fastmath),
+            self.parallel)
+
+    @property
+    def pipeline_key(self) -> str:
+        """The pipeline with the flags that change the code it makes (a cache key)."""
+        flags = "".join(f" +{name}" for name in ("fastmath", "parallel") if getattr(self, name))
+        return self.pipeline + flags
+
+    @property
+    def tiles_linalg(self) -> bool:
+        """Whether linalg ops are tiled and vectorized: at ``opt_level=3`` with the
+        default pipeline (a pipeline given by the user is run as written)."""
+        return self.opt_level >= 3 and self.pipeline == normalize_pipeline(None)
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 @dataclass
@@ -157,7 +184,13 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
     returns ``prepared``."""
-    lower_module(prepared.module, options.pipeline, prepared.filename)
+    def optimize_first(module: Any, pipeline: str) -> str:
+        vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
+                           filename=prepared.filename)
+        return with_vector_lowering(pipeline) if vectors else pipeline
+
+    lower_module(prepared.module, options.pipeline, prepared.filename,
+                 optimize_first if options.fastmath or options.tiles_linalg else None)
     return prepared
 
 

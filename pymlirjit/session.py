@@ -88,7 +88,8 @@ class Session:
     ``pipeline`` (a pass pipeline string or list of passes; default
     :data:`pymlirjit.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
     are defaults for :meth:`compile`, held as one frozen
-    :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`). ``callbacks`` is
+    :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`), as is ``fastmath``
+    (fast-math flags on float ops, see :mod:`pymlirjit.optimize`). ``callbacks`` is
     this session's registry:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
@@ -101,12 +102,12 @@ class Session:
     def __init__(self, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
                  shared_libs: Iterable[str] = (), *,
                  registry: CallbackRegistry | None = None,
-                 cache_dir: str | Path | None = None) -> None:
+                 cache_dir: str | Path | None = None, fastmath: bool = False) -> None:
         self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
                                        else NullCache())
         self._disk_hits = 0
         self._rejected: Counter[str] = Counter()
-        self.options = CompileOptions.make(pipeline, opt_level, shared_libs)
+        self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath)
         self.callbacks = registry if registry is not None else CallbackRegistry()
         self._cache: dict[tuple[_ModuleKey, tuple[Callback | None, ...]], CompiledModule] = {}
         self._declared: dict[_ModuleKey, tuple[str, ...]] = {}
@@ -174,12 +175,13 @@ class Session:
     def compile(self, source: str | Path, *, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
                 callbacks: Iterable[Callback] = (), cache: bool | None = None,
-                options: CompileOptions | None = None) -> CompiledModule:
+                options: CompileOptions | None = None,
+                fastmath: bool | None = None) -> CompiledModule:
         """Compile ``source`` (MLIR text or a path to a ``.mlir`` file), or return the
         cached module compiled from the same source, options and callbacks.
 
         ``options`` replaces the session's (:attr:`options`); ``pipeline``,
-        ``opt_level`` and ``shared_libs``, where given, replace those.
+        ``opt_level``, ``shared_libs`` and ``fastmath``, where given, replace those.
         ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
         ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
         """
@@ -189,7 +191,7 @@ class Session:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks must be @callback functions, got {cb!r}")
         chosen = (self.options if options is None else options).replace(
-            pipeline, opt_level, shared_libs)
+            pipeline, opt_level, shared_libs, fastmath)
         key = _ModuleKey(text, chosen, explicit)
         with self._lock:  # memory -> store -> compile -> store
             declared = self._declared.get(key)
@@ -224,7 +226,7 @@ class Session:
             cb = self.find_callback(name, key.explicit)
             if cb is not None:
                 linkable[name] = cb
-        disk_key = store.key(key.source, options.pipeline, options.opt_level,
+        disk_key = store.key(key.source, options.pipeline_key, options.opt_level,
                              options.shared_libs,
                              [(n, cb.signature.mlir) for n, cb in linkable.items()])
         found = store.load(disk_key)

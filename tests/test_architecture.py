@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
 #: From the ground up: a module imports only modules of its own floor or below.
 FLOORS: list[set[str]] = [
     {"errors", "types", "_version", "ffi", "callframe", "vectorcall"},
-    {"typing", "signature", "pipeline", "convert", "memref", "abi", "relocation",
+    {"typing", "signature", "pipeline", "optimize", "convert", "memref", "abi", "relocation",
      "privatefiles"},
     {"native", "native.batch", "native.builder", "native.entry", "native.trampoline"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
