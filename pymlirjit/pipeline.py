@@ -22,7 +22,7 @@ from . import ffi
 from .errors import Diagnostic, MLIRError
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
-           "normalize_pipeline", "parse_module", "runtime_library"]
+           "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
 
 _T = TypeVar("_T")
 
@@ -206,6 +206,38 @@ def runtime_library(name: str) -> str:
     raise FileNotFoundError(
         f"{name!r} is not an MLIR runtime library (no {filename} in {folder}); "
         f"give another library by its path, such as './{name}'")
+
+
+#: MLIR's runtime libraries that define functions MLIR code calls (printMemrefF32,
+#: printI64, the async runtime's mlirAsync*, ...), in the order they are suggested.
+RUNTIME_LIBRARIES = ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so",
+                     "libmlir_async_runtime.so", "libmlir_float16_utils.so",
+                     "libmlir_apfloat_wrappers.so")
+
+
+def runtime_library_defining(symbol: str) -> str | None:
+    """The name of the MLIR runtime library (:data:`RUNTIME_LIBRARIES`) that defines
+    ``symbol``, or None.
+
+    >>> runtime_library_defining("printMemrefF32")
+    'libmlir_runner_utils.so'
+    """
+    for name in RUNTIME_LIBRARIES:
+        library = _runtime_handle(name)
+        if library is not None and hasattr(library, symbol):
+            return name
+    return None
+
+
+@functools.cache
+def _runtime_handle(name: str) -> Any:
+    import ctypes
+
+    path = os.path.join(_mlir_library_folder(), name)
+    try:
+        return ctypes.CDLL(path) if os.path.isfile(path) else None
+    except OSError:
+        return None
 
 
 def check_opt_level(opt_level: object) -> int:
