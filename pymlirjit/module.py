@@ -258,7 +258,8 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     """JIT-compile ``prepared`` (lowered) with MLIR's engine and register the callbacks
     it calls. Raises :class:`LinkError` naming every symbol nothing defines, before any
     code runs."""
-    engine = ExecutionEngine(prepared.module, options.opt_level, options.shared_libs)
+    engine = ExecutionEngine(prepared.module, options.opt_level,
+                             prepared.shared_libs(options))
     prepare_entries(prepared.registrations.values())
     for symbol, cb in prepared.registrations.items():
         engine.raw_register_runtime(symbol, cb)  # the engine keeps the callback alive
@@ -296,8 +297,9 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
                   options: CompileOptions) -> CompiledModule:
     """The module of code JIT-compiled in this process (no native entries yet)."""
     return CompiledModule(engine, source, prepared.module, prepared.signatures,
-                          prepared.linked, options.shared_libs, prepared.registrations,
-                          context=prepared.context, uncallable=prepared.uncallable)
+                          prepared.linked, prepared.shared_libs(options),
+                          prepared.registrations, context=prepared.context,
+                          uncallable=prepared.uncallable)
 
 
 def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
@@ -315,7 +317,8 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
                    prepared.declared, tuple(sorted(engine.needed_symbols)),
                    str(prepared.module))
     if supported():
-        release_gil, unwind = call_policy(bool(prepared.linked), options.shared_libs)
+        release_gil, unwind = call_policy(bool(prepared.linked),
+                                          prepared.shared_libs(options))
         native = build_native_code(signatures, prepared.registrations, release_gil, unwind)
         parts = [object_code] + ([native.object_code] if native.object_code else [])
         try:

@@ -26,14 +26,25 @@ __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_c
 
 _T = TypeVar("_T")
 
-#: Lowers func/arith/math/scf/cf/memref/linalg/tensor/complex code to the LLVM dialect.
+#: Lowers what real files use to the LLVM dialect: func, arith, math, complex, scf (with
+#: scf.parallel, run sequentially), affine, cf, memref, linalg and tensor (one-shot
+#: bufferization), vector, async (MLIR's async runtime is then linked automatically),
+#: index, and llvm ops mixed in. Affine lowers to scf, so ``lower-affine`` runs before
+#: ``convert-scf-to-cf``, and again after ``expand-strided-metadata``, which makes
+#: ``affine.apply``; vector transfers lower to scf loops before scf is lowered.
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}",
     "func.func(buffer-deallocation-simplification,convert-linalg-to-loops)",
+    "async-to-async-runtime",
+    "func.func(async-runtime-ref-counting,async-runtime-ref-counting-opt)",
+    "convert-async-to-llvm",
+    "func.func(convert-vector-to-scf)",
+    "lower-affine",
     "convert-scf-to-cf",
     "expand-strided-metadata",
     "lower-affine",
+    "convert-vector-to-llvm",
     "finalize-memref-to-llvm",
     "func.func(convert-complex-to-standard)",
     "convert-math-to-llvm",
@@ -43,6 +54,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "convert-func-to-llvm",
     "convert-cf-to-llvm",
     "convert-index-to-llvm",
+    "convert-ub-to-llvm",
     "reconcile-unrealized-casts",
 )
 

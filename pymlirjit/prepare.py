@@ -94,6 +94,13 @@ class PreparedModule:
     registrations: dict[str, Callback]
     declared: tuple[str, ...]
     uncallable: dict[str, str] = field(default_factory=dict)
+    runtime_libs: tuple[str, ...] = ()
+
+    def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
+        """The libraries the code links: ``options``' and the runtime libraries the
+        lowered module needs (:attr:`runtime_libs`)."""
+        return options.shared_libs + tuple(
+            lib for lib in self.runtime_libs if lib not in options.shared_libs)
 
 
 def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callback | None],
@@ -189,7 +196,28 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     lower_module(prepared.module, options.pipeline, prepared.filename)
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
+    prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     return prepared
+
+
+#: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
+#: the lowering of the async dialect calls MLIR's async runtime.
+_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime"}
+
+
+def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
+    from mlir import ir
+
+    needed = []
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        for prefix, library in _AUTOMATIC_LIBRARIES.items():
+            path = runtime_library(library)
+            if name.startswith(prefix) and path not in needed:
+                needed.append(path)
+    return tuple(needed)
 
 
 def _drop_unused_declarations(prepared: PreparedModule) -> None:
