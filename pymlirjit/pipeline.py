@@ -326,8 +326,23 @@ def _lower(module: Any, text: str, filename: str) -> Any:
         for stage in _stages(text):
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)
+    _drop_unused_async_declarations(module)
     _check_lowered(module, filename)
     return module
+
+
+def _drop_unused_async_declarations(module: Any) -> None:
+    """convert-async-to-llvm declares the whole async runtime even in modules without
+    async ops; erase what nothing calls, so such modules need no runtime library."""
+    from mlir import ir
+
+    text = str(module)
+    for op in list(module.body.operations):
+        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if name.startswith("mlirAsyncRunti") and text.count(f"@{name}") == 1:
+            op.operation.erase()
 
 
 def _run_passes(passes: Any, module: Any, filename: str) -> None:
