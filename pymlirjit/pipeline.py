@@ -341,7 +341,8 @@ def _drop_unused_async_declarations(module: Any) -> None:
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        if name.startswith("mlirAsyncRunti") and text.count(f"@{name}") == 1:
+        uses = re.findall(rf"@{name}\b", text)
+        if name.startswith("mlirAsyncRunti") and len(uses) == 1:
             op.operation.erase()
 
 
