@@ -81,14 +81,19 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--callbacks", action="append", default=[], metavar="PATH_OR_MODULE",
                      help="a .py file or module whose @callback functions are linked "
                           "(repeatable)")
-    run.add_argument("--shared-libs", action="append", default=[], metavar="LIB",
+    run.add_argument("-entry-point-result", "--entry-point-result", dest="entry_result",
+                     choices=("void", "i32", "i64", "f32"), metavar="TYPE",
+                     help="mlir-runner's check of the entry's result type: void, i32, i64 "
+                          "or f32 (printed as mlir-runner prints it)")
+    run.add_argument("--shared-libs", "-shared-libs", action="append", default=[], metavar="LIB",
                      help="a shared library to link: a path or an MLIR runtime library name "
                           "such as libmlir_c_runner_utils.so (repeatable, or comma-separated)")
     run.add_argument("--pipeline", metavar="STR",
                      help="the pass pipeline lowering to the LLVM dialect (default: "
                           "pymlirjit's)")
     run.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
-                     metavar="N", help="LLVM optimization level, 0 to 3 (default: 2)")
+                     metavar="N", help="LLVM optimization level, 0 to 3 (default: 2; "
+                                       "-O0 to -O3 as in mlir-runner)")
     run.add_argument("--fastmath", action="store_true",
                      help="fast-math flags on float ops (reductions vectorize)")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
@@ -254,6 +259,8 @@ def _require_file(name: str) -> Path:
 
 def _entry_function(module: Any, entry: str, filename: str) -> Any:
     function = module.functions.get(entry)
+    if function is None and entry in module.uncallable:
+        raise CLIError(f"{filename}: {module.uncallable[entry].reason}")
     if function is None:
         names = ", ".join("@" + n for n in sorted(module.functions)) or "none"
         raise CLIError(f"{filename} defines no public function @{entry} (--entry); "
@@ -261,11 +268,24 @@ def _entry_function(module: Any, entry: str, filename: str) -> Any:
     return function
 
 
+def _check_entry_result(expected: str | None, function: Any, filename: str) -> None:
+    """mlir-runner's ``-entry-point-result``: the entry has no parameters and returns
+    nothing (``void``) or one scalar of the type named."""
+    if expected is None:
+        return
+    signature = function.signature
+    actual = " ".join(str(t) for t in signature.results) or "void"
+    if signature.params or actual != expected:
+        raise CLIError(f"{filename}: -entry-point-result={expected} expects @{function.name} "
+                       f"to take nothing and return {expected}; it is {signature}")
+
+
 def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
              ) -> tuple[Any, bool]:
     """The compiled module, and whether it was loaded from the disk cache."""
     from .cache import default_cache_dir
     from .errors import LinkError
+    from .module import runtime_library_hint
     from .session import Session
 
     shared_libs = resolve_shared_libs(args.shared_libs)
@@ -280,8 +300,10 @@ def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
             raise
         names = ", ".join("@" + n for n in exc.missing)
         it = "them" if len(exc.missing) > 1 else "it"
+        hint = runtime_library_hint(exc.missing)
         raise CLIError(f"{path}: nothing defines {names}: define {it} with @callback in a "
-                       f"--callbacks file, or pass the --shared-libs that defines {it}") from exc
+                       f"--callbacks file, or pass the --shared-libs that defines "
+                       f"{it}{hint}") from exc
 
 
 def run_command(args: argparse.Namespace) -> None:
@@ -297,6 +319,7 @@ def run_command(args: argparse.Namespace) -> None:
         if loaded:
             label[0] = "load from the disk cache"
     function = _entry_function(module, args.entry, str(path))
+    _check_entry_result(args.entry_result, function, str(path))
     values = parse_arguments(args.args, function)
     check_outputs(args.output, function)
     _flush_stdout()
@@ -309,7 +332,10 @@ def run_command(args: argparse.Namespace) -> None:
     results = split_results(value, len(result_types))
     save_outputs(args.output, results)
     for result, mlir_type in zip(results, result_types):
-        print(format_result(result, mlir_type))
+        if args.entry_result == "f32":
+            print(f"{result:e}")  # as mlir-runner (LLVM's raw_ostream) prints a float
+        else:
+            print(format_result(result, mlir_type))
 
 
 def lower_command(args: argparse.Namespace) -> None:

@@ -28,9 +28,10 @@ from .cache import CachedModule
 from .callbacks import Callback, TrampolineHelpers, prepare_entries
 from .callframe import call_machinery, culprit_token
 from .engine import ExecutionEngine
-from .errors import LinkError
+from .errors import LinkError, SignatureError
 from .function import CompiledFunction
 from .objectfile import ObjectEngine
+from .pipeline import runtime_library_defining
 from .prepare import CompileOptions, PreparedModule
 from .relocation import (
     ARRAY_FROM_DESCR,
@@ -45,8 +46,9 @@ from .sharedlib import NativeCode, SharedLibrary, link_shared_library, supported
 from .signature import Signature
 
 __all__ = ["LOADERS", "CompiledCode", "CompiledModule", "attach_native_entries",
-           "build_artifact", "build_engine", "build_native_code", "call_policy",
-           "engine_module", "load", "slot_values"]
+           "UncallableFunction", "build_artifact", "build_engine", "build_native_code",
+           "call_policy",
+           "engine_module", "load", "runtime_library_hint", "slot_values"]
 
 
 def call_policy(calls_back: bool, shared_libs: Sequence[str]) -> tuple[bool | None, bool]:
@@ -91,7 +93,7 @@ class CompiledModule:
                  callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = (),
                  runtime_symbols: dict[str, Callback] | None = None,
                  native_entries: dict[str, int] | None = None, *,
-                 context: Any = None) -> None:
+                 context: Any = None, uncallable: Mapping[str, str] | None = None) -> None:
         self.engine = engine
         self.source = source
         self._lowered = lowered
@@ -99,6 +101,9 @@ class CompiledModule:
         self.callbacks = callbacks
         self.runtime_symbols = runtime_symbols or {}
         self.entries = signatures  # name -> (signature, C-ABI entry function)
+        # Public functions Python cannot call (why): they fail when called, not before.
+        self.uncallable = {name: UncallableFunction(name, why)
+                           for name, why in (uncallable or {}).items()}
         release_gil, unwind = call_policy(bool(callbacks), shared_libs)
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(engine, name, signature,
@@ -122,6 +127,8 @@ class CompiledModule:
         try:
             return self.functions[name]
         except KeyError:
+            if name in self.uncallable:
+                raise SignatureError(self.uncallable[name].reason) from None
             raise KeyError(f"the module defines no public function @{name}; it has: "
                            f"{', '.join(sorted(self.functions)) or 'none'}") from None
 
@@ -129,11 +136,29 @@ class CompiledModule:
         functions = self.__dict__.get("functions", {})
         if name in functions:
             return functions[name]  # type: ignore[no-any-return]
+        uncallable = self.__dict__.get("uncallable", {})
+        if name in uncallable:
+            return uncallable[name]  # type: ignore[no-any-return]
         raise AttributeError(f"the module defines no public function @{name}; it has: "
                              f"{', '.join(sorted(functions)) or 'none'}")
 
     def __repr__(self) -> str:
         return f"<CompiledModule with {', '.join('@' + n for n in self.functions)}>"
+
+
+class UncallableFunction:
+    """A public function of a module that Python cannot call (``reason`` says why):
+    calling it raises :class:`~pymlirjit.errors.SignatureError`."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        raise SignatureError(self.reason)
+
+    def __repr__(self) -> str:
+        return f"<uncallable @{self.name}>"
 
 
 def build_native_code(functions: Mapping[str, tuple[Signature, str]],
@@ -233,26 +258,48 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     """JIT-compile ``prepared`` (lowered) with MLIR's engine and register the callbacks
     it calls. Raises :class:`LinkError` naming every symbol nothing defines, before any
     code runs."""
-    engine = ExecutionEngine(prepared.module, options.opt_level, options.shared_libs)
+    engine = ExecutionEngine(prepared.module, options.opt_level,
+                             prepared.shared_libs(options))
     prepare_entries(prepared.registrations.values())
     for symbol, cb in prepared.registrations.items():
         engine.raw_register_runtime(symbol, cb)  # the engine keeps the callback alive
     missing = engine.missing_symbols()
     if missing:
         names = sorted({ciface_name(s) for s in missing})
+        hint = runtime_library_hint(missing)
         raise LinkError(
             f"{prepared.filename}: no @callback and no shared library defines "
             f"{', '.join('@' + n for n in names)}; define them with @callback (or pass "
-            f"callbacks=[...]) or pass the shared library that defines them", names)
+            f"callbacks=[...]) or pass the shared library that defines them{hint}", names)
+    if _has_global_constructors(prepared.module):
+        engine.initialize()  # runs them now, as mlir-runner does before its entry
     return engine
+
+
+def runtime_library_hint(missing: Iterable[str]) -> str:
+    """`` (MLIR's libX.so defines @a, @b)`` for the missing symbols a runtime library of
+    MLIR's defines: the libraries mlir-runner tests pass with -shared-libs."""
+    by_library: dict[str, list[str]] = {}
+    for symbol in sorted(missing):
+        library = runtime_library_defining(symbol)
+        if library is not None:
+            by_library.setdefault(library, []).append("@" + symbol)
+    return "".join(f" ({library} defines {', '.join(symbols)})"
+                   for library, symbols in by_library.items())
+
+
+def _has_global_constructors(module: Any) -> bool:
+    return any(op.operation.name == "llvm.mlir.global_ctors"
+               for op in module.body.operations)
 
 
 def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str,
                   options: CompileOptions) -> CompiledModule:
     """The module of code JIT-compiled in this process (no native entries yet)."""
     return CompiledModule(engine, source, prepared.module, prepared.signatures,
-                          prepared.linked, options.shared_libs, prepared.registrations,
-                          context=prepared.context)
+                          prepared.linked, prepared.shared_libs(options),
+                          prepared.registrations, context=prepared.context,
+                          uncallable=prepared.uncallable)
 
 
 def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
@@ -270,7 +317,8 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
                    prepared.declared, tuple(sorted(engine.needed_symbols)),
                    str(prepared.module))
     if supported():
-        release_gil, unwind = call_policy(bool(prepared.linked), options.shared_libs)
+        release_gil, unwind = call_policy(bool(prepared.linked),
+                                          prepared.shared_libs(options))
         native = build_native_code(signatures, prepared.registrations, release_gil, unwind)
         parts = [object_code] + ([native.object_code] if native.object_code else [])
         try:

@@ -22,18 +22,29 @@ from . import ffi
 from .errors import Diagnostic, MLIRError
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
-           "normalize_pipeline", "parse_module", "runtime_library"]
+           "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
 
 _T = TypeVar("_T")
 
-#: Lowers func/arith/math/scf/cf/memref/linalg/tensor/complex code to the LLVM dialect.
+#: Lowers what real files use to the LLVM dialect: func, arith, math, complex, scf (with
+#: scf.parallel, run sequentially), affine, cf, memref, linalg and tensor (one-shot
+#: bufferization), vector, async (MLIR's async runtime is then linked automatically),
+#: index, and llvm ops mixed in. Affine lowers to scf, so ``lower-affine`` runs before
+#: ``convert-scf-to-cf``, and again after ``expand-strided-metadata``, which makes
+#: ``affine.apply``; vector transfers lower to scf loops before scf is lowered.
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}",
     "func.func(buffer-deallocation-simplification,convert-linalg-to-loops)",
+    "async-to-async-runtime",
+    "func.func(async-runtime-ref-counting,async-runtime-ref-counting-opt)",
+    "convert-async-to-llvm",
+    "func.func(convert-vector-to-scf)",
+    "lower-affine",
     "convert-scf-to-cf",
     "expand-strided-metadata",
     "lower-affine",
+    "convert-vector-to-llvm",
     "finalize-memref-to-llvm",
     "func.func(convert-complex-to-standard)",
     "convert-math-to-llvm",
@@ -43,6 +54,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "convert-func-to-llvm",
     "convert-cf-to-llvm",
     "convert-index-to-llvm",
+    "convert-ub-to-llvm",
     "reconcile-unrealized-casts",
 )
 
@@ -208,6 +220,38 @@ def runtime_library(name: str) -> str:
         f"give another library by its path, such as './{name}'")
 
 
+#: MLIR's runtime libraries that define functions MLIR code calls (printMemrefF32,
+#: printI64, the async runtime's mlirAsync*, ...), in the order they are suggested.
+RUNTIME_LIBRARIES = ("libmlir_c_runner_utils.so", "libmlir_runner_utils.so",
+                     "libmlir_async_runtime.so", "libmlir_float16_utils.so",
+                     "libmlir_apfloat_wrappers.so")
+
+
+def runtime_library_defining(symbol: str) -> str | None:
+    """The name of the MLIR runtime library (:data:`RUNTIME_LIBRARIES`) that defines
+    ``symbol``, or None.
+
+    >>> runtime_library_defining("printMemrefF32")
+    'libmlir_runner_utils.so'
+    """
+    for name in RUNTIME_LIBRARIES:
+        library = _runtime_handle(name)
+        if library is not None and hasattr(library, symbol):
+            return name
+    return None
+
+
+@functools.cache
+def _runtime_handle(name: str) -> Any:
+    import ctypes
+
+    path = os.path.join(_mlir_library_folder(), name)
+    try:
+        return ctypes.CDLL(path) if os.path.isfile(path) else None
+    except OSError:
+        return None
+
+
 def check_opt_level(opt_level: object) -> int:
     """``opt_level`` if it is an LLVM optimization level (an int from 0 to 3)."""
     if isinstance(opt_level, bool) or not isinstance(opt_level, Integral):
@@ -288,8 +332,24 @@ def _lower(module: Any, text: str, filename: str,
         for stage in _stages(text):
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)
+    _drop_unused_async_declarations(module)
     _check_lowered(module, filename)
     return module
+
+
+def _drop_unused_async_declarations(module: Any) -> None:
+    """convert-async-to-llvm declares the whole async runtime even in modules without
+    async ops; erase what nothing calls, so such modules need no runtime library."""
+    from mlir import ir
+
+    text = str(module)
+    for op in list(module.body.operations):
+        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        uses = re.findall(rf"@{name}\b", text)
+        if name.startswith("mlirAsyncRunti") and len(uses) == 1:
+            op.operation.erase()
 
 
 def _run_passes(passes: Any, module: Any, filename: str) -> None:

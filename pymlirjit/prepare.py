@@ -9,11 +9,13 @@ names and makes tensor arguments read-only; it returns a :class:`PreparedModule`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .abi import (
+    CIFACE_PREFIX,
     RESERVED_PREFIX,
     boundary_abi,
     callback_shim,
@@ -23,7 +25,7 @@ from .abi import (
     kernel_shim,
 )
 from .callbacks import Callback
-from .errors import Diagnostic, MLIRError
+from .errors import Diagnostic, MLIRError, SignatureError
 from .optimize import optimize, with_vector_lowering
 from .pipeline import (
     check_opt_level,
@@ -33,8 +35,8 @@ from .pipeline import (
     runtime_library,
 )
 from .pipeline import lower as lower_module
-from .signature import Signature, from_func_op
-from .types import TensorType
+from .signature import Signature, as_signature, from_func_op
+from .types import ScalarType, TensorType
 
 __all__ = ["CompileOptions", "PreparedModule", "lower", "prepare"]
 
@@ -105,7 +107,10 @@ class PreparedModule:
     ``signatures`` maps each public function to its signature and C-ABI entry name;
     ``linked`` each declaration linked to a callback (by name); ``registrations`` each
     runtime symbol the compiled code calls to its callback; ``declared`` lists every
-    private declaration. ``context`` owns ``module`` and must outlive it.
+    private declaration. ``uncallable`` maps each public function Python cannot call
+    (its types cannot cross, or it has no C interface once lowered) to why: it stays
+    in the module for the code that calls it. ``context`` owns ``module`` and must
+    outlive it.
     """
 
     context: Any
@@ -115,6 +120,14 @@ class PreparedModule:
     linked: dict[str, Callback]
     registrations: dict[str, Callback]
     declared: tuple[str, ...]
+    uncallable: dict[str, str] = field(default_factory=dict)
+    runtime_libs: tuple[str, ...] = ()
+
+    def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
+        """The libraries the code links: ``options``' and the runtime libraries the
+        lowered module needs (:attr:`runtime_libs`)."""
+        return options.shared_libs + tuple(
+            lib for lib in self.runtime_libs if lib not in options.shared_libs)
 
 
 def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callback | None],
@@ -136,23 +149,31 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
     registrations: dict[str, Callback] = {}
     declared: list[str] = []
     shims: list[str] = []
+    uncallable: dict[str, str] = {}
     with context, ir.Location.unknown():
         for op in list(module.body.operations):
-            if op.operation.name != "func.func":
+            kind = op.operation.name
+            if kind not in ("func.func", "llvm.func"):
                 continue
             name = ir.StringAttr(op.attributes["sym_name"]).value
-            signature = from_func_op(op)
             is_declaration = len(op.regions[0].blocks) == 0
-            private = ("sym_visibility" in op.attributes
-                       and ir.StringAttr(op.attributes["sym_visibility"]).value == "private")
             if is_declaration:
                 declared.append(name)
                 cb = resolve(name)
-                if cb is None:  # left to shared libraries or the process, as written
-                    continue
+                if cb is None:  # left to shared libraries or the process, as written:
+                    continue    # its types are the linker's business, not Python's
+                signature = _signature(op)
                 cb.signature.check_matches(signature, f"callback @{name}",
                                            "its Python annotations", "its MLIR declaration")
                 linked[name] = cb
+                if kind == "llvm.func":  # called by its plain C symbol
+                    if boundary_abi(signature).needs_shim:
+                        raise SignatureError(
+                            f"callback @{name}: an llvm.func declaration is called with "
+                            f"the plain C ABI, which cannot pass {signature}; declare it "
+                            f"with func.func instead")
+                    registrations[name] = cb
+                    continue
                 if boundary_abi(signature).needs_shim:
                     symbol = callback_shim_symbol(name)
                     shims.append(callback_shim(name, symbol, signature))
@@ -161,11 +182,26 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                     symbol = name
                     op.attributes["llvm.emit_c_interface"] = unit
                 registrations[ciface_symbol(symbol)] = cb
-            elif not private:
+            elif _is_public(op) and not name.startswith("_mlir_"):
+                try:
+                    signature = _signature(op)
+                    abi = boundary_abi(signature)
+                except (SignatureError, TypeError, ValueError) as exc:
+                    # Not a reason to refuse the module: other code may call it.
+                    uncallable[name] = f"@{name} cannot be called from Python: {exc}"
+                    continue
+                if kind == "llvm.func":
+                    if abi.needs_shim or not _all_scalars(signature):
+                        uncallable[name] = (
+                            f"@{name} cannot be called from Python: an llvm.func is "
+                            f"called with the plain C ABI, which cannot pass {signature}")
+                    else:  # lower() gives it a C interface
+                        signatures[name] = (signature, name)
+                    continue
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
                 entry = name
-                if boundary_abi(signature).needs_shim:
+                if abi.needs_shim:
                     entry = entry_shim_symbol(name)
                     shims.append(kernel_shim(name, entry, signature))
                 signatures[name] = (signature, entry)
@@ -178,7 +214,7 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                 op.operation.detach_from_parent()
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
-                          tuple(declared))
+                          tuple(declared), uncallable)
 
 
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
@@ -191,7 +227,157 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
 
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg else None)
+    _add_c_interfaces(prepared)
+    _drop_unused_declarations(prepared)
+    prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     return prepared
+
+
+#: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
+#: the lowering of the async dialect calls MLIR's async runtime.
+_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime"}
+
+
+def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
+    from mlir import ir
+
+    needed = []
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        for prefix, library in _AUTOMATIC_LIBRARIES.items():
+            path = runtime_library(library)
+            if name.startswith(prefix) and path not in needed:
+                needed.append(path)
+    return tuple(needed)
+
+
+def _drop_unused_declarations(prepared: PreparedModule) -> None:
+    """Erase external declarations nothing refers to: as in mlir-runner, a library
+    function a module declares but never calls needs no definition."""
+    from mlir import ir
+
+    used: set[str] = set()
+
+    def collect(attribute: Any) -> None:
+        if isinstance(attribute, ir.FlatSymbolRefAttr):
+            used.add(attribute.value)
+        elif isinstance(attribute, ir.ArrayAttr):
+            for item in attribute:
+                collect(item)
+
+    def visit(op: Any) -> Any:
+        if op.name != "llvm.func" or len(op.regions[0].blocks) > 0:
+            attributes = op.attributes
+            for i in range(len(attributes)):
+                collect(attributes[i].attr)
+        return ir.WalkResult.ADVANCE
+
+    module = prepared.module
+    module.operation.walk(visit)
+    keep = set(prepared.registrations)
+    for op in list(module.body.operations):
+        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if name not in used and name not in keep:
+            op.operation.erase()
+
+
+def _is_public(op: Any) -> bool:
+    from mlir import ir
+
+    attributes = op.attributes
+    if ("sym_visibility" in attributes
+            and ir.StringAttr(attributes["sym_visibility"]).value == "private"):
+        return False
+    linkage = str(attributes["linkage"]) if "linkage" in attributes else ""
+    return not any(word in linkage for word in ("internal", "private"))
+
+
+_LLVM_FUNCTION_TYPE = re.compile(r"^!llvm\.func<(?P<result>.+?) \((?P<params>.*)\)>$")
+
+
+def _signature(op: Any) -> Signature:
+    """The signature of a ``func.func`` or an ``llvm.func``; SignatureError naming the
+    type that cannot cross the Python boundary."""
+    from mlir import ir
+
+    if op.operation.name == "func.func":
+        return from_func_op(op)
+    name = ir.StringAttr(op.attributes["sym_name"]).value
+    text = str(ir.TypeAttr(op.attributes["function_type"]).value)
+    match = _LLVM_FUNCTION_TYPE.match(text)
+    if match is None or "..." in match["params"]:
+        raise SignatureError(f"@{name}: {text} (variadic) cannot cross the Python boundary")
+    result = "" if match["result"] == "void" else match["result"]
+    try:
+        return as_signature(f"({match['params']}) -> ({result})")
+    except SignatureError:
+        raise SignatureError(f"@{name}: {text} cannot cross the Python boundary (an "
+                             f"llvm.func is called by the plain C ABI: scalars only)"
+                             ) from None
+
+
+def _all_scalars(signature: Signature) -> bool:
+    return all(isinstance(t, ScalarType)
+               for t in (*signature.param_types, *signature.results))
+
+
+def _add_c_interfaces(prepared: PreparedModule) -> None:
+    """Give each entry without a C interface after lowering (an ``llvm.func`` given as
+    such, or a function of a bare-pointer pipeline) one where its types are scalars,
+    which the plain C ABI passes alike; the others become uncallable from Python."""
+    from mlir import ir
+
+    defined = set()
+    for op in prepared.module.body.operations:
+        if op.operation.name == "llvm.func" and len(op.regions[0].blocks) > 0:
+            defined.add(ir.StringAttr(op.attributes["sym_name"]).value)
+    wrappers: list[str] = []
+    for name, (signature, entry) in list(prepared.signatures.items()):
+        if ciface_symbol(entry) in defined:
+            continue
+        if entry in defined and _all_scalars(signature) and len(signature.results) <= 1:
+            wrappers.extend(_c_interface(entry, signature))
+            continue
+        del prepared.signatures[name]
+        prepared.uncallable[name] = (
+            f"@{name} cannot be called from Python: the pipeline gave it no C interface "
+            f"(@{ciface_symbol(entry)}), as with the bare-pointer memref calling "
+            f"convention, and the plain C ABI cannot pass {signature}")
+    if wrappers:
+        extra = parse_module("\n".join(wrappers), prepared.context, "<pymlirjit shims>")
+        with prepared.context:
+            for op in list(extra.body.operations):
+                if not ir.StringAttr(op.attributes["sym_name"]).value.startswith(
+                        CIFACE_PREFIX):
+                    continue  # the entry's declaration, there for the verifier
+                op.operation.detach_from_parent()
+                prepared.module.body.append(op)
+
+
+def _c_interface(entry: str, signature: Signature) -> tuple[str, str]:
+    """An ``llvm.func @_mlir_ciface_<entry>`` calling ``@entry`` with the same scalars,
+    and the declaration of ``@entry`` it needs to verify alone."""
+    def llvm(t: Any) -> str:
+        return "i64" if t.mlir == "index" else str(t.mlir)  # index lowered to i64 here
+
+    params = [llvm(t) for t in signature.param_types]
+    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(params))
+    values = ", ".join(f"%a{i}" for i in range(len(params)))
+    result = llvm(signature.results[0]) if signature.results else "()"
+    call_type = f"({', '.join(params)}) -> {result}"
+    returns = f" -> {result}" if signature.results else ""
+    declaration = f"llvm.func @{entry}({', '.join(params)}){returns}"
+    if signature.results:
+        return declaration, (
+            f"llvm.func @{CIFACE_PREFIX}{entry}({args}) -> {result} {{\n"
+            f"  %r = llvm.call @{entry}({values}) : {call_type}\n"
+            f"  llvm.return %r : {result}\n}}")
+    return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
+                         f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")
 
 
 def _check_reserved_names(module: Any, filename: str) -> None:

@@ -335,3 +335,41 @@ def test_lower_refuses_absurd_nesting_with_its_location(tmp_path: Path) -> None:
                       + "scf.yield\n}\n" * 5000 + "return\n}\n")
     assert_one_error_line(pymlirjit("lower", str(source)),
                           f"{source}:1001:20: nested more than 1000 deep")
+
+
+# -- mlir-runner's spellings and input ------------------------------------------------------
+
+def test_llvm_dialect_file_runs_with_mlir_runner_spellings() -> None:
+    """An upstream RUN line with `mlir-runner` replaced by `pymlirjit run`: LLVM-dialect
+    input, -e, -entry-point-result, -shared-libs=a,b, -O3, and the global constructor
+    and destructor run around the entry as in mlir-runner."""
+    libs = ",".join(str(MLIR_ROOT / "lib" / name) for name in RUNNER_LIBS)
+    source = str(DATA / "cli_llvm_dialect.mlir")
+    reference = subprocess.run(
+        [str(MLIR_ROOT / "bin" / "mlir-runner"), source, "-e", "main",
+         "-entry-point-result=f32", f"-shared-libs={libs}", "-O3"],
+        capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr
+    ours = pymlirjit("run", source, "-e", "main", "-entry-point-result=f32",
+                     f"-shared-libs={libs}", "-O3")
+    assert ours.returncode == 0, ours.stderr
+    assert sorted(ours.stdout.splitlines()) == sorted(reference.stdout.splitlines())
+    assert ours.stdout == "1\n2\n4.250000e+01\n3\n"  # constructor, entry, result, destructor
+
+
+def test_entry_point_result_must_match_the_entry() -> None:
+    result = pymlirjit("run", str(DATA / "cli_llvm_dialect.mlir"), "-e", "mi",
+                       "-entry-point-result=i64", "-O0", "-shared-libs=mlir_c_runner_utils")
+    assert_one_error_line(result, "-entry-point-result=i64", "@mi", "i32")
+
+
+def test_a_missing_runtime_library_is_named() -> None:
+    result = pymlirjit("run", str(DATA / "cli_llvm_dialect.mlir"), "-e", "mi")
+    assert_one_error_line(result, "nothing defines @printI64, @printNewline",
+                          "libmlir_c_runner_utils.so defines @printI64, @printNewline")
+
+
+def test_entry_that_cannot_cross_names_its_type(tmp_path: Path) -> None:
+    source = tmp_path / "vectors.mlir"
+    source.write_text("func.func @main(%a: memref<?xvector<4xf32>>) { return }\n")
+    assert_one_error_line(pymlirjit("run", str(source)), "@main", "vector<4xf32>")

@@ -31,6 +31,7 @@ from pymlirjit.pipeline import (
     runtime_library,
 )
 
+from .conftest import DATA as DATA_DIR
 from .conftest import rss_bytes
 
 LONG_FUZZ = os.environ.get("PYMLIRJIT_FUZZ") == "long"
@@ -900,3 +901,29 @@ def test_a_forked_child_drops_and_recompiles_what_its_parent_compiled() -> None:
                                capture_output=True, text=True, timeout=180, check=False)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "child 0", completed.stdout + completed.stderr
+
+
+# -- what the default pipeline lowers (real files) ------------------------------------------
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pymlirjit", "run", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_default_pipeline_lowers_vector_affine_around_linalg_and_scf_parallel() -> None:
+    result = _run_cli(str(DATA_DIR / "pipeline_vector.mlir"), "-shared-libs=mlir_c_runner_utils")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ("( 1, 2, 3, 4 )\n10\n( 5, 5, 5, 5, 5, 5, 5, 5 )\n"
+                             "( ( 2, 2 ), ( 2, 2 ) )\n5\n")
+
+
+def test_default_pipeline_lowers_async_and_links_its_runtime() -> None:
+    # In a subprocess: the async runtime starts threads and lives until exit.
+    result = _run_cli(str(DATA_DIR / "pipeline_async.mlir"), "-shared-libs=mlir_c_runner_utils")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "84\n"
+
+
+def test_lower_affine_runs_before_scf_to_cf() -> None:
+    stages = list(DEFAULT_PIPELINE)
+    assert stages.index("lower-affine") < stages.index("convert-scf-to-cf")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
-from pymlirjit import MLIRError, SignatureError, callback, f64
+from pymlirjit import MLIRError, Session, SignatureError, callback, f64
 from pymlirjit.callbacks import Callback, CallbackRegistry
 from pymlirjit.pipeline import DEFAULT_PIPELINE, normalize_pipeline
 from pymlirjit.prepare import CompileOptions, lower, prepare
@@ -108,3 +109,102 @@ def test_lower_lowers_in_place() -> None:
     prepared = prepare(SOURCE, options, resolve_hook)
     assert lower(prepared, options) is prepared
     assert "llvm.func @run" in str(prepared.module)
+
+
+# -- what real files contain: LLVM-dialect functions, externs of any type ---------------------
+
+LLVM_SOURCE = """
+llvm.func @twice(%x: i64) -> i64 {
+  %r = llvm.add %x, %x : i64
+  llvm.return %r : i64
+}
+llvm.func @takes_pointer(%p: !llvm.ptr) {
+  llvm.return
+}
+llvm.func internal @hidden() {
+  llvm.return
+}
+"""
+
+
+def test_public_llvm_funcs_of_scalars_are_entries(session: Session) -> None:
+    prepared = prepare(LLVM_SOURCE, CompileOptions.make(), lambda name: None)
+    assert list(prepared.signatures) == ["twice"]
+    assert "!llvm.func<void (ptr)>" in prepared.uncallable["takes_pointer"]
+    module = session.compile(LLVM_SOURCE)
+    assert module.twice(21) == 42
+    with pytest.raises(SignatureError, match=r"@takes_pointer .*\(ptr\)"):
+        module.takes_pointer(0)
+
+
+def test_externs_of_any_type_pass_through_unless_a_callback_binds_them(
+        session: Session) -> None:
+    source = """
+    func.func private @printMemrefVector4x4xf32(memref<?x?xvector<4x4xf32>>)
+    func.func private @printMemrefF32(tensor<*xf32>)
+    func.func private @puts(!llvm.ptr) -> i32
+    func.func @vectors(%a: memref<?x?xvector<4x4xf32>>) { return }
+    func.func @seven() -> i32 {
+      %c = arith.constant 7 : i32
+      return %c : i32
+    }
+    """
+    prepared = prepare(source, CompileOptions.make(), lambda name: None)
+    assert prepared.declared == ("printMemrefVector4x4xf32", "printMemrefF32", "puts")
+    assert list(prepared.signatures) == ["seven"]
+    module = session.compile(source)  # unused externs need no definition, as in mlir-runner
+    assert module.seven() == 7
+    with pytest.raises(SignatureError, match=r"vector<4x4xf32>"):
+        module.vectors(None)
+    with pytest.raises(SignatureError, match=r"vector<4x4xf32>"):
+        module["vectors"]
+
+
+def test_a_callback_bound_extern_still_needs_boundary_types() -> None:
+    source = "func.func private @hook(tensor<*xf32>)\nfunc.func @f() { return }"
+    with pytest.raises(SignatureError):
+        prepare(source, CompileOptions.make(), resolve_hook)
+
+
+def test_bare_pointer_memref_convention_passes_through(session: Session) -> None:
+    source = """
+    func.func @first(%a: memref<4xf32>) -> f32 {
+      %c0 = arith.constant 0 : index
+      %v = memref.load %a[%c0] : memref<4xf32>
+      return %v : f32
+    }
+    func.func @scalar(%x: i64) -> i64 { return %x : i64 }
+    """
+    module = session.compile(source, pipeline=(
+        "finalize-memref-to-llvm,convert-arith-to-llvm,"
+        "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},reconcile-unrealized-casts"))
+    assert module.scalar(5) == 5
+    with pytest.raises(SignatureError, match="bare-pointer"):
+        module.first(np.zeros(4, np.float32))
+
+
+def test_functions_already_carrying_emit_c_interface(session: Session) -> None:
+    source = """
+    func.func @f(%x: f64) -> f64 attributes {llvm.emit_c_interface} {
+      %y = arith.addf %x, %x : f64
+      return %y : f64
+    }"""
+    assert session.compile(source).f(1.5) == 3.0
+
+
+def test_global_constructors_run_before_the_entry(session: Session) -> None:
+    source = """
+    llvm.mlir.global_ctors ctors = [@ctor], priorities = [0 : i32], data = [#llvm.zero]
+    llvm.mlir.global @counter(0 : i64) : i64
+    llvm.func @ctor() {
+      %p = llvm.mlir.addressof @counter : !llvm.ptr
+      %c = llvm.mlir.constant(41 : i64) : i64
+      llvm.store %c, %p : i64, !llvm.ptr
+      llvm.return
+    }
+    llvm.func @read() -> i64 {
+      %p = llvm.mlir.addressof @counter : !llvm.ptr
+      %v = llvm.load %p : !llvm.ptr -> i64
+      llvm.return %v : i64
+    }"""
+    assert session.compile(source).read() == 41
