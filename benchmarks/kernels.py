@@ -124,7 +124,9 @@ def _bind(function: Callable[..., Any], spec: Spec,
 
 
 def _pymlirjit(spec: Spec, variant: str, **options: Any) -> Callable[..., Any]:
-    return getattr(Session(**options).compile(MLIR[spec.kernel, variant]), symbol(spec.kernel))
+    module = Session(**options).compile(MLIR[spec.kernel, variant])
+    function: Callable[..., Any] = getattr(module, symbol(spec.kernel))
+    return function
 
 
 def _paths(spec: Spec) -> list[Path]:
