@@ -267,7 +267,7 @@ def run(config: Config) -> CaseResult:
     except Exception as error:  # numba is optional (the `bench` extra)
         result.notes.append(f"numba unavailable ({type(error).__name__}): case f skipped")
         return result
-    peak = compute_peak()
+    peak = compute_peak(config.pick(100_000_000, 1_000_000))
     bandwidth = copy_bandwidth(config.pick(128 << 20, 1 << 20), config.repeat)
     for spec in _specs(config):
         _measure(spec, config, result, peak, bandwidth)
