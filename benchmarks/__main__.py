@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 import traceback
 from collections.abc import Sequence
+
+# numpy's BLAS runs on one thread, so the serial kernels (case f) compare like with like
+# (OPENBLAS_NUM_THREADS=2 python -m benchmarks to change it). OpenBLAS reads this once,
+# when numpy is first imported, so it is set before the cases import numpy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from ._timing import Config, Target, format_case, machine_info
 
@@ -20,6 +26,8 @@ CASES: dict[str, str] = {
     "c": "scalar_kernel",
     "d": "memref_kernel",
     "e": "compile_time",
+    "f": "kernels",
+    "g": "call_shapes",
 }
 
 

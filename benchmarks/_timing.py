@@ -72,6 +72,9 @@ class Row:
     label: str
     samples: Samples
     ref: str | None = None
+    #: Printed after the ratio (e.g. a rate and a fraction of peak); a row with no
+    #: samples (``Samples(())``) prints only this (e.g. "not yet: <reason>").
+    extra: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,10 @@ class CaseResult:
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def add(self, key: str, label: str, samples: Samples, ref: str | None = None) -> Row:
+    def add(self, key: str, label: str, samples: Samples, ref: str | None = None,
+            extra: str = "") -> Row:
         """Append a measured row and return it."""
-        row = Row(key, label, samples, ref)
+        row = Row(key, label, samples, ref, extra)
         self.rows.append(row)
         return row
 
@@ -111,7 +115,8 @@ class CaseResult:
         raise KeyError(f"case {self.letter} has no row {key!r}")
 
     def has(self, key: str) -> bool:
-        return any(row.key == key for row in self.rows)
+        """Whether a row ``key`` exists and was measured."""
+        return any(row.key == key and row.samples.values for row in self.rows)
 
     def ratio(self, key: str, ref: str) -> float:
         """median(key) / median(ref)."""
@@ -176,15 +181,23 @@ def _ns(value: float) -> str:
 
 def format_case(result: CaseResult) -> str:
     """The table of one case, followed by its targets and notes."""
-    lines = [f"{result.letter}. {result.title}", HEADER, "-" * len(HEADER)]
+    extras = max((len(row.extra) for row in result.rows), default=0)
+    header = HEADER if not extras else HEADER.replace(
+        "  vs", f"  {'rate, fraction of peak':<{extras}}  vs")
+    lines = [f"{result.letter}. {result.title}", header, "-" * len(header)]
     for row in result.rows:
+        if not row.samples.values:
+            lines.append(f"{result.letter:<5} {row.label:<62} {'-':>14} {'-':>14} {'':>8}"
+                         f"  {row.extra}")
+            continue
         ratio, versus = "", ""
+        extra = f"  {row.extra:<{extras}}" if extras else ""
         if row.ref is not None and result.has(row.ref):
             value = result.ratio(row.key, row.ref)
             ratio = f"{value:.2f}x" if value >= 0.1 else f"{value:.4f}x"
             versus = result.row(row.ref).label if row.ref != row.key else "(reference)"
         lines.append(f"{result.letter:<5} {row.label:<62} {_ns(row.samples.median):>14} "
-                     f"{_ns(row.samples.min):>14} {ratio:>8}  {versus}")
+                     f"{_ns(row.samples.min):>14} {ratio:>8}{extra}  {versus}")
     for target in result.targets:
         status = {True: "MET", False: "MISSED", None: "info"}[target.met]
         detail = f" ({target.detail})" if target.detail else ""

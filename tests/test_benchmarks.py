@@ -20,8 +20,15 @@ def test_quick_benchmarks_run_and_print_the_table() -> None:
     output = completed.stdout
     headers = [line for line in output.splitlines()
                if line.startswith("case") and "median ns" in line and "ratio" in line]
-    assert len(headers) == 5, output
+    assert len(headers) == 7, output
     assert "machine:" in output and "numpy:" in output
-    for letter in "abcde":
+    for letter in "abcdefg":
         assert f"\n{letter}. " in output, f"case {letter} missing:\n{output}"
     assert "targets (design.md):" in output
+    # Case f checked every path against numpy: none computed something else or crashed.
+    assert "wrong result" not in output and "failed:" not in output, output
+    for kernel in ("saxpy", "dot", "matmul", "batch matmul", "conv2d", "softmax",
+                   "stencil", "axis-0 sum", "exp", "tanh"):
+        assert f"\nf     {kernel} " in output, f"kernel {kernel} missing:\n{output}"
+    assert "of FMA peak" in output and "of copy" in output
+    assert "g     two scalar results (a tuple): pymlirjit" in output
