@@ -15,6 +15,7 @@ from ..relocation import (
     FINISH_CALL,
     FOREIGN_RECORD,
     FRAME_KEY,
+    HAND_OVER,
     dtype_slot,
 )
 from ..types import MemRefType, ScalarType, TensorType
@@ -378,8 +379,8 @@ class _GuardBuilder(_FunctionBuilder):
     On failure the guard hands the error to the enclosing call's record (or the
     foreign one), which raises it when it ends, and returns zeros."""
 
-    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int, calls: Any,
-                 unwind: bool) -> None:
+    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
+                 calls: Any, unwind: bool) -> None:
         super().__init__(unit, name, _boundary_function_type(abi))
         self.abi = abi
         self.target = target
@@ -407,7 +408,11 @@ class _GuardBuilder(_FunctionBuilder):
                              (PREVIOUS, b.ptrtoint(previous, _i64))]:
             b.store(value, self.field(record, index))
         b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
-        target = b.inttoptr(ir.Constant(_i64, self.target), function_type.as_pointer())
+        if isinstance(self.target, str):  # relocatable: linked with the code
+            declared = self.unit.function(self.target, function_type)
+            target: ir.Value = b.bitcast(declared, function_type.as_pointer())
+        else:
+            target = b.inttoptr(ir.Constant(_i64, self.target), function_type.as_pointer())
         returns = not isinstance(function_type.return_type, ir.VoidType)
         result_slot = b.alloca(function_type.return_type) if returns else None
         if jump_buffer is not None:
@@ -447,7 +452,7 @@ class _GuardBuilder(_FunctionBuilder):
                  for r in (record, enclosing)]
         both = b.and_(b.not_(self.is_null(boxed[0])), b.not_(self.is_null(boxed[1])))
         with b.if_then(both):
-            done = self.call(self.pointer(self.calls.hand_over), boxed)
+            done = self.call(self.pointer(self.calls.hand_over, HAND_OVER), boxed)
             b.call(self.api["Py_DecRef"], [done])
         for obj in boxed:
             b.call(self.api["Py_DecRef"], [obj])
