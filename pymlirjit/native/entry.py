@@ -3,6 +3,7 @@ and guards, which give each call made through a raw C-ABI address a call record.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,10 @@ from .builder import (
     NPY_C_CONTIGUOUS,
     NPY_WRITEABLE,
     OB_TYPE,
+    SCALAR_VALUE,
     _boundary_function_type,
+    _double,
+    _float,
     _FunctionBuilder,
     _i8,
     _i32,
@@ -43,6 +47,11 @@ from .builder import (
     _zero_results,
     descriptor_struct,
 )
+
+# The numpy integer scalar types entries unbox (others, such as np.longlong, go to the
+# Python path).
+_NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
+                                         np.uint32, np.uint16, np.uint8)
 
 
 class _EntryBuilder(_FunctionBuilder):
@@ -133,21 +142,97 @@ class _EntryBuilder(_FunctionBuilder):
         actual = self.field(obj, OB_TYPE, _i64)
         self.check(b.icmp_unsigned("==", actual, self.object_id(py_type)), label)
 
+    def by_type(self, obj: ir.Value, cases: Sequence[tuple[type[Any], Callable[[], ir.Value]]],
+                label: str) -> ir.Value:
+        """The value ``read()`` gives for the first case whose type is exactly ``obj``'s
+        (each may hand the call over in turn); the Python path if none is."""
+        b = self.builder
+        actual = self.field(obj, OB_TYPE, _i64)
+        done = self.function.append_basic_block(f"{label}_read")
+        incoming: list[tuple[ir.Value, ir.Block]] = []
+        for n, (py_type, read) in enumerate(cases):
+            match = self.function.append_basic_block(f"{label}_{n}")
+            last = n == len(cases) - 1
+            other = self.fallback if last else self.function.append_basic_block(
+                f"{label}_not_{n}")
+            b.cbranch(b.icmp_unsigned("==", actual, self.object_id(py_type)), match, other)
+            b.position_at_end(match)
+            incoming.append((read(), b.block))
+            b.branch(done)
+            if not last:
+                b.position_at_end(other)
+        b.position_at_end(done)
+        value = b.phi(incoming[0][0].type)
+        for v, block in incoming:
+            value.add_incoming(v, block)
+        return value
+
+    def numpy_value(self, obj: ir.Value, scalar_type: type[Any]) -> ir.Value:
+        """The value of a numpy scalar of ``scalar_type``: a double for a floating type,
+        else an i64 (signed or zero-extended as the type is)."""
+        dtype = np.dtype(scalar_type)
+        if dtype.kind == "f":
+            raw = self.field(obj, SCALAR_VALUE, _double if dtype.itemsize == 8 else _float)
+            return raw if dtype.itemsize == 8 else self.builder.fpext(raw, _double)
+        raw = self.field(obj, SCALAR_VALUE, ir.IntType(8 * dtype.itemsize))
+        if dtype.itemsize == 8:
+            return raw
+        extend = self.builder.sext if dtype.kind == "i" else self.builder.zext
+        return extend(raw, _i64)
+
     def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
+        """The C value of argument ``i``: exact Python floats, ints and bools, and numpy
+        scalars of the types the Python path converts exactly as done here (anything
+        else goes to the Python path)."""
         b = self.builder
         if t.kind == "float":
-            self.type_is(obj, float, f"float{i}")
-            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            def read_float() -> ir.Value:
+                return b.call(self.api["PyFloat_AsDouble"], [obj])
+
+            def read_numpy(scalar_type: type[Any]) -> Callable[[], ir.Value]:
+                def read() -> ir.Value:
+                    value = self.numpy_value(obj, scalar_type)
+                    if np.dtype(scalar_type).kind == "f":
+                        return value
+                    # float(n) as the Python path does: to double, rounded once (then to
+                    # f32 below, as ctypes does).
+                    if np.dtype(scalar_type).kind == "u" and np.dtype(scalar_type).itemsize == 8:
+                        return b.uitofp(value, _double)
+                    return b.sitofp(value, _double)
+                return read
+
+            numpy_types: tuple[type[Any], ...] = (np.float64, np.float32, *_NUMPY_INTEGERS)
+            value = self.by_type(obj, [(float, read_float)] + [
+                (st, read_numpy(st)) for st in numpy_types], f"float{i}")
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
         if t.kind == "bool":
-            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(True))
-            is_false = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(False))
+            address = b.ptrtoint(obj, _i64)
+            is_true = b.or_(b.icmp_unsigned("==", address, self.object_id(True)),
+                            b.icmp_unsigned("==", address, self.object_id(np.True_)))
+            is_false = b.or_(b.icmp_unsigned("==", address, self.object_id(False)),
+                             b.icmp_unsigned("==", address, self.object_id(np.False_)))
             self.check(b.or_(is_true, is_false), f"bool{i}")
             return b.zext(is_true, _i8)
-        self.type_is(obj, int, f"int{i}")
-        overflow = b.alloca(_i32)
-        value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
-        self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)), f"fits{i}")
+
+        def read_int() -> ir.Value:
+            overflow = b.alloca(_i32)
+            value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
+            self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)),
+                       f"fits{i}")
+            return value
+
+        def read_integer(scalar_type: type[Any]) -> Callable[[], ir.Value]:
+            def read() -> ir.Value:
+                value = self.numpy_value(obj, scalar_type)
+                if scalar_type is np.uint64 and t.bits < 64:
+                    # Above 2**63 its i64 is negative: in no smaller type's range.
+                    self.check(b.icmp_signed(">=", value, ir.Constant(_i64, 0)),
+                               f"unsigned{i}")
+                return value
+            return read
+
+        value = self.by_type(obj, [(int, read_int)] + [
+            (st, read_integer(st)) for st in _NUMPY_INTEGERS], f"int{i}")
         if t.bits < 64:
             low = ir.Constant(_i64, -(1 << (t.bits - 1)))
             high = ir.Constant(_i64, (1 << t.bits) - 1)
