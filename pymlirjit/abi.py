@@ -144,12 +144,11 @@ def _plain_scalar(t: Type) -> bool:
 
 def native_kernel_supported(signature: Signature) -> bool:
     """Whether a native kernel entry (:mod:`pymlirjit.native`) can serve this function:
-    bool/int/f32/f64 and ranked memref or tensor parameters; no result or one
-    bool/int/f32/f64 result."""
+    bool/int/f32/f64 and ranked memref or tensor parameters; bool/int/f32/f64 results
+    (several as a tuple)."""
     params_ok = all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
                     for t in signature.param_types)
-    results = signature.results
-    return params_ok and (not results or (len(results) == 1 and _plain_scalar(results[0])))
+    return params_ok and all(_plain_scalar(t) for t in signature.results)
 
 
 def native_callback_supported(signature: Signature) -> bool:

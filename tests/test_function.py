@@ -281,9 +281,15 @@ func.func @run(%x: f64, %out: memref<1xf64>) {
   call @later(%x) : (f64) -> ()
   return
 }
+func.func @pair(%x: f64, %n: i32) -> (i32, f64) {
+  call @later(%x) : (f64) -> ()
+  return %n, %x : i32, f64
+}
 func.func private @fail(f64)
 func.func private @later(f64)
 ''')
+assert module.pair.ensure_native() and module.pair(np.float64(0.5), 3) == (3, 0.5)
+later_calls.clear()
 out = np.zeros(1)
 class Real(float):  # not exactly a float: the native entry hands it to the Python path
     pass
@@ -421,3 +427,41 @@ def test_a_failing_callback_stops_a_call_with_numpy_scalars(session: Session) ->
     too_big = python_path_calls(lambda: run(1.0, np.uint64(2**63), out))[0]
     assert too_big == (ValueError, "run() parameter 'arg1': 9223372036854775808 is out of "
                                     "range for i32")
+
+
+TUPLE = """
+func.func @split(%a: f64, %b: i32) -> (f64, i32, i1, f32, i8) {
+  %r = call @check(%a) : (f64) -> f64
+  %t = arith.cmpf ogt, %r, %a : f64
+  %f = arith.truncf %r : f64 to f32
+  %c = arith.trunci %b : i32 to i8
+  return %r, %b, %t, %f, %c : f64, i32, i1, f32, i8
+}
+func.func private @check(f64) -> f64
+"""
+
+
+def test_tuple_results_take_the_native_path(session: Session) -> None:
+    @callback(session=session)
+    def check(x: f64) -> f64:
+        if x < 0:
+            raise ArithmeticError(f"negative: {x}")
+        return x + 1
+
+    split = session.compile(TUPLE).split
+    assert split.ensure_native()
+    for args in ((1.5, -7), (np.float64(2.0), np.int32(300)), (0.0, 2**31 - 1)):
+        expected = split.call_python(*args)
+        result, python_calls = python_path_calls(lambda: split(*args))  # noqa: B023
+        assert result == expected and python_calls == 0
+        assert [type(v) for v in result] == [float, int, bool, float, int]  # type: ignore[attr-defined]
+    assert split(1.5, 2) == (2.5, 2, True, 2.5, 2)
+    # A failing callback: the call raises its exception, whatever the path.
+    for call in (split, split.call_python):
+        with pytest.raises(ArithmeticError, match=r"negative: -1\.0"):
+            call(-1.0, 2)
+    # Wrong arguments: the native entry hands them over, the Python path raises.
+    for bad in (("x", 1), (1.0, 2**32), (1.0,), (1.0, 2.0)):
+        expected_error = python_path_calls(lambda: split.call_python(*bad))[0]  # noqa: B023
+        assert python_path_calls(lambda: split(*bad))[0] == expected_error  # noqa: B023
+        assert expected_error[0] in (TypeError, ValueError)  # type: ignore[index]

@@ -23,6 +23,7 @@ KERNEL_SIGNATURES = [
     "(i32) -> i1",
     "(f32) -> f32",
     "() -> i64",
+    "(f64, i32) -> (f64, i1, i32, f32)",
 ]
 CALLBACK_SIGNATURES = [
     "(f64, f32, i64, i1) -> f64",

@@ -138,6 +138,8 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyDict_New": ir.FunctionType(_ptr, []),
     "PyDict_SetItem": ir.FunctionType(_i32, [_ptr, _ptr, _ptr]),
     "PyTuple_Size": ir.FunctionType(_i64, [_ptr]),
+    "PyTuple_New": ir.FunctionType(_ptr, [_i64]),
+    "PyTuple_SetItem": ir.FunctionType(_i32, [_ptr, _i64, _ptr]),
     "PyTuple_GetItem": ir.FunctionType(_ptr, [_ptr, _i64]),
     "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),

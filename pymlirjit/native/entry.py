@@ -3,6 +3,7 @@ and guards, which give each call made through a raw C-ABI address a call record.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -322,6 +323,13 @@ class _EntryBuilder(_FunctionBuilder):
                 assert isinstance(t, (MemRefType, TensorType))
                 c_args.append(self.array(obj, t, i))
         result_types = self.abi.boundary.results
+        results = None
+        if self.abi.results_via_pointer:
+            # Several results: the callee writes them to a struct on this stack.
+            results = b.alloca(ir.ArrayType(_i8, ctypes.sizeof(self.abi.result_struct)))
+            results.align = 16
+            c_args.insert(0, b.bitcast(results, _ptr))
+            result_types = ()
         llvm_result = _llvm_type(result_types[0]) if result_types else ir.VoidType()  # type: ignore[arg-type]
         target_type = ir.FunctionType(llvm_result, [a.type for a in c_args])
         if isinstance(self.target, str):
@@ -350,7 +358,10 @@ class _EntryBuilder(_FunctionBuilder):
                 b.call(self.api["PyEval_RestoreThread"], [state])
         if record is not None:
             self.close_record(record)  # may run Python (a callback's error): still counted
-        self.leave(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
+        if results is not None:
+            self.leave(self.box_results(b.bitcast(results, _ptr)))
+        else:
+            self.leave(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
         self.leave(b.call(self.api[_POSITIONAL_CALL],
                           [self.python_path(self_obj), args,
@@ -445,6 +456,29 @@ class _EntryBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [address])
             self.return_if_null(done, "finished")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
+
+    def box_results(self, results: ir.Value) -> ir.Value:
+        """A new tuple of the results the callee wrote to ``results`` (laid out as
+        the ABI's ``result_struct``), or NULL with an exception set."""
+        b = self.builder
+        types = self.abi.boundary.results
+        items = b.call(self.api["PyTuple_New"], [ir.Constant(_i64, len(types))])
+        self.return_if_null(items, "tuple_made")
+        for i, t in enumerate(types):
+            assert isinstance(t, ScalarType)
+            offset = getattr(self.abi.result_struct, f"r{i}").offset
+            field = b.bitcast(b.gep(results, [ir.Constant(_i64, offset)]),
+                              _llvm_type(t).as_pointer())
+            item = self.box_scalar(b.load(field), t, t.kind == "bool")
+            failed = self.function.append_basic_block(f"item{i}_failed")
+            ok = self.function.append_basic_block(f"item{i}")
+            b.cbranch(self.is_null(item), failed, ok)
+            b.position_at_end(failed)
+            b.call(self.api["Py_DecRef"], [items])
+            self.leave(ir.Constant(_ptr, None))
+            b.position_at_end(ok)
+            b.call(self.api["PyTuple_SetItem"], [items, ir.Constant(_i64, i), item])  # steals
+        return items
 
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         if t is None:
