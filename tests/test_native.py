@@ -31,6 +31,7 @@ CALLBACK_SIGNATURES = [
     "(i32) -> i1",
     "(f32) -> f32",
     "() -> i64",
+    "(complex<f64>, f16, bf16, complex<f32>) -> f64",
 ]
 
 

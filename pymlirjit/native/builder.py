@@ -126,6 +126,7 @@ _float = ir.FloatType()
 _C_API: dict[str, ir.FunctionType] = {
     "PyFloat_AsDouble": ir.FunctionType(_double, [_ptr]),
     "PyFloat_FromDouble": ir.FunctionType(_ptr, [_double]),
+    "PyComplex_FromDoubles": ir.FunctionType(_ptr, [_double, _double]),
     "PyLong_AsLongLongAndOverflow": ir.FunctionType(_i64, [_ptr, _i32.as_pointer()]),
     "PyLong_FromLongLong": ir.FunctionType(_ptr, [_i64]),
     "PyBool_FromLong": ir.FunctionType(_ptr, [_i64]),
