@@ -18,7 +18,8 @@ from .builder import (
     _Unit,
     check_object_layouts,
 )
-from .entry import _EntryBuilder, _GuardBuilder
+from .entry import _EntryBuilder
+from .guard import _GuardBuilder
 from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
 
 __all__ = ["NativeBatch"]
