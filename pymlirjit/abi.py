@@ -144,21 +144,27 @@ def _plain_scalar(t: Type) -> bool:
 
 def native_kernel_supported(signature: Signature) -> bool:
     """Whether a native kernel entry (:mod:`pymlirjit.native`) can serve this function:
-    bool/int/f32/f64 and ranked memref or tensor parameters; no result or one
-    bool/int/f32/f64 result."""
+    bool/int/f32/f64 and ranked memref or tensor parameters; bool/int/f32/f64 results
+    (several as a tuple)."""
     params_ok = all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
                     for t in signature.param_types)
-    results = signature.results
-    return params_ok and (not results or (len(results) == 1 and _plain_scalar(results[0])))
+    return params_ok and all(_plain_scalar(t) for t in signature.results)
 
 
 def native_callback_supported(signature: Signature) -> bool:
     """Whether a native trampoline (:mod:`pymlirjit.native`) can serve this callback:
-    bool/int/f32/f64 and ranked memref parameters; no result or one bool/int/f32/f64
-    result."""
+    bool/int/f16/bf16/f32/f64/complex and ranked memref parameters; no result or one
+    bool/int/f32/f64 result."""
     results = signature.results
-    return (all(_plain_scalar(t) or isinstance(t, MemRefType) for t in signature.param_types)
+    return (all(_plain_scalar(t) or isinstance(t, MemRefType) or _boxed_natively(t)
+                for t in signature.param_types)
             and (not results or (len(results) == 1 and _plain_scalar(results[0]))))
+
+
+def _boxed_natively(t: Type) -> bool:
+    """A callback parameter a trampoline boxes from its crossing: complex (a pair) and
+    f16/bf16 (bits)."""
+    return isinstance(t, ScalarType) and (t.crossing == "pair" or t.mlir in ("f16", "bf16"))
 
 
 def _convert(value: str, out: str, source: Type, target: Type) -> tuple[list[str], str]:

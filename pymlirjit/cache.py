@@ -56,7 +56,7 @@ from .signature import Signature, decode_signature, encode_signature
 __all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
            "default_cache_dir", "entry_key"]
 
-_FORMAT = 3
+_FORMAT = 4
 _KINDS = ("shared", "object")
 
 
@@ -74,8 +74,8 @@ class CachedModule:
     """A cache entry: the machine code and its description.
 
     ``kind`` is ``"shared"`` or ``"object"`` (see the module's documentation);
-    ``slots`` and ``native_entries`` describe a shared library's native code (see
-    :class:`pymlirjit.sharedlib.NativeCode`). The shared libraries the code needs are
+    ``slots``, ``native_entries`` and ``guards`` describe a shared library's native
+    code (see :class:`pymlirjit.sharedlib.NativeCode`). The shared libraries the code needs are
     not part of an entry: they are an input of its key, and the loader takes them from
     its own options.
     """
@@ -89,6 +89,7 @@ class CachedModule:
     lowered_mlir: str
     slots: tuple[str, ...] = ()
     native_entries: dict[str, str] = field(default_factory=dict)  # function -> symbol
+    guards: dict[str, str] = field(default_factory=dict)  # function -> its guard's symbol
 
 
 #: Why a store refused an entry, or refused its folder (``CacheInfo.rejected`` counts
@@ -420,7 +421,8 @@ def _encode_entry(entry: CachedModule, key: str, secret: bytes) -> bytes:
                           for name, (signature, symbol) in entry.functions.items()},
             "callbacks": entry.callbacks, "declared": list(entry.declared),
             "needed": list(entry.needed), "lowered_mlir": entry.lowered_mlir,
-            "slots": list(entry.slots), "native_entries": entry.native_entries}
+            "slots": list(entry.slots), "native_entries": entry.native_entries,
+            "guards": entry.guards}
     description = json.dumps(meta).encode()
     body = _HEADER.pack(_MAGIC, len(description)) + description + entry.code
     return body + _mac(secret, key, body)
@@ -448,7 +450,8 @@ def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
             {name: (decode_signature(signature), symbol)
              for name, (signature, symbol) in meta["functions"].items()},
             dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
-            meta["lowered_mlir"], tuple(meta["slots"]), dict(meta["native_entries"]))
+            meta["lowered_mlir"], tuple(meta["slots"]), dict(meta["native_entries"]),
+            dict(meta["guards"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc
 

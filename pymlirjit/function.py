@@ -54,13 +54,16 @@ class CompiledFunction(NativeCallable):
     (``None``: when other Python threads exist);
     ``unwind`` whether a failing callback ends the call at once
     (native entries only) instead of letting it run on with callbacks skipped.
-    ``native_entry`` is the address of its native entry point, once it has one.
+    ``native_entry`` is the address of its native entry point, once it has one;
+    ``guard`` the address of a guard compiled with the code (a module loaded from a
+    shared library), else one is generated on first use.
     """
 
     def __init__(self, engine: Any, name: str, signature: Signature, address: int, *,
                  module: Any = None, display_name: str | None = None,
                  links_callbacks: bool = True, release_gil: bool | None = True,
-                 unwind: bool = False, native: bool = True) -> None:
+                 unwind: bool = False, native: bool = True,
+                 guard: int | None = None) -> None:
         self.engine = engine
         self._module = weakref.ref(module) if module is not None else None
         self.name = name
@@ -70,13 +73,15 @@ class CompiledFunction(NativeCallable):
         self.release_gil = release_gil
         self.unwind = unwind
         self.abi: BoundaryABI = boundary_abi(signature)
-        self._guard = _Guard(self.abi, address, unwind) if links_callbacks else None
+        self._guard = _Guard(self.abi, address, unwind, guard) if links_callbacks else None
         # A module loaded from a shared library generates no code (a cheap warm start):
-        # its Python path goes without a guard, so a failing callback there skips the
-        # later callbacks of the call instead of ending it (the call still raises).
-        loaded = isinstance(engine, SharedLibrary)
+        # its guards come with it. (Without one, the Python path goes unguarded: a
+        # failing callback then skips the later callbacks of the call instead of ending
+        # it, and the call still raises.)
+        unguarded = isinstance(engine, SharedLibrary) and guard is None
         self._python_call = _PythonCall(engine, self.display_name, signature, self.abi,
-                                        address, release_gil, None if loaded else self._guard)
+                                        address, release_gil,
+                                        None if unguarded else self._guard)
         self._links_callbacks = links_callbacks
         self._native_wanted = native and native_kernel_supported(self.signature)
         self.native_entry: int | None = None
@@ -109,7 +114,8 @@ class CompiledFunction(NativeCallable):
         copy = CompiledFunction(
             self.engine, self.name, self.signature.with_names(param_names), self._raw_address,
             module=self.module, display_name=display_name, links_callbacks=self._links_callbacks,
-            release_gil=release, unwind=self.unwind, native=self._native_wanted)
+            release_gil=release, unwind=self.unwind, native=self._native_wanted,
+            guard=self._guard.loaded if self._guard is not None else None)
         if self.native_entry is not None and release == self.release_gil:
             copy.use_native(self.native_entry, self._python_call.native_code)
         return copy
@@ -175,14 +181,17 @@ class CompiledFunction(NativeCallable):
 
 class _Guard:
     """The guard of a function of a module with callbacks (see
-    :meth:`pymlirjit.native.NativeBatch.add_guard`), generated on first use."""
+    :meth:`pymlirjit.native.NativeBatch.add_guard`), generated on first use unless
+    ``loaded`` gives the address of one compiled with the code."""
 
-    def __init__(self, abi: BoundaryABI, target: int, unwind: bool) -> None:
+    def __init__(self, abi: BoundaryABI, target: int, unwind: bool,
+                 loaded: int | None = None) -> None:
         self.abi = abi
         self.target = target
         self.unwind = unwind
+        self.loaded = loaded
         self.code: object = None  # owns the guard's machine code
-        self._address = 0
+        self._address = loaded or 0
         self._lock = threading.Lock()
 
     def address(self) -> int:

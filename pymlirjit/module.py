@@ -38,6 +38,7 @@ from .relocation import (
     FINISH_CALL,
     FOREIGN_RECORD,
     FRAME_KEY,
+    HAND_OVER,
     array_from_descr,
     callback_slot,
     well_known,
@@ -83,7 +84,8 @@ class CompiledModule:
     ``engine``, ``source`` (the MLIR given) and ``lowered_mlir`` (after the pipeline).
 
     ``native_entries`` gives the addresses of native entry points already compiled
-    with the code (a module loaded from the disk cache). The constructor generates no
+    with the code (a module loaded from the disk cache), ``guards`` those of guards
+    (see :attr:`CompiledFunction.address`). The constructor generates no
     code: :func:`attach_native_entries` generates the others. ``context`` (the MLIR
     context of ``lowered``) is kept alive with the module.
     """
@@ -93,7 +95,8 @@ class CompiledModule:
                  callbacks: dict[str, Callback], shared_libs: tuple[str, ...] = (),
                  runtime_symbols: dict[str, Callback] | None = None,
                  native_entries: dict[str, int] | None = None, *,
-                 context: Any = None, uncallable: Mapping[str, str] | None = None) -> None:
+                 context: Any = None, uncallable: Mapping[str, str] | None = None,
+                 guards: dict[str, int] | None = None) -> None:
         self.engine = engine
         self.source = source
         self._lowered = lowered
@@ -105,11 +108,13 @@ class CompiledModule:
         self.uncallable = {name: UncallableFunction(name, why)
                            for name, why in (uncallable or {}).items()}
         release_gil, unwind = call_policy(bool(callbacks), shared_libs)
+        guards = guards or {}
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(engine, name, signature,
                                    engine.function_address(ciface_symbol(entry)),
                                    module=self, links_callbacks=bool(callbacks),
-                                   release_gil=release_gil, unwind=unwind)
+                                   release_gil=release_gil, unwind=unwind,
+                                   guard=guards.get(name))
             for name, (signature, entry) in signatures.items()
         }
         for name, address in (native_entries or {}).items():
@@ -168,18 +173,24 @@ def build_native_code(functions: Mapping[str, tuple[Signature, str]],
     calling ``_mlir_ciface_<entry>`` under the module's GIL and unwinding policy, and
     the functions compiled code calls for ``runtime_symbols`` (symbol -> callback): a
     trampoline where the types allow one, else a forwarder to the callback's ctypes
-    entry."""
+    entry. With callbacks, each function also gets a guard, which the Python path
+    calls (see :attr:`pymlirjit.function.CompiledFunction.address`)."""
     from .native import NativeBatch  # llvmlite loads only when code is generated
 
     batch = NativeBatch(relocatable=True)
     calls = call_machinery() if runtime_symbols else None
     entries: dict[str, str] = {}
+    guards: dict[str, str] = {}
     for i, (name, (signature, entry)) in enumerate(functions.items()):
         if native_kernel_supported(signature):
             symbol = f"pymlirjit_entry_{i}"
             batch.add_kernel_entry(boundary_abi(signature), ciface_symbol(entry), calls,
                                    release_gil, unwind, symbol)
             entries[name] = symbol
+        if calls is not None:
+            guards[name] = f"pymlirjit_guard_{i}"
+            batch.add_guard(boundary_abi(signature), ciface_symbol(entry), calls, unwind,
+                            guards[name])
     for symbol, cb in runtime_symbols.items():
         if native_callback_supported(cb.signature):
             batch.add_callback_trampoline(cb.signature, cb.abi, cb.__wrapped__,
@@ -188,7 +199,7 @@ def build_native_code(functions: Mapping[str, tuple[Signature, str]],
             batch.add_forwarder(symbol, cb.abi, callback_slot(cb.name, "entry"))
     if not batch.symbols:
         return NativeCode(None, (), {})
-    return NativeCode(batch.emit_object(), tuple(batch.slot_names), entries)
+    return NativeCode(batch.emit_object(), tuple(batch.slot_names), entries, guards)
 
 
 def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
@@ -203,6 +214,8 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
         number: int | None = None
         if name == FINISH_CALL:
             obj: object = call_machinery().finish_call
+        elif name == HAND_OVER:
+            obj = call_machinery().hand_over
         elif name == FRAME_KEY:
             number = call_machinery().frame_key
         elif name == FOREIGN_RECORD:
@@ -323,7 +336,7 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
         parts = [object_code] + ([native.object_code] if native.object_code else [])
         try:
             return CachedModule("shared", link_shared_library(parts), *description,
-                                native.slots, native.entries)
+                                native.slots, native.entries, native.guards)
         except LinkError as exc:  # a compiler that cannot: the object code alone
             logging.getLogger("pymlirjit").debug("caching object code: %s", exc)
     return CachedModule("object", object_code, *description)
@@ -332,28 +345,30 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
 # The load stage: an artifact -> CompiledCode, one loader per kind of artifact.
 
 Loader = Callable[[CachedModule, dict[str, Callback], dict[str, Callback], CompileOptions],
-                  tuple[CompiledCode, dict[str, int]]]
+                  tuple[CompiledCode, dict[str, int], dict[str, int]]]
 
 
 def _load_shared(entry: CachedModule, symbols: dict[str, Callback],
                  callbacks: dict[str, Callback], options: CompileOptions,
-                 ) -> tuple[CompiledCode, dict[str, int]]:
+                 ) -> tuple[CompiledCode, dict[str, int], dict[str, int]]:
     library = SharedLibrary(entry.code, options.shared_libs)
     library.bind(*slot_values(entry.slots, callbacks))
-    return library, {name: library.function_address(symbol)
-                     for name, symbol in entry.native_entries.items()}
+    return (library, {name: library.function_address(symbol)
+                      for name, symbol in entry.native_entries.items()},
+            {name: library.function_address(symbol) for name, symbol in entry.guards.items()})
 
 
 def _load_object(entry: CachedModule, symbols: dict[str, Callback],
                  callbacks: dict[str, Callback], options: CompileOptions,
-                 ) -> tuple[CompiledCode, dict[str, int]]:
+                 ) -> tuple[CompiledCode, dict[str, int], dict[str, int]]:
     prepare_entries(symbols.values())
-    return ObjectEngine(entry.code, symbols, options.shared_libs, entry.needed), {}
+    return ObjectEngine(entry.code, symbols, options.shared_libs, entry.needed), {}, {}
 
 
 #: The loader of each artifact kind a cache entry holds (``CachedModule.kind``): given
 #: the entry, its runtime symbols' callbacks, its callbacks by name and the options, the
-#: loaded code and the native entries compiled with it (function -> address).
+#: loaded code, the native entries and the guards compiled with it (function ->
+#: address).
 LOADERS: dict[str, Loader] = {"shared": _load_shared, "object": _load_object}
 
 
@@ -365,6 +380,6 @@ def load(entry: CachedModule, source: str, linkable: Mapping[str, Callback],
     :func:`attach_native_entries`)."""
     symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
     callbacks = {name: linkable[name] for name in entry.callbacks.values()}
-    code, native = LOADERS[entry.kind](entry, symbols, callbacks, options)
+    code, native, guards = LOADERS[entry.kind](entry, symbols, callbacks, options)
     return CompiledModule(code, source, entry.lowered_mlir, entry.functions, callbacks,
-                          options.shared_libs, symbols, native)
+                          options.shared_libs, symbols, native, guards=guards)

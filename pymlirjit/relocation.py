@@ -27,6 +27,7 @@ __all__ = [
     "FINISH_CALL",
     "FOREIGN_RECORD",
     "FRAME_KEY",
+    "HAND_OVER",
     "SLOT_PREFIX",
     "array_from_descr",
     "callback_slot",
@@ -40,8 +41,9 @@ SLOT_PREFIX = "pymlirjit_slot_"  # slots are globals named by index: pymlirjit_s
 ARRAY_FROM_DESCR = "numpy.PyArray_NewFromDescr"  # the address array_from_descr() gives
 # The call machinery of pymlirjit.callframe, the same for every module: finish_call (an
 # object), the pthread key of the current call record and the address of the record of
-# threads without a call (numbers).
+# threads without a call (numbers); and hand_over (an object), which guards call.
 FINISH_CALL = "call:finish"
+HAND_OVER = "call:hand_over"
 FRAME_KEY = "call:frame_key"
 FOREIGN_RECORD = "call:foreign_record"
 

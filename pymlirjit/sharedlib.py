@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ffi
@@ -94,11 +94,13 @@ def link_shared_library(objects: Sequence[bytes]) -> bytes:
 class NativeCode:
     """Relocatable native entry points of a module, as an object file (``None`` if the
     module needs none): ``slots`` names the value of each slot, ``entries`` the
-    symbol of each function's native entry."""
+    symbol of each function's native entry, ``guards`` the symbol of each function's
+    guard (modules with callbacks: see ``NativeBatch.add_guard``)."""
 
     object_code: bytes | None
     slots: tuple[str, ...]
     entries: dict[str, str]
+    guards: dict[str, str] = field(default_factory=dict)
 
 
 class SharedLibrary:

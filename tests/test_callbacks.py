@@ -414,8 +414,9 @@ def run_python(code: str) -> str:
     return done.stdout
 
 
-# Callbacks no native trampoline serves (a ctypes entry does), each raising, followed in
-# the kernel by a memref store and a later callback that must never run.
+# Callbacks of the shapes that first needed a ctypes entry (memref results and unranked
+# memrefs still do; complex and f16 parameters now have trampolines), each raising,
+# followed in the kernel by a memref store and a later callback that must never run.
 CTYPES_ENTRY_KINDS = {
     "memref_result": ("def bad(n: index) -> MemRef[f64, None]", "index", "%n",
                       "memref<?xf64>", "%x = memref.load %r[%c0i] : memref<?xf64>"),
@@ -467,9 +468,9 @@ def test_a_failing_ctypes_entry_callback_stops_its_kernel(kind: str) -> None:
         func.func private @after(f64)
         ''')
         out = np.full(1, -7.0)
-        for n in (4, np.int64(4)):  # the native entry, then the Python path
+        for call in (module.k, module.k.call_python):  # the native entry, the Python path
             try:
-                module.k(n, out)
+                call(4, out)
             except ValueError as error:
                 assert error is errors[-1], (error, errors)
                 assert any("'bad'" in note for note in error.__notes__)
@@ -529,9 +530,9 @@ def test_an_exception_whose_notes_are_not_a_list_still_raises(session: Session) 
     }
     func.func private @odd(f64) -> f64
     """)
-    for x in (1.0, np.float64(1.0)):  # native entry, Python path
+    for call in (module.k, module.k.call_python):  # native entry, Python path
         with pytest.raises(LookupError) as caught:
-            module.k(x)
+            call(1.0)
         assert caught.value is raised[-1]
 
 
@@ -552,10 +553,10 @@ def test_the_python_path_unwinds_a_failing_callback(session: Session) -> None:
     func.func private @check(f64) -> f64
     """)
     out = np.zeros(1)
-    module.k(np.float64(0.5), out)  # a numpy scalar: the Python path
+    module.k.call_python(0.5, out)  # the Python path
     assert out[0] == 0.5
     with pytest.raises(ArithmeticError, match="too big"):
-        module.k(np.float64(2.0), out)
+        module.k.call_python(2.0, out)
     assert out[0] == 0.5  # the store after the failing callback never ran
 
 
@@ -618,3 +619,68 @@ def test_a_raw_address_called_inside_a_callback_reports_to_its_kernel(
         print("ok")
     """)
     assert stdout.split() == ["ok"]
+
+
+def test_trampolines_box_every_f16_and_bf16_and_complex_parameter(session: Session) -> None:
+    """Every f16 and bf16 bit pattern reaches the callback as the float the Python
+    conversion makes of it (NaNs as NaN, the sign of zeros kept), and complex numbers as
+    complex, through native trampolines."""
+    import math
+
+    from pymlirjit.abi import native_callback_supported
+    from pymlirjit.convert import from_bits
+    from pymlirjit.types import SCALARS
+
+    seen: dict[str, list[tuple[int, object]]] = {"f16": [], "bf16": []}
+
+    @callback("(f16, bf16, i32) -> ()", name="halves", session=session)
+    def halves(h: object, g: object, i: int) -> None:
+        seen["f16"].append((i, h))
+        seen["bf16"].append((i, g))
+
+    @callback("(complex<f32>, complex<f64>, f64) -> f64", name="pairs", session=session)
+    def pairs(a: complex, b: complex, x: float) -> object:
+        if x < 0:
+            raise LookupError(f"refused {a} {b}")
+        return "text" if x == 0 else (a * b).real + x
+
+    assert native_callback_supported(halves.signature)
+    assert native_callback_supported(pairs.signature)
+    module = session.compile("""
+    func.func @all() {
+      %c0 = arith.constant 0 : i32
+      %c1 = arith.constant 1 : i32
+      %n = arith.constant 65536 : i32
+      scf.for %i = %c0 to %n step %c1 : i32 {
+        %b = arith.trunci %i : i32 to i16
+        %h = arith.bitcast %b : i16 to f16
+        %g = arith.bitcast %b : i16 to bf16
+        func.call @halves(%h, %g, %i) : (f16, bf16, i32) -> ()
+      }
+      return
+    }
+    func.func @mul(%a: complex<f32>, %b: complex<f64>, %x: f64) -> f64 {
+      %r = func.call @pairs(%a, %b, %x) : (complex<f32>, complex<f64>, f64) -> f64
+      return %r : f64
+    }
+    func.func private @halves(f16, bf16, i32)
+    func.func private @pairs(complex<f32>, complex<f64>, f64) -> f64
+    """)
+    module.all()
+    by_name = {t.mlir: t for t in SCALARS}
+    for name, values in seen.items():
+        assert [i for i, _ in values] == list(range(65536))
+        for i, value in values:
+            expected = from_bits(by_name[name], i)
+            assert type(value) is float
+            if math.isnan(expected):
+                assert math.isnan(value), (name, hex(i))
+            else:
+                assert value == expected, (name, hex(i), value, expected)
+                assert math.copysign(1, value) == math.copysign(1, expected), (name, hex(i))
+    assert module.mul(1 + 2j, 3 - 4j, 0.5) == 11.5
+    with pytest.raises(LookupError, match=r"refused \(1\+2j\) \(3-4j\)") as raised:
+        module.mul(1 + 2j, 3 - 4j, -1.0)
+    assert any("'pairs'" in note for note in raised.value.__notes__)
+    with pytest.raises(TypeError, match="callback 'pairs': result #0"):
+        module.mul(1 + 2j, 3 - 4j, 0.0)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -251,3 +254,214 @@ def test_native_array_path_matches_python_path(session: Session) -> None:
         with pytest.raises((TypeError, ValueError)) as from_native:
             native(bad)
         assert str(from_native.value) == str(from_python.value)
+
+
+WARM_START = r"""
+import sys
+import numpy as np
+from pymlirjit import MemRef, Session, callback, f64
+
+session = Session(cache_dir=sys.argv[1])
+ERROR = ValueError("from fail")
+later_calls = []
+
+@callback(session=session)
+def fail(x: f64) -> None:
+    raise ERROR
+
+@callback(session=session)
+def later(x: f64) -> None:
+    later_calls.append(x)
+
+module = session.compile('''
+func.func @run(%x: f64, %out: memref<1xf64>) {
+  call @fail(%x) : (f64) -> ()
+  %c0 = arith.constant 0 : index
+  memref.store %x, %out[%c0] : memref<1xf64>
+  call @later(%x) : (f64) -> ()
+  return
+}
+func.func @pair(%x: f64, %n: i32) -> (i32, f64) {
+  call @later(%x) : (f64) -> ()
+  return %n, %x : i32, f64
+}
+func.func private @fail(f64)
+func.func private @later(f64)
+''')
+assert module.pair.ensure_native() and module.pair(np.float64(0.5), 3) == (3, 0.5)
+later_calls.clear()
+out = np.zeros(1)
+class Real(float):  # not exactly a float: the native entry hands it to the Python path
+    pass
+for call, x in ((module.run.call_python, np.float64(2.0)), (module.run, Real(3.0)),
+                (module.run, np.float64(4.0))):
+    try:
+        call(x, out)
+    except ValueError as exc:
+        assert exc is ERROR, exc
+    else:
+        raise AssertionError("no exception")
+print(type(module.engine).__name__, session.disk_cache.hits, out[0], len(later_calls),
+      "llvm" if "llvmlite.binding" in sys.modules else "no-llvm")
+"""
+
+
+def test_a_warm_started_python_path_stops_at_a_failing_callback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def run() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", WARM_START, str(tmp_path)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        return done.stdout.split()
+
+    # The kernel stops at the failing callback (its store and later callback never run)
+    # in the shared library the first process links (and then loads) and in the one a
+    # new process loads: it brings its guards along, so loading still needs no LLVM.
+    assert run()[:-1] == ["SharedLibrary", "0", "0.0", "0"]
+    assert run() == ["SharedLibrary", "1", "0.0", "0", "no-llvm"]
+
+
+def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
+    """``call()``'s result (or exception), and how many calls the Python path (this
+    package's function.py) took during it."""
+    import sys
+
+    import pymlirjit.function
+
+    seen = 0
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        nonlocal seen
+        if event == "call" and frame.f_code.co_filename == pymlirjit.function.__file__:
+            seen += 1
+
+    sys.setprofile(profile)
+    try:
+        result: object = call()
+    except Exception as exc:
+        result = (type(exc), str(exc))
+    finally:
+        sys.setprofile(None)
+    return result, seen
+
+
+NUMPY_INTEGERS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                  np.uint64]
+
+
+def numpy_scalars() -> list[object]:
+    values: list[object] = [np.float64(1.5), np.float64(-2.0**70), np.float32(-2.5),
+                            np.float32(np.inf), np.float16(0.5), np.longlong(3), np.True_,
+                            np.False_, np.complex128(1j)]
+    for t in NUMPY_INTEGERS:
+        info = np.iinfo(t)
+        values += [t(info.min), t(info.max), t(0), t(1), t(info.max // 3 + 1)]
+    return values
+
+
+@pytest.mark.parametrize("mlir_type", ["i1", "i8", "i16", "i32", "i64", "index", "f32",
+                                       "f64"])
+def test_numpy_scalars_take_the_native_path(session: Session, mlir_type: str) -> None:
+    function = session.compile(f"""
+    func.func @same(%a: {mlir_type}) -> {mlir_type} {{
+      return %a : {mlir_type}
+    }}""").same
+    assert function.ensure_native()
+    for value in numpy_scalars():
+        expected, _ = python_path_calls(lambda: function.call_python(value))  # noqa: B023
+        result, python_calls = python_path_calls(lambda: function(value))  # noqa: B023
+        assert result == expected and type(result) is type(expected), value
+        # The types the Python path converts exactly as an entry does never reach it,
+        # when the value is one the Python path accepts; the rest (np.float16, np.longlong,
+        # out-of-range and wrong values) are handed to it, which raises the same error.
+        native = (type(value) in (np.float64, np.float32, *NUMPY_INTEGERS)
+                  if mlir_type.startswith("f") else
+                  type(value) is np.bool_ if mlir_type == "i1" else
+                  type(value) in NUMPY_INTEGERS)
+        if native and not isinstance(expected, tuple):
+            assert python_calls == 0, (value, mlir_type)
+        else:
+            assert python_calls > 0, (value, mlir_type)
+
+
+def test_a_failing_callback_stops_a_call_with_numpy_scalars(session: Session) -> None:
+    error = ValueError("stop")
+    later_calls: list[float] = []
+
+    @callback(session=session)
+    def stop(x: f64) -> None:
+        raise error
+
+    @callback(session=session)
+    def later(x: f64) -> None:
+        later_calls.append(x)
+
+    run = session.compile("""
+    func.func @run(%x: f64, %n: i32, %out: memref<1xf64>) {
+      call @stop(%x) : (f64) -> ()
+      %c0 = arith.constant 0 : index
+      memref.store %x, %out[%c0] : memref<1xf64>
+      call @later(%x) : (f64) -> ()
+      return
+    }
+    func.func private @stop(f64)
+    func.func private @later(f64)
+    """).run
+    assert run.ensure_native()
+    out = np.zeros(1)
+    for x, n in ((np.float64(2.0), np.int32(3)), (np.float32(2.0), np.uint8(3)),
+                 (np.int64(2), np.int16(-3))):
+        (kind, message), python_calls = python_path_calls(lambda: run(x, n, out))  # noqa: B023
+        assert (kind, message, python_calls) == (ValueError, "stop", 0)
+    with pytest.raises(ValueError) as raised:
+        run(np.float64(1.0), np.int64(1), out)
+    assert raised.value is error
+    assert out[0] == 0.0 and later_calls == []
+    for bad in (np.bool_(True), np.complex64(1), "1.0"):
+        expected = python_path_calls(lambda: run.call_python(bad, 1, out))[0]  # noqa: B023
+        assert python_path_calls(lambda: run(bad, 1, out))[0] == expected  # noqa: B023
+        assert expected[0] is TypeError  # type: ignore[index]
+    too_big = python_path_calls(lambda: run(1.0, np.uint64(2**63), out))[0]
+    assert too_big == (ValueError, "run() parameter 'arg1': 9223372036854775808 is out of "
+                                    "range for i32")
+
+
+TUPLE = """
+func.func @split(%a: f64, %b: i32) -> (f64, i32, i1, f32, i8) {
+  %r = call @check(%a) : (f64) -> f64
+  %t = arith.cmpf ogt, %r, %a : f64
+  %f = arith.truncf %r : f64 to f32
+  %c = arith.trunci %b : i32 to i8
+  return %r, %b, %t, %f, %c : f64, i32, i1, f32, i8
+}
+func.func private @check(f64) -> f64
+"""
+
+
+def test_tuple_results_take_the_native_path(session: Session) -> None:
+    @callback(session=session)
+    def check(x: f64) -> f64:
+        if x < 0:
+            raise ArithmeticError(f"negative: {x}")
+        return x + 1
+
+    split = session.compile(TUPLE).split
+    assert split.ensure_native()
+    for args in ((1.5, -7), (np.float64(2.0), np.int32(300)), (0.0, 2**31 - 1)):
+        expected = split.call_python(*args)
+        result, python_calls = python_path_calls(lambda: split(*args))  # noqa: B023
+        assert result == expected and python_calls == 0
+        assert [type(v) for v in result] == [float, int, bool, float, int]  # type: ignore[attr-defined]
+    assert split(1.5, 2) == (2.5, 2, True, 2.5, 2)
+    # A failing callback: the call raises its exception, whatever the path.
+    for call in (split, split.call_python):
+        with pytest.raises(ArithmeticError, match=r"negative: -1\.0"):
+            call(-1.0, 2)
+    # Wrong arguments: the native entry hands them over, the Python path raises.
+    for bad in (("x", 1), (1.0, 2**32), (1.0,), (1.0, 2.0)):
+        expected_error = python_path_calls(lambda: split.call_python(*bad))[0]  # noqa: B023
+        assert python_path_calls(lambda: split(*bad))[0] == expected_error  # noqa: B023
+        assert expected_error[0] in (TypeError, ValueError)  # type: ignore[index]

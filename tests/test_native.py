@@ -23,6 +23,7 @@ KERNEL_SIGNATURES = [
     "(i32) -> i1",
     "(f32) -> f32",
     "() -> i64",
+    "(f64, i32) -> (f64, i1, i32, f32)",
 ]
 CALLBACK_SIGNATURES = [
     "(f64, f32, i64, i1) -> f64",
@@ -30,6 +31,7 @@ CALLBACK_SIGNATURES = [
     "(i32) -> i1",
     "(f32) -> f32",
     "() -> i64",
+    "(complex<f64>, f16, bf16, complex<f32>) -> f64",
 ]
 
 

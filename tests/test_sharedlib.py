@@ -66,7 +66,7 @@ func.func @is_positive(%x: i32) -> i1 {
 CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("fma", (2.0, 1.5, 3, True)),
     ("fma", (2.0, 1.5, 3, False)),
-    ("fma", (np.float64(2.0), np.float32(1.5), np.int32(3), np.True_)),  # the Python path
+    ("fma", (np.float64(2.0), np.float32(1.5), np.int32(3), np.True_)),  # numpy scalars
     ("fma", (2.0, 1.5, 2**40, True)),  # out of range for i32
     ("fma", ("2", 1.5, 3, True)),
     ("fma", (2.0, 1.5, 3)),

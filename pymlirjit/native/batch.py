@@ -18,7 +18,8 @@ from .builder import (
     _Unit,
     check_object_layouts,
 )
-from .entry import _EntryBuilder, _GuardBuilder
+from .entry import _EntryBuilder
+from .guard import _GuardBuilder
 from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
 
 __all__ = ["NativeBatch"]
@@ -149,15 +150,14 @@ class NativeBatch:
                               helpers).build()
         return len(self.symbols) - 1
 
-    def add_guard(self, abi: BoundaryABI, target: int, calls: Any, unwind: bool,
+    def add_guard(self, abi: BoundaryABI, target: int | str, calls: Any, unwind: bool,
                   symbol: str | None = None) -> int:
-        """Add a guard of the C-ABI function at ``target``: a function with the same C
-        ABI that opens a call record around each call (see :class:`_GuardBuilder`), for
-        callers that are not native entries (ctypes, through a raw address, and the
-        Python path); returns its index. ``calls`` is the call machinery; ``unwind``
-        whether a failing callback may ``longjmp`` back to the guard. In-process code
-        only."""
-        assert not self.relocatable, "guards are generated in the process that runs them"
+        """Add a guard of the C-ABI function at ``target`` (an address, or the name of
+        a function linked with the code): a function with the same C ABI that opens a
+        call record around each call (see :class:`_GuardBuilder`), for callers that are
+        not native entries (ctypes, through a raw address, and the Python path);
+        returns its index. ``calls`` is the call machinery; ``unwind`` whether a failing
+        callback may ``longjmp`` back to the guard."""
         _GuardBuilder(self.unit, self._symbol("guard", symbol), abi, target, calls,
                       unwind).build()
         return len(self.symbols) - 1

@@ -29,6 +29,7 @@ ARRAY_DIMENSIONS = 32  # PyArrayObject.dimensions (npy_intp *)
 ARRAY_STRIDES = 40  # PyArrayObject.strides (npy_intp *, in bytes)
 ARRAY_DESCR = 56  # PyArrayObject.descr (PyArray_Descr *)
 ARRAY_FLAGS = 64  # PyArrayObject.flags (int)
+SCALAR_VALUE = 16  # a numpy scalar's value (obval, after the PyObject header)
 # numpy's array flags (NPY_ARRAY_*), checked with the offsets.
 NPY_C_CONTIGUOUS = 0x0001
 NPY_ALIGNED = 0x0100
@@ -38,7 +39,7 @@ OBJECT_OFFSETS: Mapping[str, int] = {
     "PyObject.ob_type": OB_TYPE, "PyArrayObject.data": ARRAY_DATA,
     "PyArrayObject.nd": ARRAY_ND, "PyArrayObject.dimensions": ARRAY_DIMENSIONS,
     "PyArrayObject.strides": ARRAY_STRIDES, "PyArrayObject.descr": ARRAY_DESCR,
-    "PyArrayObject.flags": ARRAY_FLAGS,
+    "PyArrayObject.flags": ARRAY_FLAGS, "numpy scalar.obval": SCALAR_VALUE,
 }
 ARRAY_FLAGS_BY_NAME: Mapping[str, int] = {
     "c_contiguous": NPY_C_CONTIGUOUS, "aligned": NPY_ALIGNED, "writeable": NPY_WRITEABLE,
@@ -80,6 +81,12 @@ def layout_mismatches(offsets: Mapping[str, int] = OBJECT_OFFSETS,
         for name, bit in flags.items():
             expect(f"flag {name} ({bit:#06x}) of {what}", bool(raw & bit),
                    bool(getattr(array.flags, name)))
+    for scalar, c_type in ((np.float64(1.5), ctypes.c_double), (np.float32(-2.5), ctypes.c_float),
+                           (np.int8(-5), ctypes.c_int8), (np.uint16(65000), ctypes.c_uint16),
+                           (np.int32(-7), ctypes.c_int32), (np.uint64(2**64 - 3), ctypes.c_uint64)):
+        expect(f"numpy scalar.obval at {offsets['numpy scalar.obval']} of {scalar!r}",
+               c_type.from_address(id(scalar) + offsets["numpy scalar.obval"]).value,
+               scalar.item())
     if wrong:
         return wrong
     for array in (base, view):
@@ -113,11 +120,13 @@ def check_object_layouts() -> None:
 _i8, _i32, _i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _ptr = _i8.as_pointer()
 _double = ir.DoubleType()
+_float = ir.FloatType()
 
 # The C API functions the generated code calls, with their LLVM types.
 _C_API: dict[str, ir.FunctionType] = {
     "PyFloat_AsDouble": ir.FunctionType(_double, [_ptr]),
     "PyFloat_FromDouble": ir.FunctionType(_ptr, [_double]),
+    "PyComplex_FromDoubles": ir.FunctionType(_ptr, [_double, _double]),
     "PyLong_AsLongLongAndOverflow": ir.FunctionType(_i64, [_ptr, _i32.as_pointer()]),
     "PyLong_FromLongLong": ir.FunctionType(_ptr, [_i64]),
     "PyBool_FromLong": ir.FunctionType(_ptr, [_i64]),
@@ -130,6 +139,8 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyDict_New": ir.FunctionType(_ptr, []),
     "PyDict_SetItem": ir.FunctionType(_i32, [_ptr, _ptr, _ptr]),
     "PyTuple_Size": ir.FunctionType(_i64, [_ptr]),
+    "PyTuple_New": ir.FunctionType(_ptr, [_i64]),
+    "PyTuple_SetItem": ir.FunctionType(_i32, [_ptr, _i64, _ptr]),
     "PyTuple_GetItem": ir.FunctionType(_ptr, [_ptr, _i64]),
     "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),

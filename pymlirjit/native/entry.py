@@ -1,8 +1,9 @@
-"""Python -> C ABI: the vectorcall entry of a compiled function (kernel entries),
-and guards, which give each call made through a raw C-ABI address a call record."""
+"""Python -> C ABI: the vectorcall entry of a compiled function (kernel entries)."""
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,9 @@ from .builder import (
     NPY_C_CONTIGUOUS,
     NPY_WRITEABLE,
     OB_TYPE,
-    _boundary_function_type,
+    SCALAR_VALUE,
+    _double,
+    _float,
     _FunctionBuilder,
     _i8,
     _i32,
@@ -39,9 +42,13 @@ from .builder import (
     _llvm_type,
     _ptr,
     _Unit,
-    _zero_results,
     descriptor_struct,
 )
+
+# The numpy integer scalar types entries unbox (others, such as np.longlong, go to the
+# Python path).
+_NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
+                                         np.uint32, np.uint16, np.uint8)
 
 
 class _EntryBuilder(_FunctionBuilder):
@@ -132,21 +139,97 @@ class _EntryBuilder(_FunctionBuilder):
         actual = self.field(obj, OB_TYPE, _i64)
         self.check(b.icmp_unsigned("==", actual, self.object_id(py_type)), label)
 
+    def by_type(self, obj: ir.Value, cases: Sequence[tuple[type[Any], Callable[[], ir.Value]]],
+                label: str) -> ir.Value:
+        """The value ``read()`` gives for the first case whose type is exactly ``obj``'s
+        (each may hand the call over in turn); the Python path if none is."""
+        b = self.builder
+        actual = self.field(obj, OB_TYPE, _i64)
+        done = self.function.append_basic_block(f"{label}_read")
+        incoming: list[tuple[ir.Value, ir.Block]] = []
+        for n, (py_type, read) in enumerate(cases):
+            match = self.function.append_basic_block(f"{label}_{n}")
+            last = n == len(cases) - 1
+            other = self.fallback if last else self.function.append_basic_block(
+                f"{label}_not_{n}")
+            b.cbranch(b.icmp_unsigned("==", actual, self.object_id(py_type)), match, other)
+            b.position_at_end(match)
+            incoming.append((read(), b.block))
+            b.branch(done)
+            if not last:
+                b.position_at_end(other)
+        b.position_at_end(done)
+        value = b.phi(incoming[0][0].type)
+        for v, block in incoming:
+            value.add_incoming(v, block)
+        return value
+
+    def numpy_value(self, obj: ir.Value, scalar_type: type[Any]) -> ir.Value:
+        """The value of a numpy scalar of ``scalar_type``: a double for a floating type,
+        else an i64 (signed or zero-extended as the type is)."""
+        dtype = np.dtype(scalar_type)
+        if dtype.kind == "f":
+            raw = self.field(obj, SCALAR_VALUE, _double if dtype.itemsize == 8 else _float)
+            return raw if dtype.itemsize == 8 else self.builder.fpext(raw, _double)
+        raw = self.field(obj, SCALAR_VALUE, ir.IntType(8 * dtype.itemsize))
+        if dtype.itemsize == 8:
+            return raw
+        extend = self.builder.sext if dtype.kind == "i" else self.builder.zext
+        return extend(raw, _i64)
+
     def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
+        """The C value of argument ``i``: exact Python floats, ints and bools, and numpy
+        scalars of the types the Python path converts exactly as done here (anything
+        else goes to the Python path)."""
         b = self.builder
         if t.kind == "float":
-            self.type_is(obj, float, f"float{i}")
-            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            def read_float() -> ir.Value:
+                return b.call(self.api["PyFloat_AsDouble"], [obj])
+
+            def read_numpy(scalar_type: type[Any]) -> Callable[[], ir.Value]:
+                def read() -> ir.Value:
+                    value = self.numpy_value(obj, scalar_type)
+                    if np.dtype(scalar_type).kind == "f":
+                        return value
+                    # float(n) as the Python path does: to double, rounded once (then to
+                    # f32 below, as ctypes does).
+                    if np.dtype(scalar_type).kind == "u" and np.dtype(scalar_type).itemsize == 8:
+                        return b.uitofp(value, _double)
+                    return b.sitofp(value, _double)
+                return read
+
+            numpy_types: tuple[type[Any], ...] = (np.float64, np.float32, *_NUMPY_INTEGERS)
+            value = self.by_type(obj, [(float, read_float)] + [
+                (st, read_numpy(st)) for st in numpy_types], f"float{i}")
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
         if t.kind == "bool":
-            is_true = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(True))
-            is_false = b.icmp_unsigned("==", b.ptrtoint(obj, _i64), self.object_id(False))
+            address = b.ptrtoint(obj, _i64)
+            is_true = b.or_(b.icmp_unsigned("==", address, self.object_id(True)),
+                            b.icmp_unsigned("==", address, self.object_id(np.True_)))
+            is_false = b.or_(b.icmp_unsigned("==", address, self.object_id(False)),
+                             b.icmp_unsigned("==", address, self.object_id(np.False_)))
             self.check(b.or_(is_true, is_false), f"bool{i}")
             return b.zext(is_true, _i8)
-        self.type_is(obj, int, f"int{i}")
-        overflow = b.alloca(_i32)
-        value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
-        self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)), f"fits{i}")
+
+        def read_int() -> ir.Value:
+            overflow = b.alloca(_i32)
+            value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
+            self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)),
+                       f"fits{i}")
+            return value
+
+        def read_integer(scalar_type: type[Any]) -> Callable[[], ir.Value]:
+            def read() -> ir.Value:
+                value = self.numpy_value(obj, scalar_type)
+                if scalar_type is np.uint64 and t.bits < 64:
+                    # Above 2**63 its i64 is negative: in no smaller type's range.
+                    self.check(b.icmp_signed(">=", value, ir.Constant(_i64, 0)),
+                               f"unsigned{i}")
+                return value
+            return read
+
+        value = self.by_type(obj, [(int, read_int)] + [
+            (st, read_integer(st)) for st in _NUMPY_INTEGERS], f"int{i}")
         if t.bits < 64:
             low = ir.Constant(_i64, -(1 << (t.bits - 1)))
             high = ir.Constant(_i64, (1 << t.bits) - 1)
@@ -236,6 +319,13 @@ class _EntryBuilder(_FunctionBuilder):
                 assert isinstance(t, (MemRefType, TensorType))
                 c_args.append(self.array(obj, t, i))
         result_types = self.abi.boundary.results
+        results = None
+        if self.abi.results_via_pointer:
+            # Several results: the callee writes them to a struct on this stack.
+            results = b.alloca(ir.ArrayType(_i8, ctypes.sizeof(self.abi.result_struct)))
+            results.align = 16
+            c_args.insert(0, b.bitcast(results, _ptr))
+            result_types = ()
         llvm_result = _llvm_type(result_types[0]) if result_types else ir.VoidType()  # type: ignore[arg-type]
         target_type = ir.FunctionType(llvm_result, [a.type for a in c_args])
         if isinstance(self.target, str):
@@ -264,7 +354,10 @@ class _EntryBuilder(_FunctionBuilder):
                 b.call(self.api["PyEval_RestoreThread"], [state])
         if record is not None:
             self.close_record(record)  # may run Python (a callback's error): still counted
-        self.leave(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
+        if results is not None:
+            self.leave(self.box_results(b.bitcast(results, _ptr)))
+        else:
+            self.leave(self.box(value, result_types[0] if result_types else None))  # type: ignore[arg-type]
         b.position_at_end(self.fallback)
         self.leave(b.call(self.api[_POSITIONAL_CALL],
                           [self.python_path(self_obj), args,
@@ -360,6 +453,29 @@ class _EntryBuilder(_FunctionBuilder):
             self.return_if_null(done, "finished")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
 
+    def box_results(self, results: ir.Value) -> ir.Value:
+        """A new tuple of the results the callee wrote to ``results`` (laid out as
+        the ABI's ``result_struct``), or NULL with an exception set."""
+        b = self.builder
+        types = self.abi.boundary.results
+        items = b.call(self.api["PyTuple_New"], [ir.Constant(_i64, len(types))])
+        self.return_if_null(items, "tuple_made")
+        for i, t in enumerate(types):
+            assert isinstance(t, ScalarType)
+            offset = getattr(self.abi.result_struct, f"r{i}").offset
+            field = b.bitcast(b.gep(results, [ir.Constant(_i64, offset)]),
+                              _llvm_type(t).as_pointer())
+            item = self.box_scalar(b.load(field), t, t.kind == "bool")
+            failed = self.function.append_basic_block(f"item{i}_failed")
+            ok = self.function.append_basic_block(f"item{i}")
+            b.cbranch(self.is_null(item), failed, ok)
+            b.position_at_end(failed)
+            b.call(self.api["Py_DecRef"], [items])
+            self.leave(ir.Constant(_ptr, None))
+            b.position_at_end(ok)
+            b.call(self.api["PyTuple_SetItem"], [items, ir.Constant(_i64, i), item])  # steals
+        return items
+
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         if t is None:
             none = self.pointer(None)
@@ -367,90 +483,3 @@ class _EntryBuilder(_FunctionBuilder):
             return none
         result = self.abi.signature.results[0]
         return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
-
-
-class _GuardBuilder(_FunctionBuilder):
-    """Emits a guard: a function with the exact C ABI of a compiled function (its
-    ``_mlir_ciface_`` entry) that gives each call a record of its own, as a native
-    entry does, whoever calls it (ctypes, with or without the GIL; C code; another
-    thread). Its record says the GIL is not held (trampolines then take it, which is
-    right either way); with ``unwind``, a failing callback longjmps back to the guard.
-    On failure the guard hands the error to the enclosing call's record (or the
-    foreign one), which raises it when it ends, and returns zeros."""
-
-    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int, calls: Any,
-                 unwind: bool) -> None:
-        super().__init__(unit, name, _boundary_function_type(abi))
-        self.abi = abi
-        self.target = target
-        self.calls = calls
-        self.unwind = unwind
-
-    def field(self, record: ir.Value, index: int) -> ir.Value:
-        return self.builder.gep(record, [ir.Constant(_i64, index)])
-
-    def build(self) -> None:
-        b = self.builder
-        function_type = self.function.function_type
-        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        previous = b.call(self.libc["pthread_getspecific"], [key])
-        record = b.bitcast(b.alloca(ir.ArrayType(_i64, RECORD_FIELDS)), _i64.as_pointer())
-        jump_buffer = None
-        address: ir.Value = ir.Constant(_i64, 0)
-        if self.unwind:
-            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
-            buffer.align = 16
-            jump_buffer = b.bitcast(buffer, _ptr)
-            address = b.ptrtoint(jump_buffer, _i64)
-        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
-                             (HOLDS_GIL, ir.Constant(_i64, 0)),
-                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
-            b.store(value, self.field(record, index))
-        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
-        target = b.inttoptr(ir.Constant(_i64, self.target), function_type.as_pointer())
-        returns = not isinstance(function_type.return_type, ir.VoidType)
-        result_slot = b.alloca(function_type.return_type) if returns else None
-        if jump_buffer is not None:
-            jumped = b.call(self.libc["_setjmp"], [jump_buffer])
-            with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
-                returned = b.call(target, self.function.args)
-                if result_slot is not None:
-                    b.store(returned, result_slot)
-        else:
-            returned = b.call(target, self.function.args)
-            if result_slot is not None:
-                b.store(returned, result_slot)
-        b.call(self.libc["pthread_setspecific"], [key, previous])
-        failed = b.load(self.field(record, FAILED))
-        with b.if_then(b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), likely=False):
-            self.hand_over(record, previous, failed)
-            if result_slot is not None:
-                b.store(ir.Constant(function_type.return_type, 0), result_slot)
-        if result_slot is None:
-            b.ret_void()
-        else:
-            b.ret(b.load(result_slot))
-
-    def hand_over(self, record: ir.Value, previous: ir.Value, failed: ir.Value) -> None:
-        """Fail the enclosing call (its flag first, so that it fails whatever Python
-        manages), move the error to it (the GIL taken), and zero this call's results
-        returned through a pointer."""
-        b = self.builder
-        foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD), _ptr)
-        enclosing = b.bitcast(b.select(self.is_null(previous), foreign, previous),
-                              _i64.as_pointer())
-        enclosing_failed = self.field(enclosing, FAILED)
-        with b.if_then(b.icmp_signed("==", b.load(enclosing_failed), ir.Constant(_i64, 0))):
-            b.store(failed, enclosing_failed)
-        state = b.call(self.api["PyGILState_Ensure"], [])
-        boxed = [b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(r, _i64)])
-                 for r in (record, enclosing)]
-        both = b.and_(b.not_(self.is_null(boxed[0])), b.not_(self.is_null(boxed[1])))
-        with b.if_then(both):
-            done = self.call(self.pointer(self.calls.hand_over), boxed)
-            b.call(self.api["Py_DecRef"], [done])
-        for obj in boxed:
-            b.call(self.api["Py_DecRef"], [obj])
-        b.call(self.api["PyErr_Clear"], [])
-        b.call(self.api["PyGILState_Release"], [state])
-        _zero_results(b, self.abi, self.function.args)

@@ -25,6 +25,8 @@ from .builder import (
     NPY_WRITEABLE,
     OB_TYPE,
     _boundary_function_type,
+    _double,
+    _float,
     _FunctionBuilder,
     _i8,
     _i32,
@@ -143,6 +145,24 @@ class _TrampolineBuilder(_FunctionBuilder):
         if isinstance(t, MemRefType):
             return self.box_memref(value, t)
         return self.box_scalar(value, t, t.kind == "bool")
+
+    def box_crossing(self, values: list[ir.Value], t: ScalarType) -> ir.Value:
+        """A new reference to the Python value of a scalar parameter that crosses as
+        ``values`` (see ``ScalarType.boundary``): the value the callback's ctypes entry
+        would make of them (``pymlirjit.convert.from_c``)."""
+        b = self.builder
+        if t.crossing == "pair":
+            re, im = (b.fpext(v, _double) if v.type != _double else v for v in values)
+            return b.call(self.api["PyComplex_FromDoubles"], [re, im])
+        if t.crossing == "bits":
+            bits = b.zext(values[0], _i32)
+            if t.mlir == "bf16":  # the top half of an f32
+                single = b.bitcast(b.shl(bits, ir.Constant(_i32, 16)), _float)
+            else:
+                assert t.mlir == "f16", t
+                single = _half_to_float(b, bits)
+            return b.call(self.api["PyFloat_FromDouble"], [b.fpext(single, _double)])
+        return self.box(values[0], t)
 
     def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
         b = self.builder
@@ -287,8 +307,10 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.gil.add_incoming(state, take)
         # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
         # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
-        boxed = [self.box(value, t)
-                 for t, value in zip(self.signature.param_types, self.function.args)]
+        args = iter(self.function.args)
+        boxed = [self.box(next(args), t) if not isinstance(t, ScalarType)
+                 else self.box_crossing([next(args) for _ in t.boundary], t)
+                 for t in self.signature.param_types]
         failed: ir.Value = ir.Constant(ir.IntType(1), 0)
         for obj in boxed:
             failed = b.or_(failed, self.is_null(obj))
@@ -354,3 +376,23 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
             b.ret_void()
         else:
             b.ret(returned)
+
+
+def _half_to_float(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """The f32 of the f16 whose bits are ``bits`` (an i32 holding 16), exactly: no
+    libcall (the generated code is for a generic x86-64, without F16C). Rebias the
+    exponent; infinities and NaNs get the f32 maximum exponent; subnormals are
+    renormalised by an exact float subtraction."""
+    def const(value: int) -> ir.Constant:
+        return ir.Constant(_i32, value)
+
+    shifted = b.shl(b.and_(bits, const(0x7FFF)), const(13))
+    exponent = b.and_(shifted, const(0x7C00 << 13))
+    normal = b.add(shifted, const((127 - 15) << 23))
+    special = b.add(normal, const((128 - 16) << 23))
+    tiny = b.bitcast(b.fsub(b.bitcast(b.add(normal, const(1 << 23)), _float),
+                            b.bitcast(const(113 << 23), _float)), _i32)
+    magnitude = b.select(b.icmp_unsigned("==", exponent, const(0x7C00 << 13)), special,
+                         b.select(b.icmp_unsigned("==", exponent, const(0)), tiny, normal))
+    sign = b.shl(b.and_(bits, const(0x8000)), const(16))
+    return b.bitcast(b.or_(magnitude, sign), _float)
