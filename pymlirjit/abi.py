@@ -54,6 +54,7 @@ CIFACE_PREFIX = "_mlir_ciface_"
 RESERVED_PREFIX = "__pymlirjit_"
 _ENTRY_SHIM_PREFIX = RESERVED_PREFIX + "entry_"
 _CALLBACK_SHIM_PREFIX = RESERVED_PREFIX + "callback_"
+_DEFINED_PREFIX = RESERVED_PREFIX + "defined_"
 
 
 def ciface_symbol(name: str) -> str:
@@ -69,6 +70,13 @@ def ciface_name(symbol: str) -> str:
 def entry_shim_symbol(name: str) -> str:
     """The function :func:`kernel_shim` defines for kernel ``@name``: the module's entry."""
     return _ENTRY_SHIM_PREFIX + name
+
+
+def defined_function_symbol(name: str) -> str:
+    """The symbol a function defined as ``@name`` gets when ``name`` is a C function the
+    process exports (see :func:`pymlirjit.prepare.prepare`): lowering passes call those by
+    name, and must not reach the module's own function."""
+    return _DEFINED_PREFIX + name
 
 
 def callback_shim_symbol(name: str) -> str:

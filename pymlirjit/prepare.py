@@ -9,6 +9,8 @@ names and makes tensor arguments read-only; it returns a :class:`PreparedModule`
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from .abi import (
     callback_shim,
     callback_shim_symbol,
     ciface_symbol,
+    defined_function_symbol,
     entry_shim_symbol,
     kernel_shim,
 )
@@ -143,6 +146,7 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
     context = new_context()
     module = parse_module(text, context, filename)
     _check_reserved_names(module, filename)
+    public_names = _rename_definitions_named_like_c_functions(module)
     unit = ir.UnitAttr.get(context)
     signatures: dict[str, tuple[Signature, str]] = {}
     linked: dict[str, Callback] = {}
@@ -155,7 +159,8 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
             kind = op.operation.name
             if kind not in ("func.func", "llvm.func"):
                 continue
-            name = ir.StringAttr(op.attributes["sym_name"]).value
+            symbol_name = ir.StringAttr(op.attributes["sym_name"]).value
+            name = public_names.get(symbol_name, symbol_name)  # the name Python knows
             is_declaration = len(op.regions[0].blocks) == 0
             if is_declaration:
                 declared.append(name)
@@ -200,16 +205,17 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                     continue
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
-                entry = name
+                entry = symbol_name
                 if abi.needs_shim:
                     entry = entry_shim_symbol(name)
-                    shims.append(kernel_shim(name, entry, signature))
+                    shims.append(kernel_shim(symbol_name, entry, signature))
                 signatures[name] = (signature, entry)
         if shims:
             shim_module = parse_module("\n".join(shims), context, "<pymlirjit shims>")
             for op in list(shim_module.body.operations):
                 shim_name = ir.StringAttr(op.attributes["sym_name"]).value
-                if shim_name in signatures:  # the kernel's declaration: defined already
+                if shim_name in signatures or shim_name in public_names:
+                    # the kernel's declaration: defined already
                     continue
                 op.operation.detach_from_parent()
                 module.body.append(op)
@@ -378,6 +384,32 @@ def _c_interface(entry: str, signature: Signature) -> tuple[str, str]:
             f"  llvm.return %r : {result}\n}}")
     return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
                          f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")
+
+
+def _rename_definitions_named_like_c_functions(module: Any) -> dict[str, str]:
+    """Rename each ``func.func`` defined in ``module`` whose name the process already
+    exports (``@exp``, ``@malloc``, ...): lowering passes call those C functions by name
+    (``math.exp`` becomes a call to ``@exp``, ``memref.alloc`` one to ``@malloc``) and
+    would call the module's own function instead. Returns new symbol -> name given."""
+    from mlir import ir
+
+    process = _process_symbols()
+    renamed: dict[str, str] = {}
+    for op in module.body.operations:
+        if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if hasattr(process, name):
+            symbol = defined_function_symbol(name)
+            ir.SymbolTable.replace_all_symbol_uses(name, symbol, module.operation)
+            ir.SymbolTable.set_symbol_name(op, symbol)
+            renamed[symbol] = name
+    return renamed
+
+
+@functools.cache
+def _process_symbols() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
 
 
 def _check_reserved_names(module: Any, filename: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -208,3 +209,54 @@ def test_global_constructors_run_before_the_entry(session: Session) -> None:
       llvm.return %v : i64
     }"""
     assert session.compile(source).read() == 41
+
+
+_NAMED_LIKE_LIBM = """
+func.func @exp(%a: memref<?xf64>, %b: memref<?xf64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  scf.for %i = %c0 to %n step %c1 {
+    %x = memref.load %a[%i] : memref<?xf64>
+    %y = math.exp %x : f64
+    memref.store %y, %b[%i] : memref<?xf64>
+  }
+  return
+}
+func.func @malloc(%n: index) -> f64 {
+  %m = memref.alloc(%n) : memref<?xf64>
+  %c0 = arith.constant 0 : index
+  %x = arith.constant 2.5 : f64
+  memref.store %x, %m[%c0] : memref<?xf64>
+  %v = memref.load %m[%c0] : memref<?xf64>
+  memref.dealloc %m : memref<?xf64>
+  return %v : f64
+}
+func.func @tanh(%x: f16) -> f16 {
+  %y = math.tanh %x : f16
+  return %y : f16
+}
+func.func @calls_exp(%a: memref<?xf64>, %b: memref<?xf64>) {
+  call @exp(%a, %b) : (memref<?xf64>, memref<?xf64>) -> ()
+  return
+}
+"""
+
+
+def test_functions_named_like_c_functions_do_not_capture_the_lowerings_calls(
+        tmp_path: Path) -> None:
+    # math.exp lowers to a call of libm's @exp, memref.alloc to @malloc: a module defining
+    # functions of those names must not have its own functions called instead (that
+    # gave silently wrong values, or a crash through unbounded recursion).
+    values = np.linspace(-1.0, 1.0, 1001)
+    for session in (Session(), Session(cache_dir=tmp_path), Session(cache_dir=tmp_path)):
+        module = session.compile(_NAMED_LIKE_LIBM)
+        out = np.zeros_like(values)
+        module.exp(values, out)
+        np.testing.assert_allclose(out, np.exp(values), rtol=1e-15)
+        out[:] = 0
+        module.calls_exp(values, out)
+        np.testing.assert_allclose(out, np.exp(values), rtol=1e-15)
+        assert module.malloc(3) == 2.5
+        assert module.tanh(0.5) == pytest.approx(np.tanh(0.5), rel=1e-3)
+        assert "@exp(" in module.source  # the source as given is untouched
