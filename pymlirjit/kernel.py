@@ -192,6 +192,25 @@ class Kernel(NativeCallable):
         assert self._module is not None
         return str(self._module.lowered_mlir)
 
+    def inspect_llvm(self) -> str:
+        """The module's LLVM IR after LLVM's optimizations at the kernel's opt level, as
+        the JIT compiles it for this machine (compiles if needed). Every function of the
+        module is there; this kernel's C-ABI entry is ``_mlir_ciface_<name>``."""
+        from .llvmir import llvm_ir
+
+        text = self.lowered_mlir
+        assert self._options is not None  # set by the compile lowered_mlir ran
+        return llvm_ir(text, self._options.opt_level)
+
+    def inspect_asm(self) -> str:
+        """The module's host assembly at the kernel's opt level, for this CPU (compiles
+        if needed); see :meth:`inspect_llvm`."""
+        from .llvmir import assembly
+
+        text = self.lowered_mlir
+        assert self._options is not None  # set by the compile lowered_mlir ran
+        return assembly(text, self._options.opt_level)
+
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"
         return f"<mlir_kernel @{self.name} ({state})>"
