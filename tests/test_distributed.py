@@ -39,6 +39,25 @@ func.func @block_sum(%a: memref<?xf64>) -> f64 {
 func.func private @dist_weight(f64) -> f64
 """
 
+# A tensor parameter takes read-only arrays (such as Ray's zero-copy ones) without a copy
+# when they are contiguous; a memref parameter, which the kernel may write, refuses them.
+TENSOR_SUM = """
+func.func @tensor_sum(%a: tensor<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %a, %c0 : tensor<?xf64>
+  %zero = arith.constant 0.0 : f64
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+    %x = tensor.extract %a[%i] : tensor<?xf64>
+    %t = arith.addf %acc, %x : f64
+    scf.yield %t : f64
+  }
+  %w = call @dist_weight(%s) : (f64) -> f64
+  return %w : f64
+}
+func.func private @dist_weight(f64) -> f64
+"""
+
 TWICE = """
 func.func @twice(%a: memref<?xf64>) -> memref<?xf64> {
   %c0 = arith.constant 0 : index
@@ -67,6 +86,10 @@ def dist_weight(x: f64) -> f64:
 def block_sum(a: MemRef[f64, None]) -> f64: ...
 
 
+@mlir_kernel(source=TENSOR_SUM, cache=True)
+def tensor_sum(a: np.ndarray) -> f64: ...
+
+
 @mlir_kernel(source=TWICE, cache=True)
 def twice(a: MemRef[f64, None]) -> MemRef[f64, None]: ...
 
@@ -76,7 +99,7 @@ MAIN = """
 import sys
 import numpy as np
 from pymlirjit import MemRef, callback, f64, mlir_kernel
-from tests.test_distributed import BLOCK_SUM, block_sum, twice
+from tests.test_distributed import BLOCK_SUM, block_sum, tensor_sum, twice
 
 @callback
 def main_weight(x: f64) -> f64:
@@ -105,6 +128,8 @@ def test_the_kernels_run_in_process() -> None:
     block = np.arange(10.0)
     assert block_sum(block) == 90.0
     np.testing.assert_array_equal(twice(block), 2 * block)
+    block.flags.writeable = False
+    assert tensor_sum(block) == 90.0
     with pytest.raises(ValueError, match="negative block sum"):
         block_sum(-block - 1)
 
@@ -183,8 +208,8 @@ if __name__ == "__main__":
              runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}})
     try:
         @ray.remote
-        def task(block):
-            return block_sum(block), main_sum(block)
+        def task(block):  # Ray's arrays are read-only: memref kernels get copies
+            return tensor_sum(block), main_sum(block.copy())
 
         @ray.remote
         class Summer:
@@ -192,7 +217,7 @@ if __name__ == "__main__":
                 self.scale = scale
 
             def run(self, block):
-                return self.scale * main_sum(block), twice(block)
+                return self.scale * main_sum(block.copy()), twice(block.copy())
 
         big = np.arange(100000.0)
         ref = ray.put(big)  # read-only, zero-copy in the workers
