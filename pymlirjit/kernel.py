@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import inspect
+import pickle
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
@@ -173,24 +174,25 @@ class Kernel(NativeCallable):
         if importable(self):
             return self.__qualname__
         parts = self.__dict__.get("_pickled_parts")
-        if parts is None:  # made once: what of the stub and the source pickles
+        if parts is None:  # made once: what never changes, pickled (unpickled if needed)
             stub = self.__wrapped__
             stand_in: Any = stub if stub is None or isinstance(stub, _Stub) else _Stub(
                 stub.__name__, self.__qualname__, self.__module__, self.__doc__,
                 tuple(inspect.signature(stub).parameters))
             text = self.mlir
+            fixed = pickle.dumps((text, self.name, self._pipeline, self._opt_level,
+                                  self._shared_libs, self._cache, stand_in))
             parts = self.__dict__["_pickled_parts"] = (
-                text, stand_in, sorted(set(_SYMBOL_REFERENCE.findall(text))))
-        text, stand_in, symbols = parts
+                fixed, sorted(set(_SYMBOL_REFERENCE.findall(text))))
+        fixed, symbols = parts
         session = self.session
         callbacks = list(self._callbacks)
         for name in symbols:
             cb = session.find_callback(name, self._callbacks)
             if cb is not None and cb not in callbacks:
                 callbacks.append(cb)  # linked by name here: shipped (then linked) explicitly
-        return _kernel_by_value, (pickle_token(self), text, self.name, self._pipeline,
-                                  self._opt_level, self._shared_libs, tuple(callbacks),
-                                  self._session, self.release_gil, self._cache, stand_in)
+        return _kernel_by_value, (pickle_token(self), fixed, tuple(callbacks), self._session,
+                                  self.release_gil)
 
     def __copy__(self) -> Kernel:
         # A copy (unlike an unpickled kernel) is a kernel of its own, compiling itself.
@@ -256,13 +258,13 @@ class _Stub:
                         f"no body")
 
 
-def _kernel_by_value(token: str, source: str, name: str, pipeline: Any, opt_level: int | None,
-                     shared_libs: tuple[str, ...] | None, callbacks: tuple[Callback, ...],
-                     session: Session | None, release_gil: bool | None, cache: bool | None,
-                     stub: _Stub | None) -> Kernel:
-    return interned(token, lambda: Kernel(  # type: ignore[no-any-return]
-        stub, source, name, pipeline, opt_level, callbacks, shared_libs, session, release_gil,
-        cache))
+def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
+                     session: Session | None, release_gil: bool | None) -> Kernel:
+    def make() -> Kernel:
+        source, name, pipeline, opt_level, shared_libs, cache, stub = pickle.loads(fixed)
+        return Kernel(stub, source, name, pipeline, opt_level, callbacks, shared_libs, session,
+                      release_gil, cache)
+    return interned(token, make)  # type: ignore[no-any-return]
 
 
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
