@@ -10,10 +10,11 @@ raised during the call.
 from __future__ import annotations
 
 import ctypes
+import pickle
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsIndex
 
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
 from .callframe import call_machinery, enter_call, exit_call
@@ -37,7 +38,7 @@ from .types import (
 )
 from .vectorcall import NativeCallable, has_entry, set_entry
 
-__all__ = ["CompiledFunction"]
+__all__ = ["CompiledFunction", "set_origin"]
 
 _native_lock = threading.Lock()
 
@@ -177,6 +178,39 @@ class CompiledFunction(NativeCallable):
     def call_python(self, *args: Any, **kwargs: Any) -> Any:
         """The Python implementation of a call: every conversion and every check."""
         return self._python_call(*args, **kwargs)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """Pickled as what compiles it: its module's source, options and callbacks, with
+        its names and GIL policy (see :meth:`pymlirjit.Session.compile`, which records
+        them); unpickled, it is compiled again, or found in the receiving process's
+        session cache or disk cache."""
+        module = self.module
+        reduce = _origins.get(module) if module is not None else None
+        if reduce is None:
+            raise pickle.PicklingError(
+                f"cannot pickle compiled function @{self.name}: its module is gone or was "
+                f"not compiled by a Session (pickle the kernel, or the MLIR source, instead)")
+        return reduce(self)
+
+    def __copy__(self) -> CompiledFunction:
+        # The same machine code, called through the same entry (see ensure_native).
+        copy: CompiledFunction = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        return copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CompiledFunction:
+        return self.__copy__()
+
+
+#: How to pickle the functions of a module (by module): set by whoever compiled it.
+_origins: weakref.WeakKeyDictionary[Any, Callable[[CompiledFunction], Any]] = (
+    weakref.WeakKeyDictionary())
+
+
+def set_origin(module: Any, reduce: Callable[[CompiledFunction], Any]) -> None:
+    """Pickle the functions of ``module`` as ``reduce(function)`` says (a
+    ``__reduce__`` value: what compiles the function again in another process)."""
+    _origins[module] = reduce
 
 
 class _Guard:

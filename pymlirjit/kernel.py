@@ -22,14 +22,15 @@
 from __future__ import annotations
 
 import inspect
+import pickle
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, SupportsIndex, get_args, get_origin
 
-from .callbacks import Callback, default_registry
+from .callbacks import Callback, default_registry, importable, interned, pickle_token
 from .errors import SignatureError
 from .function import CompiledFunction
-from .session import CompiledModule, CompileOptions, Session, default_session
+from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
 from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
@@ -165,6 +166,45 @@ class Kernel(NativeCallable):
         return {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
                 "_options": None}
 
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """Pickle by reference (module and qualified name) when importable, else by
+        value: the MLIR text, the options, the session (its options and cache folder),
+        the stub's names and the callbacks the kernel links (by reference, or by value
+        through cloudpickle). Unpickled, it compiles on first call, from the disk cache
+        when one is configured; unpickled twice in a process, it is one kernel."""
+        if importable(self):
+            return self.__qualname__
+        parts = self.__dict__.get("_pickled_parts")
+        if parts is None:  # made once: what never changes, pickled (unpickled if needed)
+            stub = self.__wrapped__
+            stand_in: Any = stub if stub is None or isinstance(stub, _Stub) else _Stub(
+                stub.__name__, self.__qualname__, self.__module__, self.__doc__,
+                tuple(inspect.signature(stub).parameters))
+            text = self.mlir
+            fixed = pickle.dumps((text, self.name, self._pipeline, self._opt_level,
+                                  self._shared_libs, self._cache, stand_in))
+            parts = self.__dict__["_pickled_parts"] = (
+                fixed, sorted(set(_SYMBOL_REFERENCE.findall(text))))
+        fixed, symbols = parts
+        session = self.session
+        callbacks = list(self._callbacks)
+        for name in symbols:
+            cb = session.find_callback(name, self._callbacks)
+            if cb is not None and cb not in callbacks:
+                callbacks.append(cb)  # linked by name here: shipped (then linked) explicitly
+        return _kernel_by_value, (pickle_token(self), fixed, tuple(callbacks), self._session,
+                                  self.release_gil)
+
+    def __copy__(self) -> Kernel:
+        # A copy (unlike an unpickled kernel) is a kernel of its own, compiling itself.
+        copy: Kernel = object.__new__(type(self))
+        copy.__dict__.update(self.__getstate__())
+        copy.__dict__.pop("_pickle_token", None)
+        return copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Kernel:
+        return self.__copy__()  # the source is text; sessions and callbacks are shared
+
     @property
     def signature(self) -> Signature:
         """The MLIR signature, with the stub's parameter names (compiles if needed)."""
@@ -214,6 +254,37 @@ class Kernel(NativeCallable):
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"
         return f"<mlir_kernel @{self.name} ({state})>"
+
+
+class _Stub:
+    """What a kernel pickled by value keeps of its stub: names, docstring, parameters."""
+
+    def __init__(self, name: str, qualname: str, module: str, doc: str | None,
+                 params: tuple[str, ...]) -> None:
+        self.__name__ = name
+        self.__qualname__ = qualname
+        self.__module__ = module
+        self.__doc__ = doc
+        self.params = params
+        self.__annotations__: dict[str, Any] = {}  # checked where it was written
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                  for p in self.params])
+
+    def __call__(self, *args: Any) -> Any:
+        raise TypeError(f"{self.__qualname__}: the stub of a kernel pickled by value has "
+                        f"no body")
+
+
+def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
+                     session: Session | None, release_gil: bool | None) -> Kernel:
+    def make() -> Kernel:
+        source, name, pipeline, opt_level, shared_libs, cache, stub = pickle.loads(fixed)
+        return Kernel(stub, source, name, pipeline, opt_level, callbacks, shared_libs, session,
+                      release_gil, cache)
+    return interned(token, make)  # type: ignore[no-any-return]
 
 
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:

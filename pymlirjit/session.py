@@ -28,11 +28,19 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, SupportsIndex
 
 from .cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
-from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry
+from .callbacks import (
+    Callback,
+    CallbackRegistry,
+    Invalidated,
+    default_registry,
+    interned,
+    pickle_token,
+)
 from .errors import LinkError
+from .function import CompiledFunction, set_origin
 from .module import (
     CompiledModule,
     attach_native_entries,
@@ -164,6 +172,18 @@ class Session:
         with self._lock:
             self._subscribers.add(subscriber)
 
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """Pickled as its options and cache folder, not its cache nor its registry's
+        callbacks (kernels ship the callbacks they link). Unpickled in another process,
+        it is a new session, whose disk cache (if any) applies its own checks; unpickled
+        twice in a process, it is one session. The default session is the receiver's."""
+        if self is _default_session:
+            return default_session, ()
+        store = self.disk_cache
+        return _session_by_value, (pickle_token(self), self.options,
+                                   store.directory if isinstance(store, DiskCache) else None,
+                                   self.callbacks is default_registry())
+
     def find_callback(self, name: str, explicit: Sequence[Callback] = ()) -> Callback | None:
         """The callback ``@name`` links to: explicit ones first, then this session's
         registry, then the default one."""
@@ -204,6 +224,7 @@ class Session:
             self._misses += 1
             module, declared = self._compile_or_load(key, filename, self._disk_cache(cache))
             attach_native_entries(module)
+            set_origin(module, _FunctionOrigin(weakref.ref(self), key))
             full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))
             self._declared[key] = declared
             self._cache[full_key] = module
@@ -256,6 +277,49 @@ class Session:
                                              f"{type(exc).__name__}: {exc}")
                     self._rejected[rejection.reason] += 1
         return engine_module(engine, prepared, key.source, options), prepared.declared
+
+
+def _session_by_value(token: str, options: CompileOptions, cache_dir: Path | None,
+                      default_callbacks: bool) -> Session:
+    def make() -> Session:
+        session = Session(registry=default_registry() if default_callbacks else None,
+                          cache_dir=cache_dir)
+        session.options = options
+        return session
+    return interned(token, make)  # type: ignore[no-any-return]
+
+
+class _FunctionOrigin:
+    """How a session's compiled function pickles: as the source, options and callbacks
+    it was compiled from (the session held weakly: a module does not keep it)."""
+
+    def __init__(self, session: weakref.ref[Session], key: _ModuleKey) -> None:
+        self.session = session
+        self.key = key
+
+    def __call__(self, function: CompiledFunction) -> tuple[Any, ...]:
+        module = function.module
+        callbacks = list(self.key.explicit)
+        for cb in (module.callbacks.values() if module is not None else ()):
+            if cb not in callbacks:
+                callbacks.append(cb)  # linked by name here: shipped, linked explicitly
+        return _function_by_value, (
+            self.session(), self.key.source, self.key.options, tuple(callbacks),
+            function.name, function.display_name,
+            tuple(p.name for p in function.signature.params), function.release_gil)
+
+
+def _function_by_value(session: Session | None, source: str, options: CompileOptions,
+                       callbacks: tuple[Callback, ...], name: str, display_name: str,
+                       params: tuple[str, ...], release_gil: bool | None,
+                       ) -> CompiledFunction:
+    session = session if session is not None else default_session()
+    function = session.compile(source, options=options, callbacks=callbacks)[name]
+    if (display_name, params, release_gil) == (
+            function.display_name, tuple(p.name for p in function.signature.params),
+            function.release_gil):
+        return function
+    return function.with_options(display_name, list(params), release_gil)
 
 
 def _read_source(source: str | Path) -> tuple[str, str]:

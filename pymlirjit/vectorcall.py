@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from typing import Any, SupportsIndex
 
 from . import ffi
 
@@ -71,6 +71,20 @@ class NativeCallable:
         # object's own refuses instances larger than their class declares (the companion
         # type's fields); those are no state: a copy runs __call__ until given an entry.
         return self.__dict__
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        # The default reduction names the companion type, which pickle cannot find by its
+        # name (that name is the public class's): name the public class instead, whose
+        # __new__ makes the companion again. Subclasses may pickle otherwise.
+        cls: Any = type(self)
+        if "_spec_memory" in cls.__dict__:
+            cls = cls.__base__
+        return _new_instance, (cls,), self.__getstate__()
+
+
+def _new_instance(cls: type) -> Any:
+    """An instance of ``cls``'s companion type, its state to be set (by unpickling)."""
+    return object.__new__(fast_type(cls))
 
 
 ENTRY_OFFSET = NativeCallable.__basicsize__  # the vectorcall function pointer

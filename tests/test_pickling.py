@@ -1,0 +1,284 @@
+"""Kernels, callbacks, compiled functions and sessions pickle and copy: by reference
+when importable, by value otherwise; unpickled kernels compile lazily, from the disk
+cache when one is configured."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pymlirjit import MemRef, Session, callback, f64, mlir_kernel
+from pymlirjit.callbacks import Callback, CallbackRegistry
+from pymlirjit.kernel import Kernel
+from pymlirjit.vectorcall import NativeCallable, has_entry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ADD = """
+func.func @add(%a: f64, %b: f64) -> f64 {
+  %r = arith.addf %a, %b : f64
+  return %r : f64
+}"""
+
+BUMPED = """
+func.func @bumped(%a: f64) -> f64 {
+  %r = call @pickling_bump(%a) : (f64) -> f64
+  return %r : f64
+}
+func.func private @pickling_bump(f64) -> f64
+"""
+
+
+@callback(registry=CallbackRegistry())
+def pickling_bump(x: f64) -> f64:
+    return x + 100.0
+
+
+@mlir_kernel(source=ADD)
+def add(a: f64, b: f64) -> f64: ...
+
+
+@mlir_kernel(source=BUMPED, callbacks=[pickling_bump])
+def bumped(a: f64) -> f64: ...
+
+
+def run(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that imports this worktree's package."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_importable_kernels_and_callbacks_pickle_by_reference() -> None:
+    for obj in (add, bumped, pickling_bump):
+        data = pickle.dumps(obj)
+        assert b"tests.test_pickling" in data and b"arith" not in data
+        assert pickle.loads(data) is obj
+    assert bumped(1.0) == 101.0
+    assert pickle.loads(pickle.dumps(bumped))(2.0) == 102.0
+
+
+def test_a_kernel_made_at_run_time_pickles_by_value(session: Session) -> None:
+    @callback(session=session)
+    def triple(x: f64) -> f64:
+        return 3.0 * x
+
+    @mlir_kernel(source=ADD.replace("arith.addf %a, %b : f64", "arith.addf %a, %b : f64\n"
+                                    "  %t = call @triple(%r) : (f64) -> f64")
+                 .replace("return %r", "return %t") + "\nfunc.func private @triple(f64) -> f64",
+                 session=session, name="add")
+    def local_add(a: f64, b: f64) -> f64: ...
+
+    data = pickle.dumps(local_add)
+    assert b"arith.addf" in data  # the source travels
+    back = pickle.loads(data)
+    assert back is local_add  # unpickled in the sending process: the original
+    assert back(1.0, 2.0) == 9.0
+    assert pickle.loads(data) is back
+
+
+def test_copies_are_kernels_of_their_own(session: Session) -> None:
+    @mlir_kernel(source=ADD, session=session, name="add")
+    def local_add(a: f64, b: f64) -> f64: ...
+
+    pickle.dumps(local_add)  # gives it a pickling token, which copies do not share
+    for duplicate in (copy.copy(local_add), copy.deepcopy(local_add), copy.copy(add)):
+        assert isinstance(duplicate, Kernel) and duplicate is not local_add
+        assert not has_entry(duplicate) and duplicate(1.0, 2.0) == 3.0
+        assert pickle.loads(pickle.dumps(duplicate)) is duplicate
+    assert copy.copy(pickling_bump) is pickling_bump  # like a function
+
+
+def test_native_callable_subclasses_pickle_as_their_public_class() -> None:
+    obj = _Plain(7)
+    assert type(obj) is not _Plain  # the companion type
+    back = pickle.loads(pickle.dumps(obj))
+    assert type(back) is type(obj) and back.value == 7
+
+
+class _Plain(NativeCallable):
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def test_sessions_pickle_their_options_and_cache_folder(tmp_path: Path) -> None:
+    session = Session(opt_level=1, cache_dir=tmp_path / "cache")
+    session.compile(ADD)
+    assert pickle.loads(pickle.dumps(session)) is session
+    done = run(f"""
+        import pickle
+        session = pickle.loads({pickle.dumps(session)!r})
+        print(session.opt_level, session.disk_cache.directory, session.cache_info().size)
+        from pymlirjit.session import default_session
+        print(pickle.loads({pickle.dumps(Session(opt_level=0))!r}) is default_session())
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", str(tmp_path / "cache"), "0", "False"]
+    from pymlirjit.session import default_session
+
+    assert pickle.loads(pickle.dumps(default_session())) is default_session()
+
+
+def test_compiled_functions_pickle_as_what_compiles_them(session: Session) -> None:
+    function = session.compile(ADD)["add"]
+    back = pickle.loads(pickle.dumps(function))
+    assert back is function and back(1.0, 2.0) == 3.0  # the session's cache has it
+    named = bumped.compile()
+    back = pickle.loads(pickle.dumps(named))
+    assert back(1.0) == 101.0 and back.display_name == "bumped"
+    done = run(f"""
+        import pickle
+        function = pickle.loads({pickle.dumps(named)!r})
+        print(function(5.0), function.signature.params[0].name)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["105.0", "a"]
+    assert copy.copy(function)(2.0, 2.0) == 4.0
+
+
+def test_a_compiled_function_without_its_module_names_itself(session: Session) -> None:
+    function = session.compile(ADD)["add"]
+    session.clear_cache()
+    del session
+    import gc
+
+    gc.collect()
+    with pytest.raises(pickle.PicklingError, match="@add"):
+        pickle.dumps(function)
+
+
+SENDER = """
+import pickle, sys
+from pymlirjit import MemRef, Session, callback, f64, mlir_kernel
+
+session = Session(cache_dir=sys.argv[1])
+
+@callback(session=session)
+def scale(x: f64) -> f64:
+    return x * FACTOR
+
+@mlir_kernel(source='''
+func.func @scaled(%a: memref<?xf64>, %x: f64) -> f64 {
+  %c0 = arith.constant 0 : index
+  %v = memref.load %a[%c0] : memref<?xf64>
+  %s = arith.addf %v, %x : f64
+  %r = call @scale(%s) : (f64) -> f64
+  return %r : f64
+}
+func.func private @scale(f64) -> f64''', session=session)
+def scaled(a: MemRef[f64, None], x: f64) -> f64:
+    "Scaled first element."
+
+FACTOR = 10.0
+COMPILE
+sys.stdout.buffer.write(pickle.dumps(scaled))
+"""
+
+
+def _send(folder: Path, compile_first: bool) -> bytes:
+    script = SENDER.replace("COMPILE", "scaled.compile()" if compile_first else "")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout
+
+
+def test_a_kernel_of_main_runs_in_a_fresh_process_from_the_disk_cache(tmp_path: Path) -> None:
+    data = _send(tmp_path / "cache", compile_first=True)
+    assert b"__main__" in data  # by value: another process has no such __main__
+    done = run(f"""
+        import pickle, time
+        import numpy as np
+        start = time.perf_counter()
+        kernel = pickle.loads({data!r})
+        result = kernel(np.array([1.0, 2.0]), 2.0)
+        took = time.perf_counter() - start
+        info = kernel.session.cache_info()
+        print(result, info.disk_hits, info.misses, kernel.__doc__, took)
+        assert pickle.loads({data!r}) is kernel
+        try:
+            kernel.__wrapped__(1, 2)
+        except TypeError as exc:
+            print("stub:", exc)
+    """)
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.split()
+    assert words[:3] == ["30.0", "1", "1"], done.stdout  # loaded, not compiled
+    assert "Scaled first element." in done.stdout and "stub: scaled" in done.stdout
+
+
+def test_unpickling_never_trusts_a_cache_the_receiver_would_not(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    data = _send(folder, compile_first=True)
+    folder.chmod(folder.stat().st_mode | stat.S_IWOTH)  # anyone could have written there
+    done = run(f"""
+        import pickle
+        import numpy as np
+        kernel = pickle.loads({data!r})
+        print(kernel(np.array([1.0]), 1.0), kernel.session.cache_info().disk_hits,
+              kernel.session.disk_cache.refused is not None)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["20.0", "0", "True"]
+
+
+def test_without_cloudpickle_the_error_names_the_callback() -> None:
+    done = run("""
+        import pickle, sys
+        sys.modules["cloudpickle"] = None  # not installed
+        from pymlirjit import callback, f64, mlir_kernel
+
+        @callback
+        def offset(x: f64) -> f64:
+            return x + 1.0
+
+        try:
+            pickle.dumps(offset)
+        except pickle.PicklingError as exc:
+            print(exc)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "callback 'offset'" in done.stdout and "pip install cloudpickle" in done.stdout
+
+
+def test_a_callback_unpickled_by_value_links_by_name_where_the_name_is_free() -> None:
+    pytest.importorskip("cloudpickle")
+
+    def double(x: f64) -> f64:
+        return 2.0 * x
+
+    registry = CallbackRegistry()
+    cb = callback(registry=registry)(double)
+    done = run(f"""
+        import pickle
+        from pymlirjit import mlir_kernel, f64
+        from pymlirjit.callbacks import default_registry
+        cb = pickle.loads({pickle.dumps(cb)!r})
+        print(cb(4.0), cb.name in default_registry())
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["8.0", "False"]  # it was in no default registry
+
+
+def test_pickling_an_array_kernel_round_trips_its_results() -> None:
+    @mlir_kernel(source="""
+    func.func @first(%a: memref<?xf64>) -> f64 {
+      %c0 = arith.constant 0 : index
+      %v = memref.load %a[%c0] : memref<?xf64>
+      return %v : f64
+    }""")
+    def first(a: MemRef[f64, None]) -> f64: ...
+
+    array = np.arange(3.0) + 7.0
+    assert pickle.loads(pickle.dumps(first))(array) == first(array) == 7.0
+    assert isinstance(pickle.loads(pickle.dumps(pickling_bump)), Callback)
