@@ -13,9 +13,9 @@ import numpy as np
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..callframe import JUMP_BUFFER
+from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
 from ..memref import descriptor_type
-from ..relocation import SLOT_PREFIX, name_of
+from ..relocation import FRAME_KEY, SLOT_PREFIX, name_of
 from ..types import ScalarType
 
 # The object fields generated code reads, as byte offsets: CPython's PyObject header and
@@ -276,6 +276,36 @@ class _FunctionBuilder:
         if not self.unit.relocatable:
             return ir.Constant(_i64, value)
         return self.builder.load(self.unit.slot(slot))
+
+    def record_slot(self, record: ir.Value, index: int) -> ir.Value:
+        """A pointer to field ``index`` (see pymlirjit.callframe) of the call record
+        ``record`` (an ``i64*``)."""
+        return self.builder.gep(record, [ir.Constant(_i64, index)])
+
+    def push_call_record(self, frame_key: int, unwind: bool, holds_gil: bool,
+                         ) -> tuple[ir.Value, ir.Value, ir.Value | None, ir.Value]:
+        """Make a new call record on the stack the thread's innermost one (see
+        pymlirjit.callframe): it says whether a callback failed, where a failing one may
+        ``longjmp`` to (a jump buffer, with ``unwind``), and whether this thread keeps the
+        GIL. Returns the record (an ``i64*``), the record it hides, the jump buffer if
+        any, and the thread key (an i32) to restore the hidden one with."""
+        b = self.builder
+        key = b.trunc(self.integer(frame_key, FRAME_KEY), _i32)
+        previous = b.call(self.libc["pthread_getspecific"], [key])
+        record = b.bitcast(b.alloca(ir.ArrayType(_i64, RECORD_FIELDS)), _i64.as_pointer())
+        jump_buffer = None
+        address: ir.Value = ir.Constant(_i64, 0)
+        if unwind:
+            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
+            buffer.align = 16
+            jump_buffer = b.bitcast(buffer, _ptr)
+            address = b.ptrtoint(jump_buffer, _i64)
+        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
+                             (HOLDS_GIL, ir.Constant(_i64, int(holds_gil))),
+                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
+            b.store(value, self.record_slot(record, index))
+        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
+        return record, previous, jump_buffer, key
 
     def is_null(self, value: ir.Value) -> ir.Value:
         return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),

@@ -10,7 +10,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
+from ..callframe import FAILED, PREVIOUS
 from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
     FINISH_CALL,
@@ -21,7 +21,6 @@ from ..relocation import (
 from ..types import MemRefType, ScalarType, TensorType
 from ..vectorcall import IN_FLIGHT_OFFSET, PYTHON_PATH_OFFSET
 from .builder import (
-    _JMP_BUF_BYTES,
     _POSITIONAL_CALL,
     ARRAY_DATA,
     ARRAY_DESCR,
@@ -410,29 +409,11 @@ class _EntryBuilder(_FunctionBuilder):
         b.call(self.api["Py_DecRef"], [keywords])
         self.leave(result)
 
-    def record_field(self, record: ir.Value, index: int) -> ir.Value:
-        return self.builder.gep(record, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
-
     def open_record(self) -> tuple[ir.Value, ir.Value | None]:
-        """Make this call's record (see pymlirjit.callframe) the thread's innermost one:
-        it tells trampolines where to longjmp on failure (with ``unwind``) and whether
-        this thread keeps the GIL. Returns it and the jmp_buf, if any."""
-        b = self.builder
-        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        record = b.alloca(ir.ArrayType(_i64, RECORD_FIELDS))
-        jump_buffer = None
-        address: ir.Value = ir.Constant(_i64, 0)
-        if self.unwind:
-            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
-            buffer.align = 16
-            jump_buffer = b.bitcast(buffer, _ptr)
-            address = b.ptrtoint(jump_buffer, _i64)
-        previous = b.call(self.libc["pthread_getspecific"], [key])
-        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
-                             (HOLDS_GIL, ir.Constant(_i64, int(self.release_gil is False))),
-                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
-            b.store(value, self.record_field(record, index))
-        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
+        """Make this call's record the thread's innermost one (see
+        :meth:`push_call_record`); returns it and the jmp_buf, if any."""
+        record, _, jump_buffer, _ = self.push_call_record(
+            self.calls.frame_key, self.unwind, self.release_gil is False)
         return record, jump_buffer
 
     def close_record(self, record: ir.Value) -> None:
@@ -440,11 +421,11 @@ class _EntryBuilder(_FunctionBuilder):
         (or of a thread without a call) failed, let Python raise its exception."""
         b = self.builder
         key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        previous = b.inttoptr(b.load(self.record_field(record, PREVIOUS)), _ptr)
+        previous = b.inttoptr(b.load(self.record_slot(record, PREVIOUS)), _ptr)
         b.call(self.libc["pthread_setspecific"], [key, previous])
         foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD),
                              _i64.as_pointer())
-        failed = b.or_(b.load(self.record_field(record, FAILED)), b.load(foreign))
+        failed = b.or_(b.load(self.record_slot(record, FAILED)), b.load(foreign))
         with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(_i64, 0)), likely=False):
             address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(record, _i64)])
             self.return_if_null(address, "boxed_record")

@@ -8,13 +8,11 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
-from ..relocation import FOREIGN_RECORD, FRAME_KEY, HAND_OVER
+from ..callframe import FAILED
+from ..relocation import FOREIGN_RECORD, HAND_OVER
 from .builder import (
-    _JMP_BUF_BYTES,
     _boundary_function_type,
     _FunctionBuilder,
-    _i8,
     _i32,
     _i64,
     _ptr,
@@ -40,27 +38,12 @@ class _GuardBuilder(_FunctionBuilder):
         self.calls = calls
         self.unwind = unwind
 
-    def field(self, record: ir.Value, index: int) -> ir.Value:
-        return self.builder.gep(record, [ir.Constant(_i64, index)])
-
     def build(self) -> None:
         b = self.builder
         function_type = self.function.function_type
-        key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
-        previous = b.call(self.libc["pthread_getspecific"], [key])
-        record = b.bitcast(b.alloca(ir.ArrayType(_i64, RECORD_FIELDS)), _i64.as_pointer())
-        jump_buffer = None
-        address: ir.Value = ir.Constant(_i64, 0)
-        if self.unwind:
-            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
-            buffer.align = 16
-            jump_buffer = b.bitcast(buffer, _ptr)
-            address = b.ptrtoint(jump_buffer, _i64)
-        for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
-                             (HOLDS_GIL, ir.Constant(_i64, 0)),
-                             (PREVIOUS, b.ptrtoint(previous, _i64))]:
-            b.store(value, self.field(record, index))
-        b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
+        # holds_gil 0: trampolines take the GIL, right whatever the caller holds.
+        record, previous, jump_buffer, key = self.push_call_record(
+            self.calls.frame_key, self.unwind, holds_gil=False)
         if isinstance(self.target, str):  # relocatable: linked with the code
             declared = self.unit.function(self.target, function_type)
             target: ir.Value = b.bitcast(declared, function_type.as_pointer())
@@ -79,7 +62,7 @@ class _GuardBuilder(_FunctionBuilder):
             if result_slot is not None:
                 b.store(returned, result_slot)
         b.call(self.libc["pthread_setspecific"], [key, previous])
-        failed = b.load(self.field(record, FAILED))
+        failed = b.load(self.record_slot(record, FAILED))
         with b.if_then(b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), likely=False):
             self.hand_over(record, previous, failed)
             if result_slot is not None:
@@ -97,7 +80,7 @@ class _GuardBuilder(_FunctionBuilder):
         foreign = b.inttoptr(self.integer(self.calls.foreign_record, FOREIGN_RECORD), _ptr)
         enclosing = b.bitcast(b.select(self.is_null(previous), foreign, previous),
                               _i64.as_pointer())
-        enclosing_failed = self.field(enclosing, FAILED)
+        enclosing_failed = self.record_slot(enclosing, FAILED)
         with b.if_then(b.icmp_signed("==", b.load(enclosing_failed), ir.Constant(_i64, 0))):
             b.store(failed, enclosing_failed)
         state = b.call(self.api["PyGILState_Ensure"], [])
