@@ -56,7 +56,7 @@ from .signature import Signature, decode_signature, encode_signature
 __all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
            "default_cache_dir", "entry_key"]
 
-_FORMAT = 4
+_FORMAT = 5
 _KINDS = ("shared", "object")
 
 
@@ -75,9 +75,13 @@ class CachedModule:
 
     ``kind`` is ``"shared"`` or ``"object"`` (see the module's documentation);
     ``slots``, ``native_entries`` and ``guards`` describe a shared library's native
-    code (see :class:`pymlirjit.sharedlib.NativeCode`). The shared libraries the code needs are
-    not part of an entry: they are an input of its key, and the loader takes them from
-    its own options.
+    code (see :class:`pymlirjit.sharedlib.NativeCode`). The shared libraries given to
+    the compile are not part of an entry: they are an input of its key, and the loader
+    takes them from its own options. The MLIR runtime libraries the lowered code needs
+    (``runtime_libs``) are kept by file name only, never as a path: the loader finds them
+    in MLIR's own folder. ``uncallable`` maps each public function Python cannot call to
+    why; ``initializers`` are the functions to call once the code is loaded (they run the
+    module's global constructors).
     """
 
     kind: str
@@ -90,6 +94,9 @@ class CachedModule:
     slots: tuple[str, ...] = ()
     native_entries: dict[str, str] = field(default_factory=dict)  # function -> symbol
     guards: dict[str, str] = field(default_factory=dict)  # function -> its guard's symbol
+    runtime_libs: tuple[str, ...] = ()  # file names of MLIR runtime libraries
+    uncallable: dict[str, str] = field(default_factory=dict)  # function -> why
+    initializers: tuple[str, ...] = ()  # symbols to call once loaded
 
 
 #: Why a store refused an entry, or refused its folder (``CacheInfo.rejected`` counts
@@ -422,7 +429,8 @@ def _encode_entry(entry: CachedModule, key: str, secret: bytes) -> bytes:
             "callbacks": entry.callbacks, "declared": list(entry.declared),
             "needed": list(entry.needed), "lowered_mlir": entry.lowered_mlir,
             "slots": list(entry.slots), "native_entries": entry.native_entries,
-            "guards": entry.guards}
+            "guards": entry.guards, "runtime_libs": list(entry.runtime_libs),
+            "uncallable": entry.uncallable, "initializers": list(entry.initializers)}
     description = json.dumps(meta).encode()
     body = _HEADER.pack(_MAGIC, len(description)) + description + entry.code
     return body + _mac(secret, key, body)
@@ -445,15 +453,26 @@ def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
         meta = json.loads(bytes(view[start:start + size]))
         if meta["format"] != _FORMAT or meta["key"] != key or meta["kind"] not in _KINDS:
             raise ValueError("another format, key or kind of code")
+        runtime_libs = tuple(meta["runtime_libs"])
+        if not all(_is_file_name(name) for name in runtime_libs):
+            raise ValueError(f"runtime libraries are file names, got {runtime_libs!r}")
         return CachedModule(
             meta["kind"], bytes(body[start + size:]),
             {name: (decode_signature(signature), symbol)
              for name, (signature, symbol) in meta["functions"].items()},
             dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
             meta["lowered_mlir"], tuple(meta["slots"]), dict(meta["native_entries"]),
-            dict(meta["guards"]))
+            dict(meta["guards"]), runtime_libs, dict(meta["uncallable"]),
+            tuple(meta["initializers"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc
+
+
+def _is_file_name(name: object) -> bool:
+    """Whether ``name`` is a plain file name: a runtime library is looked up by name in
+    MLIR's folder, never at a path an entry gives."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+            and "\0" not in name and (os.altsep is None or os.altsep not in name))
 
 
 def _secret(folder: Path) -> bytes:
