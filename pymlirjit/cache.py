@@ -77,11 +77,8 @@ class CachedModule:
     ``slots``, ``native_entries`` and ``guards`` describe a shared library's native
     code (see :class:`pymlirjit.sharedlib.NativeCode`). The shared libraries given to
     the compile are not part of an entry: they are an input of its key, and the loader
-    takes them from its own options. The MLIR runtime libraries the lowered code needs
-    (``runtime_libs``) are kept by file name only, never as a path: the loader finds them
-    in MLIR's own folder. ``uncallable`` maps each public function Python cannot call to
-    why; ``initializers`` are the functions to call once the code is loaded (they run the
-    module's global constructors).
+    takes them from its own options; the MLIR runtime libraries the code needs, by file
+    name (found in MLIR's folder). ``initializers`` run the global constructors.
     """
 
     kind: str
@@ -407,6 +404,7 @@ _MARKER = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
 _MAGIC = b"pymlirjit-entry\n"
 _HEADER = struct.Struct("<16sQ")  # magic, length of the JSON description
 _MAC_SIZE = 32
+_FILE_NAME = re.compile(r"lib[\w.+-]+\.so[\d.]*")
 
 
 def _entry_name(key: str) -> str:
@@ -453,8 +451,8 @@ def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
         meta = json.loads(bytes(view[start:start + size]))
         if meta["format"] != _FORMAT or meta["key"] != key or meta["kind"] not in _KINDS:
             raise ValueError("another format, key or kind of code")
-        runtime_libs = tuple(meta["runtime_libs"])
-        if not all(_is_file_name(name) for name in runtime_libs):
+        runtime_libs = tuple(meta["runtime_libs"])  # found by name, never at a path:
+        if not all(_FILE_NAME.fullmatch(name) for name in runtime_libs):
             raise ValueError(f"runtime libraries are file names, got {runtime_libs!r}")
         return CachedModule(
             meta["kind"], bytes(body[start + size:]),
@@ -466,13 +464,6 @@ def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
             tuple(meta["initializers"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc
-
-
-def _is_file_name(name: object) -> bool:
-    """Whether ``name`` is a plain file name: a runtime library is looked up by name in
-    MLIR's folder, never at a path an entry gives."""
-    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
-            and "\0" not in name and (os.altsep is None or os.altsep not in name))
 
 
 def _secret(folder: Path) -> bytes:
