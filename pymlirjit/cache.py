@@ -56,7 +56,7 @@ from .signature import Signature, decode_signature, encode_signature
 __all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
            "default_cache_dir", "entry_key"]
 
-_FORMAT = 4
+_FORMAT = 5
 _KINDS = ("shared", "object")
 
 
@@ -75,9 +75,10 @@ class CachedModule:
 
     ``kind`` is ``"shared"`` or ``"object"`` (see the module's documentation);
     ``slots``, ``native_entries`` and ``guards`` describe a shared library's native
-    code (see :class:`pymlirjit.sharedlib.NativeCode`). The shared libraries the code needs are
-    not part of an entry: they are an input of its key, and the loader takes them from
-    its own options.
+    code (see :class:`pymlirjit.sharedlib.NativeCode`). The shared libraries given to
+    the compile are not part of an entry: they are an input of its key, and the loader
+    takes them from its own options; the MLIR runtime libraries the code needs, by file
+    name (found in MLIR's folder). ``initializers`` run the global constructors.
     """
 
     kind: str
@@ -90,6 +91,9 @@ class CachedModule:
     slots: tuple[str, ...] = ()
     native_entries: dict[str, str] = field(default_factory=dict)  # function -> symbol
     guards: dict[str, str] = field(default_factory=dict)  # function -> its guard's symbol
+    runtime_libs: tuple[str, ...] = ()  # file names of MLIR runtime libraries
+    uncallable: dict[str, str] = field(default_factory=dict)  # function -> why
+    initializers: tuple[str, ...] = ()  # symbols to call once loaded
 
 
 #: Why a store refused an entry, or refused its folder (``CacheInfo.rejected`` counts
@@ -400,6 +404,7 @@ _MARKER = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
 _MAGIC = b"pymlirjit-entry\n"
 _HEADER = struct.Struct("<16sQ")  # magic, length of the JSON description
 _MAC_SIZE = 32
+_FILE_NAME = re.compile(r"lib[\w.+-]+\.so[\d.]*")
 
 
 def _entry_name(key: str) -> str:
@@ -422,7 +427,8 @@ def _encode_entry(entry: CachedModule, key: str, secret: bytes) -> bytes:
             "callbacks": entry.callbacks, "declared": list(entry.declared),
             "needed": list(entry.needed), "lowered_mlir": entry.lowered_mlir,
             "slots": list(entry.slots), "native_entries": entry.native_entries,
-            "guards": entry.guards}
+            "guards": entry.guards, "runtime_libs": list(entry.runtime_libs),
+            "uncallable": entry.uncallable, "initializers": list(entry.initializers)}
     description = json.dumps(meta).encode()
     body = _HEADER.pack(_MAGIC, len(description)) + description + entry.code
     return body + _mac(secret, key, body)
@@ -445,13 +451,17 @@ def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
         meta = json.loads(bytes(view[start:start + size]))
         if meta["format"] != _FORMAT or meta["key"] != key or meta["kind"] not in _KINDS:
             raise ValueError("another format, key or kind of code")
+        runtime_libs = tuple(meta["runtime_libs"])  # found by name, never at a path:
+        if not all(_FILE_NAME.fullmatch(name) for name in runtime_libs):
+            raise ValueError(f"runtime libraries are file names, got {runtime_libs!r}")
         return CachedModule(
             meta["kind"], bytes(body[start + size:]),
             {name: (decode_signature(signature), symbol)
              for name, (signature, symbol) in meta["functions"].items()},
             dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
             meta["lowered_mlir"], tuple(meta["slots"]), dict(meta["native_entries"]),
-            dict(meta["guards"]))
+            dict(meta["guards"]), runtime_libs, dict(meta["uncallable"]),
+            tuple(meta["initializers"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc
 

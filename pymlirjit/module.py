@@ -11,7 +11,11 @@ attributes under the module's GIL policy (:func:`call_policy`).
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import logging
+import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +35,7 @@ from .engine import ExecutionEngine
 from .errors import LinkError, SignatureError
 from .function import CompiledFunction
 from .objectfile import ObjectEngine
-from .pipeline import runtime_library_defining
+from .pipeline import runtime_library, runtime_library_defining
 from .prepare import CompileOptions, PreparedModule
 from .relocation import (
     ARRAY_FROM_DESCR,
@@ -270,7 +274,9 @@ def attach_native_entries(module: CompiledModule) -> None:
 def build_engine(prepared: PreparedModule, options: CompileOptions) -> ExecutionEngine:
     """JIT-compile ``prepared`` (lowered) with MLIR's engine and register the callbacks
     it calls. Raises :class:`LinkError` naming every symbol nothing defines, before any
-    code runs."""
+    code runs. The module's global constructors run when the engine serves a module
+    (:func:`engine_module`), not here: a module loaded from the cache entry built from
+    the engine runs its own, and they must run once."""
     engine = ExecutionEngine(prepared.module, options.opt_level,
                              prepared.shared_libs(options))
     prepare_entries(prepared.registrations.values())
@@ -284,8 +290,6 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
             f"{prepared.filename}: no @callback and no shared library defines "
             f"{', '.join('@' + n for n in names)}; define them with @callback (or pass "
             f"callbacks=[...]) or pass the shared library that defines them{hint}", names)
-    if _has_global_constructors(prepared.module):
-        engine.initialize()  # runs them now, as mlir-runner does before its entry
     return engine
 
 
@@ -308,7 +312,10 @@ def _has_global_constructors(module: Any) -> bool:
 
 def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str,
                   options: CompileOptions) -> CompiledModule:
-    """The module of code JIT-compiled in this process (no native entries yet)."""
+    """The module of code JIT-compiled in this process (no native entries yet); its
+    global constructors run now, as mlir-runner runs them before its entry."""
+    if _has_global_constructors(prepared.module):
+        engine.initialize()
     return CompiledModule(engine, source, prepared.module, prepared.signatures,
                           prepared.linked, prepared.shared_libs(options),
                           prepared.registrations, context=prepared.context,
@@ -329,17 +336,57 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
                    {symbol: cb.name for symbol, cb in prepared.registrations.items()},
                    prepared.declared, tuple(sorted(engine.needed_symbols)),
                    str(prepared.module))
+    # By file name only: a loading process finds them in its own MLIR's folder.
+    runtime_libs = tuple(os.path.basename(path) for path in prepared.runtime_libs)
+    constructors = _initializer_symbols(prepared, object_code)
     if supported():
         release_gil, unwind = call_policy(bool(prepared.linked),
                                           prepared.shared_libs(options))
         native = build_native_code(signatures, prepared.registrations, release_gil, unwind)
         parts = [object_code] + ([native.object_code] if native.object_code else [])
+        exported = tuple(f"pymlirjit_init_{i}" for i in range(len(constructors)))
+        if constructors:
+            parts.append(_exported_calls(dict(zip(exported, constructors))))
         try:
             return CachedModule("shared", link_shared_library(parts), *description,
-                                native.slots, native.entries, native.guards)
+                                native.slots, native.entries, native.guards, runtime_libs,
+                                dict(prepared.uncallable), exported)
         except LinkError as exc:  # a compiler that cannot: the object code alone
             logging.getLogger("pymlirjit").debug("caching object code: %s", exc)
-    return CachedModule("object", object_code, *description)
+    return CachedModule("object", object_code, *description, runtime_libs=runtime_libs,
+                        uncallable=dict(prepared.uncallable), initializers=constructors)
+
+
+# LLVM's JIT turns a module's llvm.global_ctors into a hidden function of this name
+# (suffixed with the module's name), which ExecutionEngine.initialize() calls.
+_INITIALIZER = re.compile(rb"__orc_init_func\.[A-Za-z0-9_.$]+")
+
+
+def _initializer_symbols(prepared: PreparedModule, object_code: bytes) -> tuple[str, ...]:
+    """The functions of ``object_code`` that run the module's global constructors."""
+    if not _has_global_constructors(prepared.module):
+        return ()
+    found = tuple(sorted({m.decode() for m in _INITIALIZER.findall(object_code)}))
+    if not found:  # a later LLVM naming them otherwise: never cache ctors that won't run
+        raise LinkError(f"{prepared.filename}: the object code of its global constructors "
+                        f"has no __orc_init_func; compile it with cache=False")
+    return found
+
+
+def _exported_calls(calls: Mapping[str, str]) -> bytes:
+    """An object file of exported functions (name -> the hidden function it calls): a
+    shared library exports no hidden symbol, and the initializers are hidden."""
+    import llvmlite.binding as llvm  # loaded already: the native entries were generated
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    text = "".join(f'declare hidden void @"{target}"()\n'
+                   f'define void @{name}() {{\n  call void @"{target}"()\n  ret void\n}}\n'
+                   for name, target in calls.items())
+    machine = llvm.Target.from_default_triple().create_target_machine(reloc="pic")
+    module = llvm.parse_assembly(text)
+    module.triple = machine.triple
+    return bytes(machine.emit_object(module))
 
 
 # The load stage: an artifact -> CompiledCode, one loader per kind of artifact.
@@ -375,11 +422,26 @@ LOADERS: dict[str, Loader] = {"shared": _load_shared, "object": _load_object}
 def load(entry: CachedModule, source: str, linkable: Mapping[str, Callback],
          options: CompileOptions) -> CompiledModule:
     """The module of a cache entry, its callbacks bound to ``linkable`` ones (by name)
-    and its shared libraries those of ``options`` (an entry names none: they are key
-    inputs). Native entries the artifact lacks are not generated here (see
-    :func:`attach_native_entries`)."""
+    and its shared libraries those of ``options`` (key inputs) and the MLIR runtime
+    libraries the entry names, found in MLIR's own folder. Its global constructors run
+    once the code is loaded. Native entries the artifact lacks are not generated here
+    (see :func:`attach_native_entries`)."""
     symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
     callbacks = {name: linkable[name] for name in entry.callbacks.values()}
-    code, native, guards = LOADERS[entry.kind](entry, symbols, callbacks, options)
+    shared_libs = options.shared_libs + tuple(
+        path for path in map(_runtime_library_named, entry.runtime_libs)
+        if path not in options.shared_libs)
+    code, native, guards = LOADERS[entry.kind](
+        entry, symbols, callbacks, dataclasses.replace(options, shared_libs=shared_libs))
+    for symbol in entry.initializers:
+        ctypes.CFUNCTYPE(None)(code.function_address(symbol))()
     return CompiledModule(code, source, entry.lowered_mlir, entry.functions, callbacks,
-                          options.shared_libs, symbols, native, guards=guards)
+                          shared_libs, symbols, native, guards=guards,
+                          uncallable=entry.uncallable)
+
+
+def _runtime_library_named(name: str) -> str:
+    """The path of the MLIR runtime library file ``name``, in MLIR's folder only."""
+    if os.path.basename(name) != name or name in ("", ".", ".."):
+        raise ValueError(f"a cache entry names a runtime library by a path: {name!r}")
+    return runtime_library(name)

@@ -27,6 +27,7 @@ from pymlirjit.cache import (
     _encode_entry,
     _mac,
 )
+from pymlirjit.privatefiles import Refused
 from pymlirjit.sharedlib import c_compiler
 from pymlirjit.signature import as_signature, decode_signature, encode_signature
 
@@ -439,3 +440,108 @@ def test_cache_info_counts_loads_from_disk(tmp_path: Path) -> None:
     assert (*info, info.disk_hits, info.rejected) == (1, 1, 1, 1, {})
     hits, misses, size = loader.cache_info()
     assert (hits, misses, size) == (1, 1, 1)
+
+
+# -- what an entry keeps for real MLIR files: runtime libraries, uncallable functions,
+#    global constructors ----------------------------------------------------------------------
+
+DATA_DIR = Path(__file__).parent / "data"
+
+ASYNC_SCRIPT = textwrap.dedent("""
+    import sys
+    from pymlirjit import Session
+    session = Session(cache_dir=sys.argv[1])
+    module = session.compile('''
+    func.func @twice(%c: i32) -> i32 {
+      %token, %value = async.execute -> !async.value<i32> {
+        %x = arith.addi %c, %c : i32
+        async.yield %x : i32
+      }
+      %v = async.await %value : !async.value<i32>
+      return %v : i32
+    }
+    func.func @show(%t: tensor<*xf32>) {
+      return
+    }
+    ''')
+    print(module.twice(21), module.twice.release_gil, type(module.engine).__name__,
+          session.disk_cache.hits)
+    try:
+        module.show(1)
+    except TypeError as exc:
+        print(type(exc).__name__, exc)
+""")
+
+CTOR_SCRIPT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from pymlirjit import Session
+    session = Session(cache_dir=sys.argv[1], shared_libs=["mlir_c_runner_utils"])
+    module = session.compile(Path(sys.argv[2]).read_text())
+    print("compiled", flush=True)
+    module.entry()
+    print(type(module.engine).__name__, session.disk_cache.hits, flush=True)
+""")
+
+
+def run_child(script: str, *args: str, env: dict[str, str]) -> list[str]:
+    """The lines a child process prints; it must succeed and write nothing on stderr."""
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, timeout=180, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # e.g. no "refused (unloadable)": the entry was used
+    return done.stdout.splitlines()
+
+
+ARTIFACTS = [pytest.param("shared", {}, id="shared"), pytest.param("object", NO_COMPILER,
+                                                                   id="object")]
+LOADED = {"shared": "SharedLibrary", "object": "ObjectEngine"}
+
+
+@pytest.mark.parametrize(("kind", "env"), ARTIFACTS)
+def test_an_async_kernel_and_an_uncallable_function_survive_a_fresh_process(
+        tmp_path: Path, kind: str, env: dict[str, str]) -> None:
+    if kind == "shared" and c_compiler() is None:
+        pytest.skip("needs a C compiler")
+    why = ("SignatureError @show cannot be called from Python: @show: MLIR type tensor<*xf32> "
+           "cannot cross the Python boundary")
+    cold = run_child(ASYNC_SCRIPT, str(tmp_path), env=env)
+    # The async runtime is a shared library: calls release the GIL (its threads may call
+    # back), in the cold process and in the one that loads the entry alike.
+    assert cold[0].split()[:2] == ["42", "True"] and cold[0].split()[3] == "0"
+    assert cold[1] == why
+    (entry,) = tmp_path.glob("*.entry")
+    meta = _decode_entry(entry.read_bytes(), entry.name.removesuffix(".entry"),
+                         (tmp_path / "secret.key").read_bytes())
+    assert meta.kind == kind
+    assert meta.runtime_libs == ("libmlir_async_runtime.so",)  # a name, not a path
+    warm = run_child(ASYNC_SCRIPT, str(tmp_path), env=env)
+    assert warm == [f"42 True {LOADED[kind]} 1", why]
+
+
+@pytest.mark.parametrize(("kind", "env"), ARTIFACTS)
+def test_global_constructors_run_once_per_load(tmp_path: Path, kind: str,
+                                               env: dict[str, str]) -> None:
+    if kind == "shared" and c_compiler() is None:
+        pytest.skip("needs a C compiler")
+    source = str(DATA_DIR / "upstream" / "global-constructors.mlir")
+    cold = run_child(CTOR_SCRIPT, str(tmp_path), source, env=env)
+    # The ctor prints 1 and the entry 2. (The cold process may print the dtor's 3 when
+    # it drops MLIR's engine for the loaded entry.)
+    assert cold.count("1") == 1 and cold.index("1") < cold.index("compiled") < cold.index("2")
+    warm = run_child(CTOR_SCRIPT, str(tmp_path), source, env=env)
+    assert warm == ["1", "compiled", "2", f"{LOADED[kind]} 1"]
+    # A cold compile without a cache runs it once too.
+    assert run_child(CTOR_SCRIPT.replace("cache_dir=sys.argv[1]", "cache_dir=None"),
+                     str(tmp_path), source, env=env)[:3] == ["1", "compiled", "2"]
+
+
+def test_an_entry_naming_a_runtime_library_by_a_path_is_refused(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    Session(cache_dir=cache_dir).compile(ONE)
+    _, key, secret, genuine = genuine_entry(cache_dir)
+    for name in ("/tmp/libplanted.so", "../libplanted.so", ""):
+        planted = _encode_entry(dataclasses.replace(genuine, runtime_libs=(name,)), key,
+                                secret)
+        with pytest.raises(Refused, match="runtime libraries are file names"):
+            _decode_entry(planted, key, secret)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from pymlirjit import callback, f64
+from pymlirjit import SignatureError, callback, f64
 from pymlirjit.cache import _KINDS
 from pymlirjit.callbacks import Callback, CallbackRegistry
 from pymlirjit.engine import ExecutionEngine
@@ -104,3 +106,63 @@ def test_each_artifact_loads_as_compiled_code(kind: str,
 def test_call_policy(calls_back: bool, shared_libs: tuple[str, ...],
                      expected: tuple[bool | None, bool]) -> None:
     assert call_policy(calls_back, shared_libs) == expected
+
+
+COUNTING = """
+llvm.mlir.global internal @count(0 : i64) : i64
+llvm.mlir.global_ctors ctors = [@ctor], priorities = [0 : i32], data = [#llvm.zero]
+llvm.func @ctor() {
+  %p = llvm.mlir.addressof @count : !llvm.ptr
+  %v = llvm.load %p : !llvm.ptr -> i64
+  %one = llvm.mlir.constant(1 : i64) : i64
+  %n = llvm.add %v, %one : i64
+  llvm.store %n, %p : i64, !llvm.ptr
+  llvm.return
+}
+llvm.func @constructed() -> i64 {
+  %p = llvm.mlir.addressof @count : !llvm.ptr
+  %v = llvm.load %p : !llvm.ptr -> i64
+  llvm.return %v : i64
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["object", "shared"])
+def test_global_constructors_run_once_in_each_load(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if kind == "shared" and not supported():
+        pytest.skip("needs Linux and a C compiler")
+    if kind == "object":
+        monkeypatch.setenv("CC", "")
+    options = CompileOptions.make()
+    prepared = lower(prepare(COUNTING, options, lambda name: None), options)
+    engine = build_engine(prepared, options)
+    entry = build_artifact(engine, prepared, options)
+    assert entry.kind == kind and entry.initializers
+    # Each load has its own globals, constructed once.
+    for _ in range(2):
+        assert load(entry, COUNTING, {}, options).constructed() == 1
+    assert engine_module(engine, prepared, COUNTING, options).constructed() == 1
+
+
+def test_an_entry_keeps_why_a_function_is_uncallable() -> None:
+    options = CompileOptions.make()
+    source = "func.func @show(%t: tensor<*xf32>) { return }\n" + SOURCE
+    prepared = lower(prepare(source, options, LINKABLE.get), options)
+    entry = build_artifact(build_engine(prepared, options), prepared, options)
+    assert entry.uncallable == prepared.uncallable and "show" in entry.uncallable
+    module = load(entry, source, LINKABLE, options)
+    with pytest.raises(SignatureError, match="tensor<\\*xf32> cannot cross"):
+        module.show(1)
+    with pytest.raises(SignatureError, match="tensor<\\*xf32> cannot cross"):
+        module["show"]
+
+
+@pytest.mark.parametrize("name", ["/usr/lib/libc.so.6", "./libmlir_async_runtime.so",
+                                  "..", "libnot_an_mlir_runtime.so"])
+def test_runtime_libraries_of_an_entry_are_only_found_in_mlir_s_folder(name: str) -> None:
+    options = CompileOptions.make()
+    prepared = lowered(options)
+    entry = build_artifact(build_engine(prepared, options), prepared, options)
+    with pytest.raises((ValueError, FileNotFoundError)):
+        load(dataclasses.replace(entry, runtime_libs=(name,)), SOURCE, LINKABLE, options)
