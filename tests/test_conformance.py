@@ -63,17 +63,21 @@ TEST_LOWER_TO_LLVM = (
 )
 
 
-def _stages(command: str) -> tuple[list[list[str]], list[str]]:
-    """(the arguments of each mlir-opt stage, mlir-runner arguments) of a RUN command."""
+def _stages(command: str) -> tuple[list[list[str]], list[str], list[str]]:
+    """(the arguments of each mlir-opt stage, of mlir-runner, of FileCheck) of a RUN command;
+    mlir-cpu-runner is mlir-runner's former name."""
     opts: list[list[str]] = []
     runner: list[str] = []
+    filecheck: list[str] = []
     for stage in command.split("|"):
         words = shlex.split(stage)
         if words and words[0] == "mlir-opt":
             opts.append(words[1:])
-        elif words and words[0] == "mlir-runner":
+        elif words and words[0] in ("mlir-runner", "mlir-cpu-runner"):
             runner = words[1:]
-    return opts, runner
+        elif words and words[0] == "FileCheck":
+            filecheck = words[1:]
+    return opts, runner, filecheck
 
 
 def _passes(opt: list[str]) -> str:
@@ -111,8 +115,8 @@ def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProce
                           env={**os.environ})
 
 
-def _check(path: Path, output: str) -> subprocess.CompletedProcess[str]:
-    return _run([str(FILECHECK), str(path)], stdin=output)
+def _check(filecheck: list[str], output: str) -> subprocess.CompletedProcess[str]:
+    return _run([str(FILECHECK), *filecheck], stdin=output)
 
 
 def _cases() -> list[object]:
@@ -132,7 +136,7 @@ def test_run_line(path: Path, index: int, way: str, tmp_path: Path,
     if path.name not in FAST and "slow" not in (request.config.option.markexpr or ""):
         # pyproject's addopts does not deselect slow tests: opt in with -m slow.
         pytest.skip("slow conformance case: run with -m slow")
-    opts, runner = _stages(run_lines(path)[index])
+    opts, runner, filecheck = _stages(run_lines(path)[index])
     source = path
     for i, opt in enumerate(opts):
         # Each stage as one --pass-pipeline, so that test-only pipelines can be spelled out.
@@ -156,5 +160,5 @@ def test_run_line(path: Path, index: int, way: str, tmp_path: Path,
                  *extra])
     assert ours.returncode == 0, ours.stderr
     assert _blank(ours.stdout) == _blank(reference.stdout)
-    checked = _check(path, ours.stdout)
+    checked = _check(filecheck, ours.stdout)
     assert checked.returncode == 0, checked.stderr
