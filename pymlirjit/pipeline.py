@@ -29,10 +29,13 @@ _T = TypeVar("_T")
 #: Lowers what real files use to the LLVM dialect: func, arith, math, complex, scf (with
 #: scf.parallel, run sequentially), affine, cf, memref, linalg and tensor (one-shot
 #: bufferization), vector, async (MLIR's async runtime is then linked automatically),
-#: index, and llvm ops mixed in. Affine lowers to scf, so ``lower-affine`` runs before
-#: ``convert-scf-to-cf``, and again after ``expand-strided-metadata``, which makes
-#: ``affine.apply``; vector transfers lower to scf loops before scf is lowered.
+#: index, and llvm ops mixed in. Elementwise arith/math on tensors becomes linalg first
+#: (one-shot bufferization cannot bufferize it otherwise). Affine lowers to scf, so
+#: ``lower-affine`` runs before ``convert-scf-to-cf``, and again after
+#: ``expand-strided-metadata``, which makes ``affine.apply``; vector transfers lower to scf
+#: loops before scf is lowered.
 DEFAULT_PIPELINE: tuple[str, ...] = (
+    "func.func(convert-elementwise-to-linalg)",
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}",
     "func.func(buffer-deallocation-simplification,convert-linalg-to-loops)",

@@ -924,6 +924,20 @@ def test_default_pipeline_lowers_async_and_links_its_runtime() -> None:
     assert result.stdout == "84\n"
 
 
+def test_default_pipeline_bufferizes_elementwise_ops_on_tensors(session: Session) -> None:
+    # arith on tensors (upstream's test-elementwise.mlir) becomes linalg before bufferization.
+    module = session.compile("""
+func.func @axpy(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {
+  %s = arith.mulf %a, %b : tensor<3xf32>
+  %r = arith.addf %s, %b : tensor<3xf32>
+  return %r : tensor<3xf32>
+}
+""")
+    a = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    b = np.array([10.0, 20.0, 30.0], dtype=np.float32)
+    np.testing.assert_array_equal(module.axpy(a, b), a * b + b)
+
+
 def test_lower_affine_runs_before_scf_to_cf() -> None:
     stages = list(DEFAULT_PIPELINE)
     assert stages.index("lower-affine") < stages.index("convert-scf-to-cf")
