@@ -41,6 +41,7 @@ from .memref import (
     fill_descriptor_with_copy,
 )
 from .signature import Signature, as_signature
+from .sourcelines import definition_site, located_type_error
 from .types import (
     MemRefType,
     ScalarType,
@@ -83,11 +84,18 @@ class Callback:
         self.__wrapped__ = function
         functools.update_wrapper(self, function)
         self.name = name or function.__name__
-        self.signature = as_signature(signature, function)
-        for i, t in enumerate((*self.signature.param_types, *self.signature.results)):
-            if isinstance(t, TensorType):
-                raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) is a "
-                                     f"tensor; callbacks take and return memrefs")
+        try:
+            self.signature = as_signature(signature, function)
+            for i, t in enumerate((*self.signature.param_types, *self.signature.results)):
+                if isinstance(t, TensorType):
+                    raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) "
+                                         f"is a tensor; callbacks take and return memrefs")
+        except TypeError as exc:  # SignatureError included
+            if not isinstance(signature, str):
+                raise
+            # On the decorator's line (the file is read only now, to report it).
+            raise located_type_error(exc, f"@callback {self.name!r}",
+                                     definition_site(function), signature) from exc.__cause__
         self._entry: _Entry | None = None
         self._lock = threading.Lock()
 
