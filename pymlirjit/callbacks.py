@@ -41,7 +41,7 @@ from .memref import (
     fill_descriptor_with_copy,
 )
 from .signature import Signature, as_signature
-from .sourcelines import definition_site, located_type_error
+from .sourcelines import located_type_error
 from .types import (
     MemRefType,
     ScalarType,
@@ -90,12 +90,11 @@ class Callback:
                 if isinstance(t, TensorType):
                     raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) "
                                          f"is a tensor; callbacks take and return memrefs")
-        except TypeError as exc:  # SignatureError included
-            if not isinstance(signature, str):
-                raise
-            # On the decorator's line (the file is read only now, to report it).
-            raise located_type_error(exc, f"@callback {self.name!r}",
-                                     definition_site(function), signature) from exc.__cause__
+        except TypeError as exc:  # a signature string's, on the decorator's line
+            if isinstance(signature, str):
+                raise located_type_error(exc, f"@callback {self.name!r}", function,
+                                         signature) from exc.__cause__
+            raise
         self._entry: _Entry | None = None
         self._lock = threading.Lock()
 

@@ -190,10 +190,11 @@ def located_mlir_error(error: MLIRError, what: str, site: Site | None,
     return MLIRError(summary, diagnostics)
 
 
-def located_type_error(error: TypeError, what: str, site: Site | None,
-                       text: str) -> TypeError:
+def located_type_error(error: TypeError, what: str, function: Any, text: str) -> TypeError:
     """``error`` (of the same class) naming ``what`` and the Python file, line and column
-    of the string constant ``text`` (a signature string) in the decorator at ``site``."""
+    of the string constant ``text`` (a signature string) in ``function``'s decorator.
+    The file is read now, not when the function was defined."""
+    site = definition_site(function)
     if site is None:
         return type(error)(f"{what}: {error}")
     found = _literal(site, text)
