@@ -22,7 +22,7 @@ FLOORS: list[set[str]] = [
     {"callbacks", "function", "prepare", "module"},
     {"session"},
     {"kernel"},
-    {"cli", "cli_values", "cli_loading", "demo"},
+    {"cli", "cli_values", "cli_loading", "cli_check", "demo"},
     {"__init__", "__main__"},
 ]
 FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
