@@ -41,6 +41,7 @@ from .memref import (
     fill_descriptor_with_copy,
 )
 from .signature import Signature, as_signature
+from .sourcelines import located_type_error
 from .types import (
     MemRefType,
     ScalarType,
@@ -83,11 +84,17 @@ class Callback:
         self.__wrapped__ = function
         functools.update_wrapper(self, function)
         self.name = name or function.__name__
-        self.signature = as_signature(signature, function)
-        for i, t in enumerate((*self.signature.param_types, *self.signature.results)):
-            if isinstance(t, TensorType):
-                raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) is a "
-                                     f"tensor; callbacks take and return memrefs")
+        try:
+            self.signature = as_signature(signature, function)
+            for i, t in enumerate((*self.signature.param_types, *self.signature.results)):
+                if isinstance(t, TensorType):
+                    raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) "
+                                         f"is a tensor; callbacks take and return memrefs")
+        except TypeError as exc:  # a signature string's, on the decorator's line
+            if isinstance(signature, str):
+                raise located_type_error(exc, f"@callback {self.name!r}", function,
+                                         signature) from exc.__cause__
+            raise
         self._entry: _Entry | None = None
         self._lock = threading.Lock()
 

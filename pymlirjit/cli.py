@@ -10,6 +10,9 @@
     prints the module lowered to the LLVM dialect (what ``mlir-runner`` accepts).
 ``pymlirjit cache [--clear]``
     shows (or empties) the disk cache that ``run --cache`` uses.
+``pymlirjit check FILE.py``
+    imports the file and compiles every ``@mlir_kernel`` it defines at module level,
+    printing each error at its Python line (for CI; exit code 1 if any fails).
 ``pymlirjit demo``, ``pymlirjit --version``.
 
 Every failure ends the command with exit code 1 and one line on stderr,
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ffi
+from .cli_check import add_check_parser, check_command
 from .cli_loading import load_callbacks, resolve_shared_libs
 from .cli_values import (
     CLIError,
@@ -126,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     _add_run_parser(commands, common)
     _add_lower_parser(commands, common)
+    add_check_parser(commands, common)
     commands.add_parser("demo", parents=[common],
                         help="run the callback round trip (MLIR calling Python)")
     cache = commands.add_parser(
@@ -377,6 +382,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "lower": lower_command,
     "demo": demo_command,
     "cache": cache_command,
+    "check": check_command,
 }
 
 

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
 from .callbacks import Callback, default_registry, importable, interned, pickle_token
-from .errors import SignatureError
+from .errors import MLIRError, SignatureError
 from .function import CompiledFunction
 from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
+from .sourcelines import definition_site, located_mlir_error
 from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
@@ -79,6 +80,8 @@ class Kernel(NativeCallable):
         # The session's options with this kernel's, made once (on first compile: the
         # default session and the libraries are resolved no earlier).
         self._options: CompileOptions | None = None
+        # Where the stub is defined (no file read: read only to report an MLIR error).
+        self._site = definition_site(stub)
 
     @property
     def session(self) -> Session:
@@ -104,9 +107,14 @@ class Kernel(NativeCallable):
             if self._options is None:
                 self._options = session.options.replace(self._pipeline, self._opt_level,
                                                         self._shared_libs, self._fastmath)
-            module: CompiledModule = session.compile(
-                self.source, options=self._options, callbacks=self._callbacks,
-                cache=self._cache)
+            try:
+                module: CompiledModule = session.compile(
+                    self.source, options=self._options, callbacks=self._callbacks,
+                    cache=self._cache)
+            except MLIRError as exc:  # on the user's line, naming the kernel
+                text = self.source if isinstance(self.source, str) else None
+                raise located_mlir_error(exc, f"@mlir_kernel {self.name!r}",
+                                         self.__dict__.get("_site"), text) from None
             try:
                 function = module[self.name]
             except KeyError as exc:

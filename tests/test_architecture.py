@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
 FLOORS: list[set[str]] = [
     {"errors", "types", "_version", "ffi", "callframe", "vectorcall"},
     {"typing", "signature", "pipeline", "optimize", "convert", "memref", "abi", "relocation",
-     "privatefiles", "llvmir"},
+     "privatefiles", "llvmir", "sourcelines"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
      "native.trampoline"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
@@ -22,7 +22,7 @@ FLOORS: list[set[str]] = [
     {"callbacks", "function", "prepare", "module"},
     {"session"},
     {"kernel"},
-    {"cli", "cli_values", "cli_loading", "demo"},
+    {"cli", "cli_values", "cli_loading", "cli_check", "demo"},
     {"__init__", "__main__"},
 ]
 FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}

@@ -373,3 +373,80 @@ def test_entry_that_cannot_cross_names_its_type(tmp_path: Path) -> None:
     source = tmp_path / "vectors.mlir"
     source.write_text("func.func @main(%a: memref<?xvector<4xf32>>) { return }\n")
     assert_one_error_line(pymlirjit("run", str(source)), "@main", "vector<4xf32>")
+
+
+# -- check ----------------------------------------------------------------------------------
+
+CHECKED = '''\
+from pymlirjit import callback, mlir_kernel, f64
+
+@mlir_kernel(source="""
+func.func @good(%a: f64) -> f64 {
+  return %a : f64
+}""")
+def good(a: f64) -> f64: ...
+
+@mlir_kernel(source="""
+func.func @bad(%a: f64) -> f64 {
+  %r = arith.mulf %a, %undeclared_b : f64
+  return %r : f64
+}""")
+def bad(a: f64) -> f64: ...
+
+@mlir_kernel(source="func.func @stub(%a: f64) -> f64 { return %a : f64 }")
+def stub(a: f64, b: f64) -> f64: ...
+
+if __name__ == "__main__":
+    raise SystemExit("the main block ran")
+'''
+
+
+def _line_and_column(text: str, marker: str) -> tuple[int, int]:
+    for number, line in enumerate(text.splitlines(), 1):
+        if marker in line:
+            return number, line.index(marker) + 1
+    raise AssertionError(marker)
+
+
+def test_check_compiles_each_kernel_and_reports_errors_on_their_python_lines(
+        tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text(CHECKED)
+    result = pymlirjit("check", "model.py", cwd=tmp_path)
+    assert_one_error_line(result, "model.py: 2 of 3 kernels failed to compile")
+    good_line = _line_and_column(CHECKED, "@mlir_kernel")[0]
+    line, column = _line_and_column(CHECKED, "%undeclared_b")
+    stub_line = _line_and_column(CHECKED, '@mlir_kernel(source="func.func @stub')[0]
+    assert result.stdout.splitlines() == [
+        f"@mlir_kernel 'good' (model.py:{good_line}): ok",
+        f"@mlir_kernel 'bad' (model.py:{line}:{column}): use of undeclared SSA value name",
+        f"@mlir_kernel 'stub' (model.py:{stub_line}): SignatureError: the stub takes 2 "
+        f"parameters, @stub in MLIR takes 1 ((f64) -> f64)",
+    ]
+
+
+def test_check_of_a_clean_file_succeeds_and_lists_only_its_own_kernels(tmp_path: Path) -> None:
+    clean = CHECKED.split("@mlir_kernel(source=\"\"\"\nfunc.func @bad")[0]
+    (tmp_path / "kernels.py").write_text(clean)
+    (tmp_path / "user.py").write_text("from kernels import good\n"
+                                      "from pymlirjit import mlir_kernel\n\n"
+                                      "@mlir_kernel(source='func.func @own() { return }')\n"
+                                      "def own() -> None: ...\n")
+    result = pymlirjit("check", "user.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["@mlir_kernel 'own' (user.py:4): ok",
+                                          "user.py: 1 kernel compiled"]
+
+
+def test_check_reports_a_bad_callback_signature_string_at_its_column(tmp_path: Path) -> None:
+    text = ("from pymlirjit import callback\n\n"
+            "@callback(\"(f64) -> tensor<2xf64>\")\n"
+            "def cb(x: float) -> None: ...\n")
+    (tmp_path / "cbs.py").write_text(text)
+    line, column = _line_and_column(text, '"(f64)')
+    assert_one_error_line(pymlirjit("check", "cbs.py", cwd=tmp_path),
+                          f"cannot import cbs.py: SignatureError: @callback 'cb' "
+                          f"(cbs.py:{line}:{column}):", "is a tensor")
+
+
+def test_check_of_a_missing_file_is_one_clean_line(tmp_path: Path) -> None:
+    assert_one_error_line(pymlirjit("check", "nope.py", cwd=tmp_path), "no such file: nope.py")
