@@ -30,6 +30,7 @@ from typing import Any, SupportsIndex, get_args, get_origin
 from .callbacks import Callback, default_registry, importable, interned, pickle_token
 from .errors import SignatureError
 from .function import CompiledFunction
+from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
 from .types import Type, to_type
@@ -46,15 +47,14 @@ class Kernel(NativeCallable):
     ``lowered_mlir`` the module after lowering; ``__wrapped__`` the stub.
     """
 
-    def __init__(self, stub: Callable[..., Any] | None, source: str | Path, name: str,
+    def __init__(self, stub: Callable[..., Any] | None, source: str | Path | Any, name: str,
                  pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                  callbacks: Iterable[Callback] | None = None,
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
                  cache: bool | None = None, fastmath: bool | None = None) -> None:
-        if not isinstance(source, (str, Path)):
-            raise TypeError(f"@mlir_kernel source must be MLIR text or a pathlib.Path, "
-                            f"got {type(source).__name__}")
+        if not isinstance(source, (str, Path)) and not callable(source):
+            source = built_text(source)  # a module built in Python: its text, once
         self.__wrapped__ = stub
         if stub is not None:
             self.__doc__ = stub.__doc__
@@ -104,8 +104,9 @@ class Kernel(NativeCallable):
             if self._options is None:
                 self._options = session.options.replace(self._pipeline, self._opt_level,
                                                         self._shared_libs, self._fastmath)
+            source = self.source if isinstance(self.source, (str, Path)) else self.mlir
             module: CompiledModule = session.compile(
-                self.source, options=self._options, callbacks=self._callbacks,
+                source, options=self._options, callbacks=self._callbacks,
                 cache=self._cache)
             try:
                 function = module[self.name]
@@ -222,8 +223,15 @@ class Kernel(NativeCallable):
 
     @property
     def mlir(self) -> str:
-        """The MLIR source as given."""
-        return self.source.read_text() if isinstance(self.source, Path) else self.source
+        """The MLIR source as given (a callable's module: its text, built once)."""
+        if isinstance(self.source, Path):
+            return self.source.read_text()
+        if isinstance(self.source, str):
+            return self.source
+        text = self.__dict__.get("_built_text")
+        if text is None:
+            text = self.__dict__["_built_text"] = built_text(self.source)
+        return text
 
     @property
     def lowered_mlir(self) -> str:
@@ -333,7 +341,7 @@ def _check_annotation(annotation: Any, actual: Type, what: str, signature: Signa
                         f"MLIR ({signature.mlir})")
 
 
-def mlir_kernel(*, source: str | Path, name: str | None = None,
+def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                 callbacks: Iterable[Callback] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
