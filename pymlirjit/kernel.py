@@ -259,6 +259,21 @@ class Kernel(NativeCallable):
         assert self._options is not None  # set by the compile lowered_mlir ran
         return assembly(text, self._options.opt_level)
 
+    @property
+    def signatures(self) -> list[dict[str, str]]:
+        """The compiled bindings of the source's type aliases, as numba's dispatcher
+        lists its signatures: one, and empty (no alias), once compiled; a generic
+        kernel (:mod:`pymlirjit.generic`) lists one per binding."""
+        return [{}] if self._compiled is not None else []
+
+    def specialize(self, **types: Any) -> Kernel:
+        """This kernel bound to ``types``: itself, its source having no alias to bind
+        (see :meth:`pymlirjit.generic.GenericKernel.specialize`)."""
+        if types:
+            raise TypeError(f"@mlir_kernel {self.name!r} is not generic: its source "
+                            f"leaves no type alias ({', '.join(types)}) to bind")
+        return self
+
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"
         return f"<mlir_kernel @{self.name} ({state})>"
@@ -365,6 +380,9 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     default pipeline also tiles and vectorizes ``linalg.matmul`` for the host CPU.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
-        return Kernel(stub, source, name or stub.__name__, pipeline, opt_level, callbacks,
-                      shared_libs, session, release_gil, cache, fastmath)
+        from .generic import generic_or_kernel
+
+        return generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
+                                        opt_level, callbacks, shared_libs, session,
+                                        release_gil, cache, fastmath))
     return decorate

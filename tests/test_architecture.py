@@ -21,7 +21,7 @@ FLOORS: list[set[str]] = [
     {"cache"},
     {"callbacks", "function", "prepare", "module"},
     {"session"},
-    {"kernel"},
+    {"kernel", "generic"},
     {"cli", "cli_values", "cli_loading", "demo"},
     {"__init__", "__main__"},
 ]
