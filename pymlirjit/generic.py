@@ -9,26 +9,24 @@ The binding is compiled once, as the source with ``!T = f32`` put in front of it
 its first line: MLIR's line numbers stay the user's), and cached by that text in memory
 and on disk like any other module.
 
->>> import numpy as np
->>> @mlir_kernel(source='''
-... func.func @scale(%a: memref<?x!T>, %k: !T) {
-...   %c0 = arith.constant 0 : index
-...   %c1 = arith.constant 1 : index
-...   %n = memref.dim %a, %c0 : memref<?x!T>
-...   scf.for %i = %c0 to %n step %c1 {
-...     %x = memref.load %a[%i] : memref<?x!T>
-...     %y = arith.mulf %x, %k : !T
-...     memref.store %y, %a[%i] : memref<?x!T>
-...   }
-...   return
-... }''')
-... def scale(a: np.ndarray, k: float) -> None: ...
->>> a = np.ones(3, dtype=np.float32)
->>> scale(a, 2.0)
->>> a
-array([2., 2., 2.], dtype=float32)
->>> scale.signatures
-[{'T': 'f32'}]
+For example (the README runs the same)::
+
+    @mlir_kernel(source='''
+    func.func @scale(%a: memref<?x!T>, %k: !T) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %n = memref.dim %a, %c0 : memref<?x!T>
+      scf.for %i = %c0 to %n step %c1 {
+        %x = memref.load %a[%i] : memref<?x!T>
+        %y = arith.mulf %x, %k : !T
+        memref.store %y, %a[%i] : memref<?x!T>
+      }
+      return
+    }''')
+    def scale(a: np.ndarray, k: float) -> None: ...
+    a = np.ones(3, dtype=np.float32)
+    scale(a, 2.0)          # binds !T = f32 (compiled once): a is now [2., 2., 2.]
+    scale.signatures       # [{'T': 'f32'}]
 """
 
 from __future__ import annotations
@@ -36,19 +34,17 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, SupportsIndex
+from typing import Any
 
 import numpy as np
 
-from .callbacks import default_registry, importable, interned, pickle_token
-from .errors import MLIRError, SignatureError
+from .callbacks import default_registry
+from .errors import SignatureError
 from .function import CompiledFunction
-from .kernel import Kernel, _Stub, mlir_kernel  # noqa: F401  (the doctest uses it)
 from .types import ScalarType, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
-__all__ = ["BoundKernel", "GenericKernel", "free_aliases", "generic_or_kernel"]
+__all__ = ["GenericDispatch", "describe", "free_aliases"]
 
 # String literals and comments hold no types.
 _NOT_CODE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
@@ -164,36 +160,8 @@ def _roles(text: str, name: str, names: list[str] | None) -> list[_Role]:
     return roles
 
 
-def _describe(binding: dict[str, str]) -> str:
+def describe(binding: dict[str, str]) -> str:
     return ", ".join(f"!{alias} = {t}" for alias, t in binding.items())
-
-
-class BoundKernel(Kernel):
-    """A generic kernel with every alias bound (:meth:`GenericKernel.specialize`): a
-    :class:`Kernel` whose source starts with the alias definitions. ``binding`` maps
-    each alias to its MLIR type."""
-
-    binding: dict[str, str]
-    generic: GenericKernel
-
-    def compile(self) -> CompiledFunction:
-        """Compile now (or fetch from the cache); an MLIRError names the binding."""
-        try:
-            return super().compile()
-        except MLIRError as exc:
-            raise MLIRError(f"@mlir_kernel {self.name!r} bound to {_describe(self.binding)}: "
-                            f"{exc.summary}", exc.diagnostics) from exc
-
-    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-        return _bound_by_value, (self.generic, self.binding)
-
-    def __repr__(self) -> str:
-        state = "compiled" if self._compiled is not None else "not compiled yet"
-        return f"<mlir_kernel @{self.name} [{_describe(self.binding)}] ({state})>"
-
-
-def _bound_by_value(generic: GenericKernel, binding: dict[str, str]) -> BoundKernel:
-    return generic.specialize(**binding)
 
 
 class _Link(NativeCallable):
@@ -207,16 +175,28 @@ class _Link(NativeCallable):
         return self.after(*args, **kwargs)
 
 
-class GenericKernel(Kernel):
-    """An ``@mlir_kernel`` whose source uses type aliases it does not define
-    (:attr:`aliases`): each call binds them from its arguments and runs that binding,
-    compiled once (:meth:`specialize`). :attr:`signatures` lists the compiled bindings.
+class GenericDispatch(NativeCallable):
+    """What makes a kernel generic (:class:`pymlirjit.kernel.GenericKernel`): its source
+    uses type aliases it does not define (:attr:`aliases`); each call binds them from its
+    arguments and runs that binding, compiled once (:meth:`specialize`).
+    :attr:`signatures` lists the compiled bindings.
 
     Calls whose aliases are all bound by arrays go from one compiled binding's native
     entry to the next without Python; the others pass through :meth:`dispatch`.
     """
 
-    def __init__(self, template: Kernel, text: str) -> None:
+    # Given by the kernel class this is mixed into.
+    name: str
+    __wrapped__: Any
+    _retired: list[CompiledFunction]
+    _compiled: CompiledFunction | None
+
+    session: Any
+    def _make_bound(self, stub: Any, text: str, binding: dict[str, str]) -> Any:
+        """A kernel (:class:`pymlirjit.kernel.BoundKernel`) compiling ``text``."""
+        raise NotImplementedError
+
+    def __init__(self, template: Any, text: str) -> None:
         # The template's state (options, callbacks, stub, names): it is never compiled.
         self.__dict__.update(template.__getstate__())
         self.__dict__.pop("_pickle_token", None)
@@ -233,8 +213,8 @@ class GenericKernel(Kernel):
         # Native entries decide by dtype alone: a chain of them is exact only if no
         # alias is left to a scalar's type.
         self._chains = set(self.aliases) <= by_array
-        self._by_key: dict[Any, BoundKernel] = {}
-        self._bound: dict[tuple[tuple[str, str], ...], BoundKernel] = {}
+        self._by_key: dict[Any, Any] = {}
+        self._bound: dict[tuple[tuple[str, str], ...], Any] = {}
         self._linked: list[CompiledFunction] = []  # what the chain points into
         self._links: list[_Link] = []
 
@@ -243,7 +223,7 @@ class GenericKernel(Kernel):
         """The bindings compiled so far (alias -> MLIR type), in the order compiled."""
         return [dict(b) for b, k in self._bound.items() if k._compiled is not None]
 
-    def specialize(self, **types: Any) -> BoundKernel:
+    def specialize(self, **types: Any) -> Any:
         """The kernel bound to ``types`` (alias name -> a pymlirjit type, numpy type or
         MLIR type string), made once per binding; it compiles on first call or
         :meth:`Kernel.compile`."""
@@ -265,17 +245,12 @@ class GenericKernel(Kernel):
         key = tuple(binding.items())
         kernel = self._bound.get(key)
         if kernel is None:
-            t = self._template
             stub = self.__wrapped__
-            stand_in = None if stub is None else _Stub(
-                stub.__name__, self.__qualname__, self.__module__, self.__doc__,
-                tuple(inspect.signature(stub).parameters))
+            stand_in = None if stub is None else (stub.__name__, tuple(
+                inspect.signature(stub).parameters))
             # On the first line: the source's own line numbers stay as they are.
             text = " ".join(f"!{a} = {v}" for a, v in binding.items()) + " " + self._text
-            kernel = BoundKernel(stand_in, text, self.name, t._pipeline, t._opt_level,
-                                 t._callbacks, t._shared_libs, t._session, t.release_gil,
-                                 t._cache, t._fastmath)
-            kernel.binding, kernel.generic = binding, self
+            kernel = self._make_bound(stand_in, text, binding)
             kernel = self._bound.setdefault(key, kernel)
         return kernel
 
@@ -340,26 +315,26 @@ class GenericKernel(Kernel):
             raise TypeError(f"@mlir_kernel {self.name!r} is generic over "
                             f"{', '.join('!' + a for a in self.aliases)}: nothing to "
                             f"compile until a call or specialize() binds them")
-        functions = [k.compile() for k in list(self._bound.values())]
+        functions: list[CompiledFunction] = [k.compile() for k in list(self._bound.values())]
         self._chain()
         return functions[-1]
 
-    def _last(self) -> BoundKernel:
+    def _last(self) -> Any:
         self.compile()
         return list(self._bound.values())[-1]
 
     @property
     def lowered_mlir(self) -> str:
         """The last binding's module after lowering (see :meth:`compile`)."""
-        return self._last().lowered_mlir
+        return str(self._last().lowered_mlir)
 
     def inspect_llvm(self) -> str:
         """The last binding's LLVM IR (see :meth:`compile`)."""
-        return self._last().inspect_llvm()
+        return str(self._last().inspect_llvm())
 
     def inspect_asm(self) -> str:
         """The last binding's host assembly (see :meth:`compile`)."""
-        return self._last().inspect_asm()
+        return str(self._last().inspect_asm())
 
     def _chain(self) -> None:
         """Point this kernel's vectorcall slot at the native entry of each compiled
@@ -406,39 +381,7 @@ class GenericKernel(Kernel):
 
     forget = invalidate
 
-    def __copy__(self) -> GenericKernel:
-        return GenericKernel(self._template, self._text)
-
-    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-        """By reference when importable, else by value: the template kernel (the
-        source text, options and callbacks it links)."""
-        if importable(self):
-            return self.__qualname__
-        return _generic_by_value, (pickle_token(self), self._template)
-
     def __repr__(self) -> str:
         aliases = ", ".join("!" + a for a in self.aliases)
         return f"<generic mlir_kernel @{self.name} over {aliases} ({len(self.signatures)} " \
                f"compiled)>"
-
-
-def _generic_by_value(token: str, template: Kernel) -> GenericKernel:
-    def make() -> GenericKernel:
-        return GenericKernel(template, template.mlir)
-    return interned(token, make)  # type: ignore[no-any-return]
-
-
-def generic_or_kernel(template: Kernel) -> Kernel | GenericKernel:
-    """``template`` itself, or the generic kernel over it if its text has free aliases
-    (a file is read now if it can be; a module built in Python never is generic)."""
-    source = template.source
-    if isinstance(source, Path):
-        try:
-            text = source.read_text()
-        except OSError:
-            return template  # the compile reports it
-    elif isinstance(source, str):
-        text = source
-    else:
-        return template
-    return GenericKernel(template, text) if free_aliases(text) else template

@@ -28,15 +28,16 @@ from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
 from .callbacks import Callback, default_registry, importable, interned, pickle_token
-from .errors import SignatureError
+from .errors import MLIRError, SignatureError
 from .function import CompiledFunction
+from .generic import GenericDispatch, describe, free_aliases
 from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
 from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
-__all__ = ["Kernel", "mlir_kernel"]
+__all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
 
 
 class Kernel(NativeCallable):
@@ -301,6 +302,80 @@ class _Stub:
                         f"no body")
 
 
+class GenericKernel(GenericDispatch, Kernel):
+    """An ``@mlir_kernel`` whose source uses type aliases it does not define (``!T``):
+    generic over them, bound per call (see :mod:`pymlirjit.generic`)."""
+
+    def _make_bound(self, stub: Any, text: str, binding: dict[str, str]) -> BoundKernel:
+        t = self._template
+        stand_in = None if stub is None else _Stub(stub[0], self.__qualname__, self.__module__,
+                                                   self.__doc__, stub[1])
+        kernel = BoundKernel(stand_in, text, self.name, t._pipeline, t._opt_level,
+                             t._callbacks, t._shared_libs, t._session, t.release_gil,
+                             t._cache, t._fastmath)
+        kernel.binding, kernel.generic = binding, self
+        return kernel
+
+    def __copy__(self) -> GenericKernel:
+        return GenericKernel(self._template, self._text)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """By reference when importable, else by value: its template, a kernel of the
+        unbound source (pickled by value: the text, options and callbacks)."""
+        if importable(self):
+            return self.__qualname__
+        return _generic_by_value, (pickle_token(self), self._template)
+
+
+class BoundKernel(Kernel):
+    """A generic kernel with every alias bound (``GenericKernel.specialize``): a kernel
+    whose source starts with the alias definitions; ``binding``: alias -> MLIR type."""
+
+    binding: dict[str, str]
+    generic: GenericKernel
+
+    def compile(self) -> CompiledFunction:
+        """Compile now (or fetch from the cache); an MLIRError names the binding."""
+        try:
+            return super().compile()
+        except MLIRError as exc:
+            raise MLIRError(f"@mlir_kernel {self.name!r} bound to {describe(self.binding)}: "
+                            f"{exc.summary}", exc.diagnostics) from exc
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return _bound_by_value, (self.generic, self.binding)
+
+    def __repr__(self) -> str:
+        state = "compiled" if self._compiled is not None else "not compiled yet"
+        return f"<mlir_kernel @{self.name} [{describe(self.binding)}] ({state})>"
+
+
+def _bound_by_value(generic: GenericKernel, binding: dict[str, str]) -> Kernel:
+    return generic.specialize(**binding)  # type: ignore[no-any-return]
+
+
+def _generic_by_value(token: str, template: Kernel) -> GenericKernel:
+    def make() -> GenericKernel:
+        return GenericKernel(template, template.mlir)
+    return interned(token, make)  # type: ignore[no-any-return]
+
+
+def _generic_or_kernel(template: Kernel) -> Kernel:
+    """``template``, or the generic kernel over it if its text leaves type aliases free
+    (a file is read now if it can be; a module built in Python is never generic)."""
+    source = template.source
+    if isinstance(source, Path):
+        try:
+            text = source.read_text()
+        except OSError:
+            return template  # its compile reports it
+    elif isinstance(source, str):
+        text = source
+    else:
+        return template
+    return GenericKernel(template, text) if free_aliases(text) else template
+
+
 def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
                      session: Session | None, release_gil: bool | None) -> Kernel:
     def make() -> Kernel:
@@ -380,9 +455,7 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     default pipeline also tiles and vectorizes ``linalg.matmul`` for the host CPU.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
-        from .generic import generic_or_kernel
-
-        return generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
-                                        opt_level, callbacks, shared_libs, session,
-                                        release_gil, cache, fastmath))
+        return _generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
+                                         opt_level, callbacks, shared_libs, session,
+                                         release_gil, cache, fastmath))
     return decorate

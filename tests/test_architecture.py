@@ -20,8 +20,8 @@ FLOORS: list[set[str]] = [
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
     {"cache"},
     {"callbacks", "function", "prepare", "module"},
-    {"session"},
-    {"kernel", "generic"},
+    {"session", "generic"},
+    {"kernel"},
     {"cli", "cli_values", "cli_loading", "demo"},
     {"__init__", "__main__"},
 ]
