@@ -206,9 +206,14 @@ class GenericDispatch(NativeCallable):
         self.aliases = free_aliases(text)
         stub = template.__wrapped__
         names = list(inspect.signature(stub).parameters) if stub is not None else None
-        self._roles = _roles(text, self.name, names)
+        # A source without the function is reported when called, as any kernel's is.
+        self._problem: SignatureError | None = None
+        try:
+            self._roles = _roles(text, self.name, names)
+        except SignatureError as exc:
+            self._roles, self._problem = [], exc
         self._names = names
-        self._positions = sorted({r.position for r in self._roles})
+        self._arrays = sorted({r.position for r in self._roles if r.array})
         by_array = {r.alias for r in self._roles if r.array}
         # Native entries decide by dtype alone: a chain of them is exact only if no
         # alias is left to a scalar's type.
@@ -256,6 +261,8 @@ class GenericDispatch(NativeCallable):
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
         """The binding a call with these arguments runs (alias -> MLIR type)."""
+        if self._problem is not None:
+            raise self._problem
         found: dict[str, tuple[int, str, str]] = {}
         for role in self._roles:
             if role.position < len(args):
@@ -286,23 +293,35 @@ class GenericDispatch(NativeCallable):
         return {a: found[a][1] for a in self.aliases}
 
     def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if kwargs or len(args) <= self._positions[-1]:
-            return None  # rare: bind() decides
-        return tuple([a.dtype if type(a) is np.ndarray else type(a)
-                      for a in map(args.__getitem__, self._positions)])
+        """What the binding of a call depends on: the type of every positional
+        argument, and the dtype of those binding an alias from an array (None, the
+        call not being keyed, with keywords or too few arguments)."""
+        if kwargs or (self._arrays and len(args) <= self._arrays[-1]):
+            return None
+        types = tuple(map(type, args))
+        if not self._arrays:
+            return types
+        return types, tuple([getattr(args[i], "dtype", None) for i in self._arrays])
 
     def dispatch(self, *args: Any, **kwargs: Any) -> Any:
         """Run the binding of these arguments (compiled on first use)."""
-        key = self._key(args, kwargs) if self._positions else ()
+        if not kwargs and not self._arrays:  # the hot path of scalar-bound aliases
+            kernel = self._by_key.get(tuple(map(type, args)))
+            if kernel is not None:
+                return kernel(*args)
+        return self._dispatch(args, kwargs)
+
+    def _dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        key = self._key(args, kwargs)
         kernel = self._by_key.get(key)
         if kernel is None:
             kernel = self.specialize(**self.bind(args, kwargs))
+            if kernel._compiled is None or (
+                    self._chains and all(f is not kernel._compiled for f in self._linked)):
+                kernel.compile()
+                self._chain()
             if key is not None:
                 self._by_key[key] = kernel
-        if kernel._compiled is None or (
-                self._chains and all(f is not kernel._compiled for f in self._linked)):
-            kernel.compile()
-            self._chain()
         return kernel(*args, **kwargs)
 
     __call__ = dispatch
@@ -367,6 +386,7 @@ class GenericDispatch(NativeCallable):
 
     def _clear(self) -> None:
         clear_entry(self)  # first: no call enters the chain from now on
+        self._by_key.clear()  # the next calls compile (and chain) again
         for link in self._links:
             clear_entry(link)
         self._retired.extend(self._linked)
