@@ -30,13 +30,15 @@ from typing import Any, SupportsIndex, get_args, get_origin
 from .callbacks import Callback, default_registry, importable, interned, pickle_token
 from .errors import MLIRError, SignatureError
 from .function import CompiledFunction
+from .generic import GenericDispatch, describe, free_aliases
+from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
 from .sourcelines import definition_site, located_mlir_error
 from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
-__all__ = ["Kernel", "mlir_kernel"]
+__all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
 
 
 class Kernel(NativeCallable):
@@ -47,15 +49,14 @@ class Kernel(NativeCallable):
     ``lowered_mlir`` the module after lowering; ``__wrapped__`` the stub.
     """
 
-    def __init__(self, stub: Callable[..., Any] | None, source: str | Path, name: str,
+    def __init__(self, stub: Callable[..., Any] | None, source: str | Path | Any, name: str,
                  pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                  callbacks: Iterable[Callback] | None = None,
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
                  cache: bool | None = None, fastmath: bool | None = None) -> None:
-        if not isinstance(source, (str, Path)):
-            raise TypeError(f"@mlir_kernel source must be MLIR text or a pathlib.Path, "
-                            f"got {type(source).__name__}")
+        if not isinstance(source, (str, Path)) and not callable(source):
+            source = built_text(source)  # a module built in Python: its text, once
         self.__wrapped__ = stub
         if stub is not None:
             self.__doc__ = stub.__doc__
@@ -107,12 +108,13 @@ class Kernel(NativeCallable):
             if self._options is None:
                 self._options = session.options.replace(self._pipeline, self._opt_level,
                                                         self._shared_libs, self._fastmath)
+            source = self.source if isinstance(self.source, (str, Path)) else self.mlir
             try:
                 module: CompiledModule = session.compile(
-                    self.source, options=self._options, callbacks=self._callbacks,
+                    source, options=self._options, callbacks=self._callbacks,
                     cache=self._cache)
             except MLIRError as exc:  # on the user's line, naming the kernel
-                text = self.source if isinstance(self.source, str) else None
+                text = source if isinstance(source, str) else None
                 raise located_mlir_error(exc, f"@mlir_kernel {self.name!r}",
                                          self.__dict__.get("_site"), text) from None
             try:
@@ -230,8 +232,15 @@ class Kernel(NativeCallable):
 
     @property
     def mlir(self) -> str:
-        """The MLIR source as given."""
-        return self.source.read_text() if isinstance(self.source, Path) else self.source
+        """The MLIR source as given (a callable's module: its text, built once)."""
+        if isinstance(self.source, Path):
+            return self.source.read_text()
+        if isinstance(self.source, str):
+            return self.source
+        text = self.__dict__.get("_built_text")
+        if text is None:
+            text = self.__dict__["_built_text"] = built_text(self.source)
+        return text
 
     @property
     def lowered_mlir(self) -> str:
@@ -259,6 +268,21 @@ class Kernel(NativeCallable):
         assert self._options is not None  # set by the compile lowered_mlir ran
         return assembly(text, self._options.opt_level)
 
+    @property
+    def signatures(self) -> list[dict[str, str]]:
+        """The compiled bindings of the source's type aliases, as numba's dispatcher
+        lists its signatures: one, and empty (no alias), once compiled; a generic
+        kernel (:mod:`pymlirjit.generic`) lists one per binding."""
+        return [{}] if self._compiled is not None else []
+
+    def specialize(self, **types: Any) -> Kernel:
+        """This kernel bound to ``types``: itself, its source having no alias to bind
+        (see :meth:`pymlirjit.generic.GenericKernel.specialize`)."""
+        if types:
+            raise TypeError(f"@mlir_kernel {self.name!r} is not generic: its source "
+                            f"leaves no type alias ({', '.join(types)}) to bind")
+        return self
+
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"
         return f"<mlir_kernel @{self.name} ({state})>"
@@ -284,6 +308,80 @@ class _Stub:
     def __call__(self, *args: Any) -> Any:
         raise TypeError(f"{self.__qualname__}: the stub of a kernel pickled by value has "
                         f"no body")
+
+
+class GenericKernel(GenericDispatch, Kernel):
+    """An ``@mlir_kernel`` whose source uses type aliases it does not define (``!T``):
+    generic over them, bound per call (see :mod:`pymlirjit.generic`)."""
+
+    def _make_bound(self, stub: Any, text: str, binding: dict[str, str]) -> BoundKernel:
+        t = self._template
+        stand_in = None if stub is None else _Stub(stub[0], self.__qualname__, self.__module__,
+                                                   self.__doc__, stub[1])
+        kernel = BoundKernel(stand_in, text, self.name, t._pipeline, t._opt_level,
+                             t._callbacks, t._shared_libs, t._session, t.release_gil,
+                             t._cache, t._fastmath)
+        kernel.binding, kernel.generic = binding, self
+        return kernel
+
+    def __copy__(self) -> GenericKernel:
+        return GenericKernel(self._template, self._text)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """By reference when importable, else by value: its template, a kernel of the
+        unbound source (pickled by value: the text, options and callbacks)."""
+        if importable(self):
+            return self.__qualname__
+        return _generic_by_value, (pickle_token(self), self._template)
+
+
+class BoundKernel(Kernel):
+    """A generic kernel with every alias bound (``GenericKernel.specialize``): a kernel
+    whose source starts with the alias definitions; ``binding``: alias -> MLIR type."""
+
+    binding: dict[str, str]
+    generic: GenericKernel
+
+    def compile(self) -> CompiledFunction:
+        """Compile now (or fetch from the cache); an MLIRError names the binding."""
+        try:
+            return super().compile()
+        except MLIRError as exc:
+            raise MLIRError(f"@mlir_kernel {self.name!r} bound to {describe(self.binding)}: "
+                            f"{exc.summary}", exc.diagnostics) from exc
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return _bound_by_value, (self.generic, self.binding)
+
+    def __repr__(self) -> str:
+        state = "compiled" if self._compiled is not None else "not compiled yet"
+        return f"<mlir_kernel @{self.name} [{describe(self.binding)}] ({state})>"
+
+
+def _bound_by_value(generic: GenericKernel, binding: dict[str, str]) -> Kernel:
+    return generic.specialize(**binding)  # type: ignore[no-any-return]
+
+
+def _generic_by_value(token: str, template: Kernel) -> GenericKernel:
+    def make() -> GenericKernel:
+        return GenericKernel(template, template.mlir)
+    return interned(token, make)  # type: ignore[no-any-return]
+
+
+def _generic_or_kernel(template: Kernel) -> Kernel:
+    """``template``, or the generic kernel over it if its text leaves type aliases free
+    (a file is read now if it can be; a module built in Python is never generic)."""
+    source = template.source
+    if isinstance(source, Path):
+        try:
+            text = source.read_text()
+        except OSError:
+            return template  # its compile reports it
+    elif isinstance(source, str):
+        text = source
+    else:
+        return template
+    return GenericKernel(template, text) if free_aliases(text) else template
 
 
 def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
@@ -341,7 +439,7 @@ def _check_annotation(annotation: Any, actual: Type, what: str, signature: Signa
                         f"MLIR ({signature.mlir})")
 
 
-def mlir_kernel(*, source: str | Path, name: str | None = None,
+def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
                 callbacks: Iterable[Callback] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
@@ -365,6 +463,7 @@ def mlir_kernel(*, source: str | Path, name: str | None = None,
     default pipeline also tiles and vectorizes ``linalg.matmul`` for the host CPU.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
-        return Kernel(stub, source, name or stub.__name__, pipeline, opt_level, callbacks,
-                      shared_libs, session, release_gil, cache, fastmath)
+        return _generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
+                                         opt_level, callbacks, shared_libs, session,
+                                         release_gil, cache, fastmath))
     return decorate

@@ -50,7 +50,7 @@ from .module import (
     load,
 )
 from .pipeline import runtime_library
-from .prepare import CompileOptions, lower, prepare
+from .prepare import CompileOptions, built_text, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
            "runtime_library"]
@@ -192,13 +192,14 @@ class Session:
                 return cb
         return self.callbacks.get(name) or default_registry().get(name)
 
-    def compile(self, source: str | Path, *, pipeline: str | Sequence[str] | None = None,
+    def compile(self, source: str | Path | Any, *, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
                 callbacks: Iterable[Callback] = (), cache: bool | None = None,
                 options: CompileOptions | None = None,
                 fastmath: bool | None = None) -> CompiledModule:
-        """Compile ``source`` (MLIR text or a path to a ``.mlir`` file), or return the
-        cached module compiled from the same source, options and callbacks.
+        """Compile ``source`` (MLIR text, a path to a ``.mlir`` file, or a module built
+        in Python: see :func:`pymlirjit.prepare.built_text`), or return the cached module
+        compiled from the same source text, options and callbacks.
 
         ``options`` replaces the session's (:attr:`options`); ``pipeline``,
         ``opt_level``, ``shared_libs`` and ``fastmath``, where given, replace those.
@@ -322,15 +323,14 @@ def _function_by_value(session: Session | None, source: str, options: CompileOpt
     return function.with_options(display_name, list(params), release_gil)
 
 
-def _read_source(source: str | Path) -> tuple[str, str]:
+def _read_source(source: str | Path | Any) -> tuple[str, str]:
     if isinstance(source, Path):
         try:
             return source.read_text(), str(source)
         except OSError as exc:
             raise FileNotFoundError(f"cannot read MLIR source {source}: {exc}") from exc
     if not isinstance(source, str):
-        raise TypeError(f"source must be MLIR text or a pathlib.Path, "
-                        f"got {type(source).__name__}")
+        return built_text(source), "<python-built module>"
     return source, "<source>"
 
 

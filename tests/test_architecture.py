@@ -20,7 +20,7 @@ FLOORS: list[set[str]] = [
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
     {"cache"},
     {"callbacks", "function", "prepare", "module"},
-    {"session"},
+    {"session", "generic"},
     {"kernel"},
     {"cli", "cli_values", "cli_loading", "cli_check", "demo"},
     {"__init__", "__main__"},

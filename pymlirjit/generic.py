@@ -1,0 +1,407 @@
+"""Generic kernels: one MLIR source for every element type it is called with.
+
+A source that uses a type alias it does not define (``!T`` in ``memref<?x!T>`` and in
+``arith.mulf %a, %b : !T``) is generic. Each call binds every such alias from the
+arguments: an array's dtype binds the alias of its element type, a numpy scalar its own
+type; a Python ``float`` binds a float alias to ``f64``, an ``int`` to ``i64`` (weakly:
+an array or numpy scalar binding the same alias wins, and the Python value converts).
+The binding is compiled once, as the source with ``!T = f32`` put in front of it (on
+its first line: MLIR's line numbers stay the user's), and cached by that text in memory
+and on disk like any other module.
+
+For example (the README runs the same)::
+
+    @mlir_kernel(source='''
+    func.func @scale(%a: memref<?x!T>, %k: !T) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %n = memref.dim %a, %c0 : memref<?x!T>
+      scf.for %i = %c0 to %n step %c1 {
+        %x = memref.load %a[%i] : memref<?x!T>
+        %y = arith.mulf %x, %k : !T
+        memref.store %y, %a[%i] : memref<?x!T>
+      }
+      return
+    }''')
+    def scale(a: np.ndarray, k: float) -> None: ...
+    a = np.ones(3, dtype=np.float32)
+    scale(a, 2.0)          # binds !T = f32 (compiled once): a is now [2., 2., 2.]
+    scale.signatures       # [{'T': 'f32'}]
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .callbacks import default_registry
+from .errors import SignatureError
+from .function import CompiledFunction
+from .types import ScalarType, to_type
+from .vectorcall import NativeCallable, clear_entry, set_entry
+
+__all__ = ["GenericDispatch", "describe", "free_aliases"]
+
+# String literals and comments hold no types.
+_NOT_CODE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+# `!name` not followed by `.` (a dialect type, `!llvm.ptr`) nor `<` (`!dialect<...>`).
+_ALIAS = re.compile(r"!([A-Za-z_][\w$]*)(?![\w$.<])")
+_DEFINED = re.compile(r"^\s*!([A-Za-z_][\w$.]*)\s*=", re.MULTILINE)
+_SHAPED = re.compile(r"^(?:memref|tensor)<\s*(?:\*x|(?:[0-9?]+x)*)(.*?)\s*(?:,.*)?>$", re.S)
+_BARE = re.compile(r"^!([A-Za-z_][\w$]*)$")
+_COMPLEX = re.compile(r"^complex<\s*!([A-Za-z_][\w$]*)\s*>$")
+# What a Python scalar binds a `!T` parameter to, weakest first: the strongest one given wins.
+_WEAK = {bool: "i1", int: "i64", float: "f64", complex: "complex<f64>"}
+_WEAK_ORDER = list(_WEAK.values())
+
+
+def free_aliases(text: str) -> tuple[str, ...]:
+    """The type aliases ``text`` uses without defining them, in order of first use: the
+    aliases a generic kernel binds (empty for any other source)."""
+    code = _NOT_CODE.sub("", text)
+    defined = set(_DEFINED.findall(code))
+    return tuple(dict.fromkeys(a for a in _ALIAS.findall(code) if a not in defined))
+
+
+def _header(text: str, name: str) -> list[tuple[str, str]]:
+    """(SSA name, type) of each parameter of ``func.func @name``, read from the text."""
+    code = _NOT_CODE.sub("", text)
+    match = re.search(r"func\.func\s+(?:\w+\s+)*@" + re.escape(name) + r"\s*\(", code)
+    if match is None:
+        raise SignatureError(f"@mlir_kernel {name!r}: the source defines no func.func @{name}")
+    items, depth, start = [], 0, match.end()
+    for i in range(start, len(code)):
+        c = code[i]
+        if c in "(<[{":
+            depth += 1
+        elif c in ")>]}" and not (c == ">" and code[i - 1] == "-"):
+            if depth == 0:
+                items.append(code[start:i])
+                break
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(code[start:i])
+            start = i + 1
+    params = []
+    for item in items:
+        ssa, _, rest = item.strip().partition(":")
+        if not rest:
+            continue  # `()`: no parameters
+        depth = 0
+        for i, c in enumerate(rest):  # the type ends at its attributes or location
+            if depth == 0 and (c == "{" or rest.startswith("loc(", i)):
+                rest = rest[:i]
+                break
+            depth += (c in "(<[") - (c in ")>]")
+        params.append((ssa.strip().lstrip("%"), rest.strip()))
+    return params
+
+
+class _Role:
+    """How one parameter binds an alias: ``array`` (its element type) or not (its own
+    type), ``complex`` (the alias is the component type of ``complex<!T>``)."""
+
+    def __init__(self, position: int, name: str, alias: str, array: bool,
+                 complex_: bool) -> None:
+        self.position, self.name, self.alias = position, name, alias
+        self.array, self.complex = array, complex_
+        self.label = f"argument {position + 1} ({name!r})"
+
+    def bind(self, value: Any) -> tuple[int, str]:
+        """(strength, MLIR type) ``value`` binds the alias to: 2 an array, 1 a numpy
+        scalar, 0 a Python scalar (weak)."""
+        if self.array:
+            if not isinstance(value, np.ndarray):
+                raise TypeError(f"{self.label} must be a numpy array (its dtype binds "
+                                f"!{self.alias}), got {type(value).__name__}")
+            return 2, self._component(self._type(value.dtype), value.dtype)
+        if isinstance(value, np.generic):
+            return 1, self._component(self._type(type(value)), value.dtype)
+        for python_type, mlir in _WEAK.items():
+            if type(value) is python_type or (python_type is not bool
+                                              and isinstance(value, python_type)):
+                return 0, ("f64" if self.complex else mlir)
+        raise TypeError(f"{self.label} binds no type to !{self.alias}: expected a numpy "
+                        f"scalar or a Python bool, int, float or complex, got "
+                        f"{type(value).__name__}")
+
+    def _type(self, spelling: Any) -> ScalarType:
+        try:
+            found = to_type(spelling)
+        except TypeError as exc:
+            raise TypeError(f"{self.label} binds no type to !{self.alias}: {exc}") from None
+        assert isinstance(found, ScalarType)
+        return found
+
+    def _component(self, t: ScalarType, dtype: Any) -> str:
+        if not self.complex:
+            return t.mlir
+        if t.kind != "complex":
+            raise TypeError(f"{self.label} binds !{self.alias} in complex<!{self.alias}>: "
+                            f"expected complex values, got {dtype}")
+        return "f32" if t.bits == 64 else "f64"
+
+
+def _roles(text: str, name: str, names: list[str] | None) -> list[_Role]:
+    roles = []
+    for position, (ssa, type_text) in enumerate(_header(text, name)):
+        shaped = _SHAPED.match(type_text)
+        element = shaped.group(1).strip() if shaped else type_text
+        for pattern, complex_ in ((_BARE, False), (_COMPLEX, True)):
+            found = pattern.match(element)
+            if found:
+                label = names[position] if names and position < len(names) else ssa
+                roles.append(_Role(position, label, found.group(1), shaped is not None,
+                                   complex_))
+    return roles
+
+
+def describe(binding: dict[str, str]) -> str:
+    return ", ".join(f"!{alias} = {t}" for alias, t in binding.items())
+
+
+class _Link(NativeCallable):
+    """One more compiled binding in a generic kernel's chain of native entries: the
+    entry of one binding hands each call it does not take (another dtype) to the next."""
+
+    def __init__(self, after: Callable[..., Any]) -> None:
+        self.after = after
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.after(*args, **kwargs)
+
+
+class GenericDispatch(NativeCallable):
+    """What makes a kernel generic (:class:`pymlirjit.kernel.GenericKernel`): its source
+    uses type aliases it does not define (:attr:`aliases`); each call binds them from its
+    arguments and runs that binding, compiled once (:meth:`specialize`).
+    :attr:`signatures` lists the compiled bindings.
+
+    Calls whose aliases are all bound by arrays go from one compiled binding's native
+    entry to the next without Python; the others pass through :meth:`dispatch`.
+    """
+
+    # Given by the kernel class this is mixed into.
+    name: str
+    __wrapped__: Any
+    _retired: list[CompiledFunction]
+    _compiled: CompiledFunction | None
+
+    session: Any
+    def _make_bound(self, stub: Any, text: str, binding: dict[str, str]) -> Any:
+        """A kernel (:class:`pymlirjit.kernel.BoundKernel`) compiling ``text``."""
+        raise NotImplementedError
+
+    def __init__(self, template: Any, text: str) -> None:
+        # The template's state (options, callbacks, stub, names): it is never compiled.
+        self.__dict__.update(template.__getstate__())
+        self.__dict__.pop("_pickle_token", None)
+        self.__dict__.pop("_pickled_parts", None)
+        self._template = template
+        self._text = text
+        self.aliases = free_aliases(text)
+        stub = template.__wrapped__
+        names = list(inspect.signature(stub).parameters) if stub is not None else None
+        # A source without the function is reported when called, as any kernel's is.
+        self._problem: SignatureError | None = None
+        try:
+            self._roles = _roles(text, self.name, names)
+        except SignatureError as exc:
+            self._roles, self._problem = [], exc
+        self._names = names
+        self._arrays = sorted({r.position for r in self._roles if r.array})
+        by_array = {r.alias for r in self._roles if r.array}
+        # Native entries decide by dtype alone: a chain of them is exact only if no
+        # alias is left to a scalar's type.
+        self._chains = set(self.aliases) <= by_array
+        self._by_key: dict[Any, Any] = {}
+        self._bound: dict[tuple[tuple[str, str], ...], Any] = {}
+        self._linked: list[CompiledFunction] = []  # what the chain points into
+        self._links: list[_Link] = []
+
+    @property
+    def signatures(self) -> list[dict[str, str]]:
+        """The bindings compiled so far (alias -> MLIR type), in the order compiled."""
+        return [dict(b) for b, k in self._bound.items() if k._compiled is not None]
+
+    def specialize(self, **types: Any) -> Any:
+        """The kernel bound to ``types`` (alias name -> a pymlirjit type, numpy type or
+        MLIR type string), made once per binding; it compiles on first call or
+        :meth:`Kernel.compile`."""
+        binding = {}
+        for alias in self.aliases:
+            if alias not in types:
+                raise TypeError(f"@mlir_kernel {self.name!r}: specialize() binds every alias "
+                                f"({', '.join('!' + a for a in self.aliases)}); !{alias} "
+                                f"is missing")
+            value = types.pop(alias)
+            binding[alias] = value if isinstance(value, str) else to_type(value).mlir
+            if "\n" in binding[alias] or not binding[alias].strip():
+                raise ValueError(f"@mlir_kernel {self.name!r}: !{alias}: not an MLIR type: "
+                                 f"{value!r}")
+        if types:
+            raise TypeError(f"@mlir_kernel {self.name!r} has no alias "
+                            f"{', '.join('!' + a for a in types)} (its aliases: "
+                            f"{', '.join('!' + a for a in self.aliases)})")
+        key = tuple(binding.items())
+        kernel = self._bound.get(key)
+        if kernel is None:
+            stub = self.__wrapped__
+            stand_in = None if stub is None else (stub.__name__, tuple(
+                inspect.signature(stub).parameters))
+            # On the first line: the source's own line numbers stay as they are.
+            text = " ".join(f"!{a} = {v}" for a, v in binding.items()) + " " + self._text
+            kernel = self._make_bound(stand_in, text, binding)
+            kernel = self._bound.setdefault(key, kernel)
+        return kernel
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
+        """The binding a call with these arguments runs (alias -> MLIR type)."""
+        if self._problem is not None:
+            raise self._problem
+        found: dict[str, tuple[int, str, str]] = {}
+        for role in self._roles:
+            if role.position < len(args):
+                value = args[role.position]
+            elif self._names and role.name in kwargs:
+                value = kwargs[role.name]
+            else:
+                continue  # missing: the bound kernel's call says so
+            try:
+                strength, t = role.bind(value)
+            except TypeError as exc:
+                raise TypeError(f"@mlir_kernel {self.name!r}: {exc}") from None
+            seen = found.get(role.alias)
+            if seen is None or strength > seen[0]:
+                found[role.alias] = (strength, t, role.label)
+            elif strength == seen[0] and t != seen[1]:
+                if strength == 0:  # Python scalars: the widest kind
+                    if _WEAK_ORDER.index(t) > _WEAK_ORDER.index(seen[1]):
+                        found[role.alias] = (strength, t, role.label)
+                    continue
+                raise TypeError(f"@mlir_kernel {self.name!r}: {role.label} binds "
+                                f"!{role.alias} to {t}, but {seen[2]} binds it to {seen[1]}")
+        missing = [a for a in self.aliases if a not in found]
+        if missing:
+            raise TypeError(f"@mlir_kernel {self.name!r}: no argument binds "
+                            f"{', '.join('!' + a for a in missing)} (bind it with "
+                            f"kernel.specialize({missing[0]}=...))")
+        return {a: found[a][1] for a in self.aliases}
+
+    def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """What the binding of a call depends on: the type of every positional
+        argument, and the dtype of those binding an alias from an array (None, the
+        call not being keyed, with keywords or too few arguments)."""
+        if kwargs or (self._arrays and len(args) <= self._arrays[-1]):
+            return None
+        types = tuple(map(type, args))
+        if not self._arrays:
+            return types
+        return types, tuple([getattr(args[i], "dtype", None) for i in self._arrays])
+
+    def dispatch(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the binding of these arguments (compiled on first use)."""
+        if not kwargs and not self._arrays:  # the hot path of scalar-bound aliases
+            kernel = self._by_key.get(tuple(map(type, args)))
+            if kernel is not None:
+                return kernel(*args)
+        return self._dispatch(args, kwargs)
+
+    def _dispatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        key = self._key(args, kwargs)
+        kernel = self._by_key.get(key)
+        if kernel is None:
+            kernel = self.specialize(**self.bind(args, kwargs))
+            if kernel._compiled is None or (
+                    self._chains and all(f is not kernel._compiled for f in self._linked)):
+                kernel.compile()
+                self._chain()
+            if key is not None:
+                self._by_key[key] = kernel
+        return kernel(*args, **kwargs)
+
+    __call__ = dispatch
+
+    def compile(self) -> CompiledFunction:
+        """Compile every binding made so far (by calls or :meth:`specialize`) and return
+        the function of the last one made; TypeError if none is made yet (a generic
+        kernel has nothing to compile until its aliases are bound)."""
+        if not self._bound:
+            raise TypeError(f"@mlir_kernel {self.name!r} is generic over "
+                            f"{', '.join('!' + a for a in self.aliases)}: nothing to "
+                            f"compile until a call or specialize() binds them")
+        functions: list[CompiledFunction] = [k.compile() for k in list(self._bound.values())]
+        self._chain()
+        return functions[-1]
+
+    def _last(self) -> Any:
+        self.compile()
+        return list(self._bound.values())[-1]
+
+    @property
+    def lowered_mlir(self) -> str:
+        """The last binding's module after lowering (see :meth:`compile`)."""
+        return str(self._last().lowered_mlir)
+
+    def inspect_llvm(self) -> str:
+        """The last binding's LLVM IR (see :meth:`compile`)."""
+        return str(self._last().inspect_llvm())
+
+    def inspect_asm(self) -> str:
+        """The last binding's host assembly (see :meth:`compile`)."""
+        return str(self._last().inspect_asm())
+
+    def _chain(self) -> None:
+        """Point this kernel's vectorcall slot at the native entry of each compiled
+        binding in turn, then at :meth:`dispatch`."""
+        if not self._chains:
+            return
+        session = self.session
+        with session.lock:
+            session.watch(self)
+            session.callbacks.watch(self)
+            default_registry().watch(self)
+            functions = [k._compiled for k in self._bound.values() if k._compiled is not None]
+            natives = [f for f in functions if f.native_entry is not None]
+            self._clear()
+            after: Any = self.dispatch
+            self._dispatch_ref = after
+            links = []
+            for function in reversed(natives[1:]):
+                link = _Link(after)
+                assert function.native_entry is not None
+                set_entry(link, function.native_entry, after, function._python_call.in_flight)
+                links.append(link)
+                after = link
+            self._links = links
+            self._linked = functions
+            if natives:
+                first = natives[0]
+                assert first.native_entry is not None
+                set_entry(self, first.native_entry, after, first._python_call.in_flight)
+
+    def _clear(self) -> None:
+        clear_entry(self)  # first: no call enters the chain from now on
+        self._by_key.clear()  # the next calls compile (and chain) again
+        for link in self._links:
+            clear_entry(link)
+        self._retired.extend(self._linked)
+        self._linked = []
+        self._retired = [f for f in self._retired if f.calls_in_flight]
+
+    def invalidate(self) -> None:
+        """Let go of the chain of native entries (see :meth:`Kernel.invalidate`): the
+        bound kernels compile again on their next call."""
+        with self.session.lock:
+            self._clear()
+
+    forget = invalidate
+
+    def __repr__(self) -> str:
+        aliases = ", ".join("!" + a for a in self.aliases)
+        return f"<generic mlir_kernel @{self.name} over {aliases} ({len(self.signatures)} " \
+               f"compiled)>"
