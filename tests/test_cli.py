@@ -450,3 +450,20 @@ def test_check_reports_a_bad_callback_signature_string_at_its_column(tmp_path: P
 
 def test_check_of_a_missing_file_is_one_clean_line(tmp_path: Path) -> None:
     assert_one_error_line(pymlirjit("check", "nope.py", cwd=tmp_path), "no such file: nope.py")
+
+
+def test_check_lists_a_generic_kernel_without_compiling_a_binding(tmp_path: Path) -> None:
+    (tmp_path / "generic.py").write_text(
+        "from pymlirjit import mlir_kernel\n\n"
+        "@mlir_kernel(source='''\n"
+        "func.func @twice(%x: !T) -> !T {\n"
+        "  %y = arith.addf %x, %x : !T\n"
+        "  return %y : !T\n"
+        "}''')\n"
+        "def twice(x): ...\n")
+    result = pymlirjit("check", "generic.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "@mlir_kernel 'twice' (generic.py:3): generic over !T: compiled per binding at call "
+        "time (check one with kernel.specialize(...).compile())",
+        "generic.py: 0 kernels compiled, 1 generic (bound at call time)"]
