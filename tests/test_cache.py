@@ -479,7 +479,7 @@ CTOR_SCRIPT = textwrap.dedent("""
     session = Session(cache_dir=sys.argv[1], shared_libs=["mlir_c_runner_utils"])
     module = session.compile(Path(sys.argv[2]).read_text())
     print("compiled", flush=True)
-    module.entry()
+    module.main()
     print(type(module.engine).__name__, session.disk_cache.hits, flush=True)
 """)
 
@@ -524,16 +524,18 @@ def test_global_constructors_run_once_per_load(tmp_path: Path, kind: str,
                                                env: dict[str, str]) -> None:
     if kind == "shared" and c_compiler() is None:
         pytest.skip("needs a C compiler")
-    source = str(DATA_DIR / "upstream" / "global-constructors.mlir")
+    source = str(DATA_DIR / "runner" / "global-constructors.mlir")
     cold = run_child(CTOR_SCRIPT, str(tmp_path), source, env=env)
-    # The ctor prints 1 and the entry 2. (The cold process may print the dtor's 3 when
-    # it drops MLIR's engine for the loaded entry.)
+    # The first ctor prints 1, the entry 2 and then 30 (the global the second ctor set:
+    # both ran, in priority order). (The cold process may print the dtor's 3 when it drops
+    # MLIR's engine for the loaded entry.)
     assert cold.count("1") == 1 and cold.index("1") < cold.index("compiled") < cold.index("2")
+    assert cold[cold.index("2") + 1] == "30"
     warm = run_child(CTOR_SCRIPT, str(tmp_path), source, env=env)
-    assert warm == ["1", "compiled", "2", f"{LOADED[kind]} 1"]
-    # A cold compile without a cache runs it once too.
+    assert warm == ["1", "compiled", "2", "30", f"{LOADED[kind]} 1"]
+    # A cold compile without a cache runs them once too.
     assert run_child(CTOR_SCRIPT.replace("cache_dir=sys.argv[1]", "cache_dir=None"),
-                     str(tmp_path), source, env=env)[:3] == ["1", "compiled", "2"]
+                     str(tmp_path), source, env=env)[:4] == ["1", "compiled", "2", "30"]
 
 
 def test_an_entry_naming_a_runtime_library_by_a_path_is_refused(tmp_path: Path) -> None:

@@ -925,7 +925,7 @@ def test_default_pipeline_lowers_async_and_links_its_runtime() -> None:
 
 
 def test_default_pipeline_bufferizes_elementwise_ops_on_tensors(session: Session) -> None:
-    # arith on tensors (upstream's test-elementwise.mlir) becomes linalg before bufferization.
+    # arith on tensors (as in tests/data/runner/tensor-elementwise.mlir) becomes linalg first.
     module = session.compile("""
 func.func @axpy(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {
   %s = arith.mulf %a, %b : tensor<3xf32>
