@@ -4,6 +4,7 @@ and no module grows past what one reader holds in mind."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,15 @@ def test_modules_stay_small() -> None:
     large = {name: n for name, path in _modules().items()
              if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not large, f"modules over {MAX_LINES} lines: {large}"
+
+
+def test_every_subpackage_is_installed() -> None:
+    # setuptools installs only the packages pyproject.toml lists: a subpackage missing
+    # there works from a checkout and fails once installed.
+    listed = re.search(r"^packages = \[(.*?)\]", (PACKAGE.parent / "pyproject.toml").read_text(),
+                       re.MULTILINE)
+    assert listed is not None
+    packages = set(re.findall(r'"([\w.]+)"', listed.group(1)))
+    found = {".".join(path.parent.relative_to(PACKAGE.parent).parts)
+             for path in PACKAGE.rglob("__init__.py")}
+    assert found == packages, f"pyproject.toml lists {sorted(packages)}; the tree has {found}"
