@@ -80,6 +80,11 @@ def object_base(address: int) -> int:
     return int(info.fbase or 0) if _dladdr(address, ctypes.byref(info)) else 0
 
 
+def process_exports(name: str) -> bool:
+    """Whether a library the process has loaded exports the symbol ``name``."""
+    return hasattr(_process, name)
+
+
 def dlclose(handle: int) -> None:
     """Unload the library ``handle`` (a ``CDLL._handle``); ``OSError`` if dlclose fails."""
     import _ctypes

@@ -16,12 +16,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any, SupportsIndex
 
+from . import ffi
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
 from .callframe import call_machinery, enter_call, exit_call
 from .convert import from_c, from_memory, to_c
 from .memref import (
     GLOBAL_MEMREF_MARKER,
-    _libc,
     descriptor_for_argument,
     descriptor_for_unranked,
     descriptor_type,
@@ -378,6 +378,6 @@ def _result_reader(t: Type) -> Callable[[Any, dict[int, object]], Any]:
             try:
                 return owned_array_from_descriptor(ranked, unranked.rank, element, owners)
             finally:
-                _libc.free(unranked.descriptor)
+                ffi.free(unranked.descriptor)
         return read_unranked
     raise TypeError(f"{t.mlir} cannot be returned to Python")

@@ -32,7 +32,6 @@ __all__ = [
     "fill_descriptor_with_copy",
 ]
 
-_libc = ffi  # for function.py, until it uses ffi.free itself
 
 # MLIR marks the `allocated` pointer of a memref.get_global result with this constant.
 GLOBAL_MEMREF_MARKER = 0xDEADBEEF

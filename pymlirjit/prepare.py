@@ -9,13 +9,12 @@ names and makes tensor arguments read-only; it returns a :class:`PreparedModule`
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import ffi
 from .abi import (
     CIFACE_PREFIX,
     RESERVED_PREFIX,
@@ -425,23 +424,17 @@ def _rename_definitions_named_like_c_functions(module: Any) -> dict[str, str]:
     would call the module's own function instead. Returns new symbol -> name given."""
     from mlir import ir
 
-    process = _process_symbols()
     renamed: dict[str, str] = {}
     for op in module.body.operations:
         if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        if hasattr(process, name):
+        if ffi.process_exports(name):
             symbol = defined_function_symbol(name)
             ir.SymbolTable.replace_all_symbol_uses(name, symbol, module.operation)
             ir.SymbolTable.set_symbol_name(op, symbol)
             renamed[symbol] = name
     return renamed
-
-
-@functools.cache
-def _process_symbols() -> ctypes.CDLL:
-    return ctypes.CDLL(None)
 
 
 def _check_reserved_names(module: Any, filename: str) -> None:

@@ -416,7 +416,7 @@ def test_array_from_descriptor_rank_zero_and_empty() -> None:
 
 
 def test_fill_descriptor_with_copy() -> None:
-    from pymlirjit.memref import _libc
+    from pymlirjit import ffi
 
     source = np.arange(12, dtype=np.int16).reshape(3, 4)[::-1, ::2]
     descriptor = descriptor_type(2)()
@@ -429,7 +429,7 @@ def test_fill_descriptor_with_copy() -> None:
         np.testing.assert_array_equal(copy, source)
         assert not np.shares_memory(copy, source)
     finally:
-        _libc.free(descriptor.allocated)
+        ffi.free(descriptor.allocated)
 
 
 def test_fill_descriptor_with_copy_errors() -> None:
@@ -444,13 +444,13 @@ def test_fill_descriptor_with_copy_errors() -> None:
 
 
 def test_fill_descriptor_with_copy_of_an_empty_array() -> None:
-    from pymlirjit.memref import _libc
+    from pymlirjit import ffi
 
     descriptor = descriptor_type(2)()
     fill_descriptor_with_copy(descriptor, np.zeros((0, 3)), memref_type("memref<?x3xf64>"), "r")
     assert descriptor.allocated  # malloc(1): still a pointer the compiled code may free
     assert tuple(descriptor.sizes) == (0, 3)
-    _libc.free(descriptor.allocated)
+    ffi.free(descriptor.allocated)
 
 
 # -- c. memory: returned arrays and callback views are freed --------------------------------
