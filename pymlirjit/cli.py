@@ -97,7 +97,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                           "pymlirjit's)")
     run.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
                      metavar="N", help="LLVM optimization level, 0 to 3 (default: 2; "
-                                       "-O0 to -O3 as in mlir-runner)")
+                                       "-O0 to -O3 or --O0 to --O3 as in mlir-runner)")
     run.add_argument("--fastmath", action="store_true",
                      help="fast-math flags on float ops (reductions vectorize)")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
@@ -168,10 +168,22 @@ def _claim_leftover_arguments(args: argparse.Namespace, leftovers: Sequence[str]
     return unknown
 
 
+def _runner_spellings(argv: Sequence[str]) -> list[str]:
+    """``argv`` with mlir-runner's double-dash ``--O0``..``--O3`` (LLVM's option parser
+    takes one dash or two) spelled ``-O0``..``-O3``; ARGs after ``--`` are left alone."""
+    spelled: list[str] = []
+    for i, item in enumerate(argv):
+        if item == "--":
+            return spelled + list(argv[i:])
+        spelled.append(item[1:] if re.fullmatch(r"--O[0-3]", item) else item)
+    return spelled
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line; ``run`` takes its ARGs before, between or after options."""
     parser = build_parser()
-    args, leftovers = parser.parse_known_args(argv)
+    args, leftovers = parser.parse_known_args(
+        _runner_spellings(sys.argv[1:] if argv is None else argv))
     if args.command == "run":
         leftovers = _claim_leftover_arguments(args, leftovers)
     if leftovers:
@@ -336,8 +348,12 @@ def run_command(args: argparse.Namespace) -> None:
     result_types = function.signature.results
     results = split_results(value, len(result_types))
     save_outputs(args.output, results)
+    runner_f32 = args.entry_result == "f32" or (
+        # mlir-runner's default is -entry-point-result=f32: such an entry prints as there.
+        args.entry_result is None and not function.signature.params
+        and [str(t) for t in result_types] == ["f32"])
     for result, mlir_type in zip(results, result_types):
-        if args.entry_result == "f32":
+        if runner_f32:
             print(f"{result:e}")  # as mlir-runner (LLVM's raw_ostream) prints a float
         else:
             print(format_result(result, mlir_type))

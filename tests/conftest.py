@@ -11,6 +11,13 @@ from pymlirjit import Session
 DATA = Path(__file__).parent / "data"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runner-dir", metavar="FOLDER", default=None,
+                     help="run test_conformance.py on the mlir-runner tests under FOLDER "
+                          "(such as a checkout of upstream's, never committed here) "
+                          "instead of tests/data/runner")
+
+
 def rss_bytes() -> int:
     """This process's resident memory, from /proc/self/status."""
     with open("/proc/self/status") as status:

@@ -357,6 +357,15 @@ def test_llvm_dialect_file_runs_with_mlir_runner_spellings() -> None:
     assert ours.stdout == "1\n2\n4.250000e+01\n3\n"  # constructor, entry, result, destructor
 
 
+def test_double_dash_opt_level_is_mlir_runners_spelling() -> None:
+    """mlir-runner (LLVM's option parser) takes --O3 as well as -O3; after `--` it is an
+    argument like any other."""
+    assert cli.parse_args(["run", "f.mlir", "--O3"]).opt_level == 3
+    assert cli.parse_args(["run", "f.mlir", "--O0", "-e", "g"]).opt_level == 0
+    args = cli.parse_args(["run", "f.mlir", "--", "--O1"])
+    assert (args.opt_level, args.args) == (2, ["--O1"])
+
+
 def test_entry_point_result_must_match_the_entry() -> None:
     result = pymlirjit("run", str(DATA / "cli_llvm_dialect.mlir"), "-e", "mi",
                        "-entry-point-result=i64", "-O0", "-shared-libs=mlir_c_runner_utils")

@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlir
@@ -30,28 +31,51 @@ FAST = {"global-constructors.mlir", "bare-ptr-call-conv.mlir", "memref-copy-layo
 WAYS = ("lowered", "passes", "default")
 
 
+#: lit substitutions of upstream's runner tests, as the wheel's files.
+_SUBSTITUTIONS = {"%mlir_c_runner_utils": "libmlir_c_runner_utils.so",
+                  "%mlir_runner_utils": "libmlir_runner_utils.so",
+                  "%mlir_async_runtime": "libmlir_async_runtime.so",
+                  "%mlir_float16_utils": "libmlir_float16_utils.so",
+                  "%mlir_apfloat_wrappers": "libmlir_apfloat_wrappers.so"}
+
+
+def _substitute(command: str, path: Path, defines: dict[str, str]) -> str:
+    for _ in range(5):  # a definition may use another one
+        for key, value in defines.items():
+            command = command.replace(key, value)
+    lib = MLIR_ROOT / "lib"
+    for key, name in _SUBSTITUTIONS.items():
+        command = command.replace(key, str(lib / name))
+    for key in ("%mlir_lib_dir", "%mlir_integration_test_dir"):
+        command = command.replace(key, str(lib))
+    command = command.replace("%shlibext", ".so")
+    # lit conditionals (%if target=... %{ ... %}) hold options of other targets only.
+    command = re.sub(r"%if\s+\S+\s+%\{.*?%\}", "", command).replace("2>&1", "")
+    return command.replace("%s", str(path))
+
+
 def run_lines(path: Path) -> list[str]:
-    """The RUN commands of ``path``, continuation lines joined, substitutions made."""
-    text, commands, current = path.read_text(), [], ""
-    for line in text.splitlines():
-        match = re.match(r"\s*// RUN:(.*)$", line)
+    """The RUN commands of ``path``, continuation lines joined, substitutions made
+    (lit's ``DEFINE:``/``REDEFINE:`` ones too, in file order)."""
+    commands: list[str] = []
+    defines: dict[str, str] = {}
+    kind, current = "", ""
+    for line in path.read_text().splitlines():
+        match = re.match(r"\s*// (RUN|DEFINE|REDEFINE):(.*)$", line)
         if not match:
             continue
-        part = match.group(1).strip()
+        kind = kind or match.group(1)
+        part = match.group(2).strip()
         current += " " + part.removesuffix("\\")
-        if not part.endswith("\\"):
-            commands.append(current.strip())
-            current = ""
-    lib = MLIR_ROOT / "lib"
-    names = {"%mlir_c_runner_utils": "libmlir_c_runner_utils.so",
-             "%mlir_runner_utils": "libmlir_runner_utils.so",
-             "%mlir_async_runtime": "libmlir_async_runtime.so"}
-    result = []
-    for command in commands:
-        for key, name in names.items():
-            command = command.replace(key, str(lib / name))
-        result.append(command.replace("%s", str(path)))
-    return result
+        if part.endswith("\\"):
+            continue
+        if kind == "RUN":
+            commands.append(_substitute(current.strip(), path, defines))
+        else:
+            name, _, value = current.partition("=")
+            defines[name.strip()] = value.strip()
+        kind, current = "", ""
+    return commands
 
 
 #: mlir-opt's test-only pipeline (mlir/test/lib/Dialect/LLVM/TestLowerToLLVM.cpp), which
@@ -82,6 +106,16 @@ def _stages(command: str) -> tuple[list[list[str]], list[str], list[str]]:
     return opts, runner, filecheck
 
 
+#: mlir-opt options that name no pass.
+_NOT_PASSES = {"o", "split-input-file", "allow-unregistered-dialect", "verify-each"}
+_TEST_LOWER = re.compile(r"test-lower-to-llvm(?:\{([^}]*)\})?")
+
+
+def _test_lower_to_llvm(match: re.Match[str]) -> str:
+    flags = match.group(1)
+    return TEST_LOWER_TO_LLVM.replace("{OPTIONS}", f"{{{flags}}}" if flags else "")
+
+
 def _passes(opt: list[str]) -> str:
     """The passes of one mlir-opt stage as the inside of a ``builtin.module(...)``."""
     parts: list[str] = []
@@ -91,11 +125,14 @@ def _passes(opt: list[str]) -> str:
         name, _, options = word.lstrip("-").partition("=")
         if name == "pass-pipeline":
             inner = options.strip()
-            parts.append(inner.removeprefix("builtin.module(").removesuffix(")")
-                         if inner.startswith("builtin.module(") else inner)
+            inner = (inner.removeprefix("builtin.module(").removesuffix(")")
+                     if inner.startswith("builtin.module(") else inner)
+            parts.append(_TEST_LOWER.sub(_test_lower_to_llvm, inner))
         elif name.startswith("test-lower-to-llvm"):
             flags = name.removeprefix("test-lower-to-llvm").strip("{}") or options
             parts.append(TEST_LOWER_TO_LLVM.replace("{OPTIONS}", f"{{{flags}}}" if flags else ""))
+        elif name in _NOT_PASSES or name.startswith("mlir-"):
+            continue
         else:
             parts.append(f"{name}{{{options}}}" if options else name)
     return ",".join(parts)
@@ -112,46 +149,55 @@ def _blank(output: str) -> str:
     return re.sub(r"0x[0-9a-f]+", "0x?", output)
 
 
-def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], stdin: str | None = None,
+         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300,
-                          env={**os.environ})
+                          env={**os.environ}, cwd=cwd)
 
 
 def _check(filecheck: list[str], output: str) -> subprocess.CompletedProcess[str]:
     return _run([str(FILECHECK), *filecheck], stdin=output)
 
 
-def _cases() -> list[object]:
-    cases = []
-    for path in sorted(RUNNER.glob("*.mlir")):
-        for i, _ in enumerate(run_lines(path)):
-            for way in WAYS:
-                marks = [] if path.name in FAST else [pytest.mark.slow]
-                cases.append(pytest.param(path, i, way, marks=marks,
-                                          id=f"{path.stem}-{i}-{way}"))
-    return cases
+@dataclass(frozen=True)
+class Outcome:
+    """How one way of one RUN line went: ``status`` is ``"pass"``, ``"fail"``, ``"abort"``
+    (pymlirjit died of a signal) or ``"skip"`` (the wheel's mlir-opt or mlir-runner fails
+    the RUN line itself); ``detail`` says why when it is not a pass."""
+
+    status: str
+    detail: str = ""
 
 
-@pytest.mark.parametrize(("path", "index", "way"), _cases())
-def test_run_line(path: Path, index: int, way: str, tmp_path: Path,
-                  request: pytest.FixtureRequest) -> None:
-    if path.name not in FAST and "slow" not in (request.config.option.markexpr or ""):
-        # pyproject's addopts does not deselect slow tests: opt in with -m slow.
-        pytest.skip("slow conformance case: run with -m slow")
-    opts, runner, filecheck = _stages(run_lines(path)[index])
+def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
+    """Run RUN line ``index`` of ``path`` one ``way`` (:data:`WAYS`) against the wheel's
+    ``mlir-opt | mlir-runner``, writing intermediate files to ``workdir``."""
+    command = run_lines(path)[index]
+    tools = {shlex.split(stage)[0] for stage in command.split("|") if stage.strip()}
+    others = sorted(tools - {"mlir-opt", "mlir-runner", "mlir-cpu-runner", "FileCheck"})
+    if others or not tools & {"mlir-runner", "mlir-cpu-runner"}:
+        return Outcome("skip", f"not an mlir-opt | mlir-runner | FileCheck line: "
+                               f"{' '.join(others) or 'no mlir-runner'}")
+    opts, runner, filecheck = _stages(command)
     source = path
     for i, opt in enumerate(opts):
         # Each stage as one --pass-pipeline, so that test-only pipelines can be spelled out.
         lowered = _run([str(MLIR_ROOT / "bin" / "mlir-opt"), str(source),
                         f"--pass-pipeline=builtin.module({_passes(opt)})"])
         if lowered.returncode != 0:
-            pytest.skip(f"the wheel's mlir-opt fails this RUN line: {lowered.stderr[:200]}")
-        source = tmp_path / f"lowered{i}.mlir"
+            return Outcome("skip", f"the wheel's mlir-opt fails this RUN line: "
+                                   f"{lowered.stderr[:200]}")
+        source = workdir / f"lowered{i}.mlir"
         source.write_text(lowered.stdout)
     runner_args = [a for a in runner if a != str(path)]
-    reference = _run([str(MLIR_ROOT / "bin" / "mlir-runner"), str(source), *runner_args])
+    # In workdir: a RUN line may write files (-dump-object-file) by relative paths.
+    reference = _run([str(MLIR_ROOT / "bin" / "mlir-runner"), str(source), *runner_args],
+                     cwd=workdir)
     if reference.returncode != 0:
-        pytest.skip(f"the wheel's mlir-runner fails this RUN line: {reference.stderr[:200]}")
+        return Outcome("skip", f"the wheel's mlir-runner fails this RUN line: "
+                               f"{reference.stderr[:200]}")
+    if _check(filecheck, reference.stdout).returncode != 0:
+        return Outcome("skip", "the wheel's mlir-runner output fails the CHECK lines")
     ours_input = source if way == "lowered" else path
     extra: list[str] = []
     if way == "passes" and opts:
@@ -159,11 +205,57 @@ def test_run_line(path: Path, index: int, way: str, tmp_path: Path,
         assert pipeline is not None
         extra = ["--pipeline", pipeline]
     ours = _run([sys.executable, "-m", "pymlirjit", "run", str(ours_input), *runner_args,
-                 *extra])
-    assert ours.returncode == 0, ours.stderr
-    assert _blank(ours.stdout) == _blank(reference.stdout)
+                 *extra], cwd=workdir)
+    if ours.returncode < 0:
+        return Outcome("abort", f"signal {-ours.returncode}: {ours.stderr[-300:]}")
+    if ours.returncode != 0:
+        return Outcome("fail", ours.stderr.strip()[-300:])
+    if _blank(ours.stdout) != _blank(reference.stdout):
+        return Outcome("fail", f"stdout differs from mlir-runner's:\n{ours.stdout[:300]}\n"
+                               f"---\n{reference.stdout[:300]}")
     checked = _check(filecheck, ours.stdout)
-    assert checked.returncode == 0, checked.stderr
+    if checked.returncode != 0:
+        return Outcome("fail", f"FileCheck: {checked.stderr[:300]}")
+    return Outcome("pass")
+
+
+def runner_files(folder: Path) -> list[Path]:
+    """The ``.mlir`` files under ``folder`` (recursively) that have RUN lines."""
+    return [p for p in sorted(folder.rglob("*.mlir")) if run_lines(p)]
+
+
+def _cases(folder: Path) -> list[object]:
+    cases = []
+    for path in runner_files(folder):
+        name = path.relative_to(folder).with_suffix("").as_posix()
+        for i, _ in enumerate(run_lines(path)):
+            for way in WAYS:
+                # Another folder (--runner-dir) is opted into as a whole: no slow marks.
+                marks = [] if path.name in FAST or folder != RUNNER else [pytest.mark.slow]
+                cases.append(pytest.param(path, i, way, marks=marks, id=f"{name}-{i}-{way}"))
+    return cases
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize :func:`test_run_line` over tests/data/runner, or over the folder that
+    ``--runner-dir`` names (such as upstream's runner tests, kept outside the repository)."""
+    if "way" in metafunc.fixturenames:
+        folder = metafunc.config.getoption("runner_dir", None)
+        metafunc.parametrize(("path", "index", "way"),
+                             _cases(Path(folder) if folder else RUNNER))
+
+
+def test_run_line(path: Path, index: int, way: str, tmp_path: Path,
+                  request: pytest.FixtureRequest) -> None:
+    in_repo = path.is_relative_to(RUNNER)
+    if (in_repo and path.name not in FAST
+            and "slow" not in (request.config.option.markexpr or "")):
+        # pyproject's addopts does not deselect slow tests: opt in with -m slow.
+        pytest.skip("slow conformance case: run with -m slow")
+    outcome = run_case(path, index, way, tmp_path)
+    if outcome.status == "skip":
+        pytest.skip(outcome.detail)
+    assert outcome.status == "pass", outcome.detail
 
 
 def test_runner_files_are_ours_and_fast_cases_exist() -> None:
