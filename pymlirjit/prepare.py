@@ -10,6 +10,7 @@ names and makes tensor arguments read-only; it returns a :class:`PreparedModule`
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -290,35 +291,27 @@ def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
     return tuple(needed)
 
 
+#: ``@name`` or ``@"quoted name"`` in printed MLIR.
+_SYMBOL_REFERENCE = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w$.-]+))')
+
+
 def _drop_unused_declarations(prepared: PreparedModule) -> None:
     """Erase external declarations nothing refers to: as in mlir-runner, a library
     function a module declares but never calls needs no definition."""
     from mlir import ir
 
-    used: set[str] = set()
-
-    def collect(attribute: Any) -> None:
-        if isinstance(attribute, ir.FlatSymbolRefAttr):
-            used.add(attribute.value)
-        elif isinstance(attribute, ir.ArrayAttr):
-            for item in attribute:
-                collect(item)
-
-    def visit(op: Any) -> Any:
-        if op.name != "llvm.func" or len(op.regions[0].blocks) > 0:
-            attributes = op.attributes
-            for i in range(len(attributes)):
-                collect(attributes[i].attr)
-        return ir.WalkResult.ADVANCE
-
+    # Symbol uses are counted in the printed module: reading every attribute of every op
+    # from Python would abort the process on a dense complex constant (the bindings
+    # cannot downcast it and throw through C++). Large constants are elided.
     module = prepared.module
-    module.operation.walk(visit)
+    text = module.operation.get_asm(large_elements_limit=16)
+    used = Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))
     keep = set(prepared.registrations)
     for op in list(module.body.operations):
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        if name not in used and name not in keep:
+        if used[name] <= 1 and name not in keep:  # its own declaration only
             op.operation.erase()
 
 

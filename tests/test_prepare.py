@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -260,3 +263,27 @@ def test_functions_named_like_c_functions_do_not_capture_the_lowerings_calls(
         assert module.malloc(3) == 2.5
         assert module.tanh(0.5) == pytest.approx(np.tanh(0.5), rel=1e-3)
         assert "@exp(" in module.source  # the source as given is untouched
+
+
+def test_unused_declarations_are_found_without_reading_constants_from_python() -> None:
+    """A dense complex constant cannot be read back through the Python bindings (they
+    throw through C++ and the process aborts): finding unused declarations must not
+    touch it. Run in a subprocess, since the failure is an abort."""
+    code = textwrap.dedent('''
+        from pymlirjit import Session
+        module = Session().compile("""
+        func.func @modulus() -> f64 {
+          %z = arith.constant dense<[(3.0, 4.0), (1.0, 1.0)]> : tensor<2xcomplex<f64>>
+          %c0 = arith.constant 0 : index
+          %e = tensor.extract %z[%c0] : tensor<2xcomplex<f64>>
+          %m = complex.abs %e : complex<f64>
+          return %m : f64
+        }
+        func.func private @declared_but_never_called(f64)
+        """)
+        print(module.modulus())
+    ''')
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stdout == "5.0\n"
