@@ -312,14 +312,27 @@ def _parse(source: str, context: Any, filename: str) -> Any:
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           filename: str = "<source>",
           before: Callable[[Any, str], str] | None = None) -> Any:
-    """Run ``pipeline`` (the default one if ``None``) on ``module`` in place; return it.
+    """Run ``pipeline`` (the default one if ``None``; :data:`SPARSE_PIPELINE` instead
+    for a module with sparse tensors) on ``module`` in place; return it.
 
     ``filename`` names the source in the locations of diagnostics. ``before(module,
     pipeline)``, if given, runs first (on the same large stack: the optimizing passes of
     :mod:`pymlirjit.optimize`) and returns the pipeline to run.
     """
     text = normalize_pipeline(pipeline)
+    if text == normalize_pipeline(None) and _uses_sparse_tensors(module):
+        text = normalize_pipeline(SPARSE_PIPELINE)
     return _on_large_stack(lambda: _lower(module, text, filename, before))
+
+
+#: The default pipeline of a module with sparse tensors: MLIR's sparsifier, which also
+#: bufferizes and lowers the rest to the LLVM dialect. Sparse code is generated inline
+#: (no sparse runtime library needed).
+SPARSE_PIPELINE = ("sparsifier{enable-runtime-library=false}",)
+
+
+def _uses_sparse_tensors(module: Any) -> bool:
+    return "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16)
 
 
 def _lower(module: Any, text: str, filename: str,

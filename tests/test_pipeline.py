@@ -938,6 +938,22 @@ func.func @axpy(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {
     np.testing.assert_array_equal(module.axpy(a, b), a * b + b)
 
 
+def test_default_pipeline_sends_sparse_tensors_to_the_sparsifier(session: Session) -> None:
+    # As in tests/data/runner/sparse-default-pipeline.mlir; one-shot bufferization alone
+    # refuses sparse tensors ("must be bufferized with the sparsifier").
+    module = session.compile("""
+#Compressed = #sparse_tensor.encoding<{ map = (i) -> (i : compressed) }>
+func.func @stored() -> index {
+  %d = arith.constant dense<[0.0, 1.5, 0.0, 2.0, 0.0, 0.0]> : tensor<6xf64>
+  %s = sparse_tensor.convert %d : tensor<6xf64> to tensor<6xf64, #Compressed>
+  %n = sparse_tensor.number_of_entries %s : tensor<6xf64, #Compressed>
+  bufferization.dealloc_tensor %s : tensor<6xf64, #Compressed>
+  return %n : index
+}
+""")
+    assert module.stored() == 2
+
+
 def test_lower_affine_runs_before_scf_to_cf() -> None:
     stages = list(DEFAULT_PIPELINE)
     assert stages.index("lower-affine") < stages.index("convert-scf-to-cf")
