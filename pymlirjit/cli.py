@@ -100,6 +100,11 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                                        "-O0 to -O3 or --O0 to --O3 as in mlir-runner)")
     run.add_argument("--fastmath", action="store_true",
                      help="fast-math flags on float ops (reductions vectorize)")
+    run.add_argument("-dump-object-file", "--dump-object-file", action="store_true",
+                     help="as mlir-runner: write the JIT-compiled object code to "
+                          "-object-filename (default: FILE.mlir.o)")
+    run.add_argument("-object-filename", "--object-filename", default="", metavar="FILE.o",
+                     help="where -dump-object-file writes")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
                      help="save the array result (repeat for several array results)")
     run.add_argument("--time", action="store_true",
@@ -345,6 +350,8 @@ def run_command(args: argparse.Namespace) -> None:
             value = function(*values)
     finally:
         _flush_stdout()
+    if args.dump_object_file:
+        _dump_object_file(module, args.object_filename or f"{args.file}.o", str(path))
     result_types = function.signature.results
     results = split_results(value, len(result_types))
     save_outputs(args.output, results)
@@ -357,6 +364,15 @@ def run_command(args: argparse.Namespace) -> None:
             print(f"{result:e}")  # as mlir-runner (LLVM's raw_ostream) prints a float
         else:
             print(format_result(result, mlir_type))
+
+
+def _dump_object_file(module: Any, filename: str, source: str) -> None:
+    """mlir-runner's -dump-object-file: the object code MLIR's JIT generated."""
+    dump = getattr(module.engine, "dump_to_object_file", None)
+    if dump is None:  # loaded from the disk cache: no JIT engine made this code
+        raise CLIError(f"{source}: -dump-object-file needs a module compiled in this run "
+                       f"(not loaded by --cache)")
+    dump(filename)
 
 
 def lower_command(args: argparse.Namespace) -> None:

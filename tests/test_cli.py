@@ -366,6 +366,22 @@ def test_double_dash_opt_level_is_mlir_runners_spelling() -> None:
     assert (args.opt_level, args.args) == (2, ["--O1"])
 
 
+def test_dump_object_file_writes_the_jit_object_code(tmp_path: Path) -> None:
+    """mlir-runner's -dump-object-file and -object-filename (default FILE.mlir.o)."""
+    source = tmp_path / "seven.mlir"
+    source.write_text("llvm.func @main() -> i32 {\n"
+                      "  %c = llvm.mlir.constant(7 : i32) : i32\n"
+                      "  llvm.return %c : i32\n}\n")
+    named = tmp_path / "named.o"
+    result = pymlirjit("run", str(source), "-entry-point-result=i32", "-dump-object-file",
+                       f"-object-filename={named}")
+    assert (result.returncode, result.stdout) == (0, "7\n"), result.stderr
+    assert named.read_bytes()[:4] == b"\x7fELF"
+    result = pymlirjit("run", str(source), "-entry-point-result=i32", "--dump-object-file")
+    assert result.returncode == 0, result.stderr
+    assert Path(f"{source}.o").read_bytes()[:4] == b"\x7fELF"
+
+
 def test_entry_point_result_must_match_the_entry() -> None:
     result = pymlirjit("run", str(DATA / "cli_llvm_dialect.mlir"), "-e", "mi",
                        "-entry-point-result=i64", "-O0", "-shared-libs=mlir_c_runner_utils")
