@@ -44,6 +44,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "func.func(async-runtime-ref-counting,async-runtime-ref-counting-opt)",
     "convert-async-to-llvm",
     "func.func(convert-vector-to-scf)",
+    "convert-math-to-funcs",
     "lower-affine",
     "convert-scf-to-cf",
     "expand-strided-metadata",
