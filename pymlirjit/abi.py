@@ -152,11 +152,10 @@ def _plain_scalar(t: Type) -> bool:
 
 def native_kernel_supported(signature: Signature) -> bool:
     """Whether a native kernel entry (:mod:`pymlirjit.native`) can serve this function:
-    bool/int/f32/f64 and ranked memref or tensor parameters; bool/int/f32/f64 results
-    (several as a tuple)."""
-    params_ok = all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
-                    for t in signature.param_types)
-    return params_ok and all(_plain_scalar(t) for t in signature.results)
+    bool/int/f32/f64 and ranked memref or tensor parameters; bool/int/f32/f64 and ranked
+    memref or tensor results (several as a tuple)."""
+    return all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
+               for t in (*signature.param_types, *signature.results))
 
 
 def native_callback_supported(signature: Signature) -> bool:

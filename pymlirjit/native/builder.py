@@ -14,9 +14,16 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
-from ..memref import descriptor_type
-from ..relocation import FRAME_KEY, SLOT_PREFIX, name_of
-from ..types import ScalarType
+from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES, descriptor_type
+from ..relocation import (
+    ARRAY_FROM_DESCR,
+    FRAME_KEY,
+    SLOT_PREFIX,
+    array_from_descr,
+    dtype_slot,
+    name_of,
+)
+from ..types import MemRefType, ScalarType, TensorType
 
 # The object fields generated code reads, as byte offsets: CPython's PyObject header and
 # numpy's PyArrayObject_fields, both public ABI on 64-bit CPython 3.10-3.13 (not the
@@ -27,22 +34,26 @@ ARRAY_DATA = 16  # PyArrayObject.data (char *)
 ARRAY_ND = 24  # PyArrayObject.nd (int)
 ARRAY_DIMENSIONS = 32  # PyArrayObject.dimensions (npy_intp *)
 ARRAY_STRIDES = 40  # PyArrayObject.strides (npy_intp *, in bytes)
+ARRAY_BASE = 48  # PyArrayObject.base (PyObject *, owned)
 ARRAY_DESCR = 56  # PyArrayObject.descr (PyArray_Descr *)
 ARRAY_FLAGS = 64  # PyArrayObject.flags (int)
 SCALAR_VALUE = 16  # a numpy scalar's value (obval, after the PyObject header)
 # numpy's array flags (NPY_ARRAY_*), checked with the offsets.
 NPY_C_CONTIGUOUS = 0x0001
+NPY_OWNDATA = 0x0004
 NPY_ALIGNED = 0x0100
 NPY_WRITEABLE = 0x0400
 
 OBJECT_OFFSETS: Mapping[str, int] = {
     "PyObject.ob_type": OB_TYPE, "PyArrayObject.data": ARRAY_DATA,
     "PyArrayObject.nd": ARRAY_ND, "PyArrayObject.dimensions": ARRAY_DIMENSIONS,
-    "PyArrayObject.strides": ARRAY_STRIDES, "PyArrayObject.descr": ARRAY_DESCR,
+    "PyArrayObject.strides": ARRAY_STRIDES, "PyArrayObject.base": ARRAY_BASE,
+    "PyArrayObject.descr": ARRAY_DESCR,
     "PyArrayObject.flags": ARRAY_FLAGS, "numpy scalar.obval": SCALAR_VALUE,
 }
 ARRAY_FLAGS_BY_NAME: Mapping[str, int] = {
-    "c_contiguous": NPY_C_CONTIGUOUS, "aligned": NPY_ALIGNED, "writeable": NPY_WRITEABLE,
+    "c_contiguous": NPY_C_CONTIGUOUS, "aligned": NPY_ALIGNED, "owndata": NPY_OWNDATA,
+    "writeable": NPY_WRITEABLE,
 }
 
 
@@ -55,8 +66,8 @@ def layout_mismatches(offsets: Mapping[str, int] = OBJECT_OFFSETS,
     def read(obj: object, field: str, c_type: Any) -> int:
         return int(c_type.from_address(id(obj) + offsets[field]).value or 0)
 
-    base = np.arange(24, dtype=np.int16).reshape(4, 6)
-    base.flags.writeable = False  # contiguous, read-only
+    base = np.arange(24, dtype=np.int16).reshape(4, 6).copy()
+    base.flags.writeable = False  # contiguous, read-only, owns its data
     view = np.arange(24, dtype=np.int32).reshape(4, 6)[1:, ::2]  # strided, writable
     wrong: list[str] = []
 
@@ -75,6 +86,9 @@ def layout_mismatches(offsets: Mapping[str, int] = OBJECT_OFFSETS,
                read(array, "PyArrayObject.nd", ctypes.c_int), array.ndim)
         expect(f"PyArrayObject.descr at {offsets['PyArrayObject.descr']} of {what}",
                read(array, "PyArrayObject.descr", ctypes.c_void_p), id(array.dtype))
+        expect(f"PyArrayObject.base at {offsets['PyArrayObject.base']} of {what}",
+               read(array, "PyArrayObject.base", ctypes.c_void_p),
+               0 if array.base is None else id(array.base))
         raw = read(array, "PyArrayObject.flags", ctypes.c_int)
         expect(f"PyArrayObject.flags at {offsets['PyArrayObject.flags']} of {what}",
                raw, array.flags.num)
@@ -142,6 +156,7 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyTuple_New": ir.FunctionType(_ptr, [_i64]),
     "PyTuple_SetItem": ir.FunctionType(_i32, [_ptr, _i64, _ptr]),
     "PyTuple_GetItem": ir.FunctionType(_ptr, [_ptr, _i64]),
+    "PyObject_GetAttrString": ir.FunctionType(_ptr, [_ptr, _ptr]),
     "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "PyGILState_Ensure": ir.FunctionType(_i32, []),
@@ -166,6 +181,7 @@ _LIBC: dict[str, ir.FunctionType] = {
     "longjmp": ir.FunctionType(ir.VoidType(), [_ptr, _i32]),
     "pthread_getspecific": ir.FunctionType(_ptr, [_i32]),
     "pthread_setspecific": ir.FunctionType(_i32, [_i32, _ptr]),
+    "free": ir.FunctionType(ir.VoidType(), [_ptr]),
 }
 _JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
 
@@ -307,6 +323,18 @@ class _FunctionBuilder:
         b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
         return record, previous, jump_buffer, key
 
+    def cstring(self, text: str) -> ir.Value:
+        """A pointer to a constant NUL-terminated copy of ``text`` (ASCII)."""
+        data = bytearray(text.encode("ascii") + b"\0")
+        name = f"pymlirjit_str_{text}"
+        variable = self.module.globals.get(name)
+        if variable is None:
+            variable = ir.GlobalVariable(self.module, ir.ArrayType(_i8, len(data)), name)
+            variable.initializer = ir.Constant(ir.ArrayType(_i8, len(data)), data)
+            variable.global_constant = True
+            variable.linkage = "internal"
+        return self.builder.bitcast(variable, _ptr)
+
     def is_null(self, value: ir.Value) -> ir.Value:
         return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
                                           ir.Constant(_i64, 0))
@@ -319,6 +347,99 @@ class _FunctionBuilder:
             b.store(arg, b.gep(argv, [ir.Constant(_i64, i)]))
         return b.call(self.api[_POSITIONAL_CALL],
                       [function, argv, ir.Constant(_i64, len(args)), ir.Constant(_ptr, None)])
+
+    def descriptor_field(self, descriptor: ir.Value, rank: int, index: int) -> ir.Value:
+        """A pointer to field ``index`` (:data:`~pymlirjit.memref.ALIGNED`, ...) of the
+        ranked descriptor at ``descriptor`` (an ``i8*``)."""
+        b = self.builder
+        typed = b.bitcast(descriptor, descriptor_struct(rank).as_pointer())
+        return b.gep(typed, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
+
+    def new_array(self, descr: ir.Value, rank: int, sizes: ir.Value, byte_strides: ir.Value,
+                  data: ir.Value, flags: int) -> ir.Value:
+        """``PyArray_NewFromDescr(ndarray, descr, ...)``: a new reference, or NULL with an
+        exception set. It steals ``descr`` (also when it fails)."""
+        b = self.builder
+        new_type = ir.FunctionType(_ptr, [_ptr, _ptr, _i32, _i64.as_pointer(),
+                                          _i64.as_pointer(), _ptr, _i32, _ptr])
+        new = b.inttoptr(self.integer(array_from_descr(), ARRAY_FROM_DESCR),
+                         new_type.as_pointer())
+        return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
+                            byte_strides, data, ir.Constant(_i32, flags),
+                            ir.Constant(_ptr, None)])
+
+    def array_of_descriptor(self, descriptor: ir.Value, t: MemRefType | TensorType,
+                            owned: bool) -> ir.Value:
+        """A new writable numpy array viewing what the ranked descriptor at
+        ``descriptor`` (an ``i8*``) describes, or NULL with an exception set.
+
+        With ``owned`` the array takes over the descriptor's ``allocated`` pointer, which
+        compiled code got from ``malloc`` (``memref.alloc``): its base is a 0-d array
+        made over that pointer and flagged as owning its data, which numpy frees with
+        ``free`` when collected (the legacy ownership numpy keeps for arrays without a
+        memory handler), so that the memory lives as long as any view of it and no
+        code of pymlirjit's runs then. If the array cannot be made, the memory is freed
+        with the owner."""
+        b = self.builder
+        rank = t.rank
+        dtype = t.element.dtype
+        itemsize = dtype.itemsize
+        aligned = b.ptrtoint(b.load(self.descriptor_field(descriptor, rank, ALIGNED)), _i64)
+        offset = b.load(self.descriptor_field(descriptor, rank, OFFSET))
+        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
+        sizes: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        byte_strides: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        if rank:
+            sizes = b.gep(self.descriptor_field(descriptor, rank, SIZES),
+                          [ir.Constant(_i32, 0), ir.Constant(_i32, 0)])
+            strides = self.descriptor_field(descriptor, rank, STRIDES)
+            byte_strides = b.alloca(_i64, rank)
+            for axis in range(rank):
+                stride = b.load(b.gep(strides, [ir.Constant(_i32, 0), ir.Constant(_i32, axis)]))
+                b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
+                        b.gep(byte_strides, [ir.Constant(_i64, axis)]))
+        descr = self.pointer(dtype, dtype_slot(t.element.mlir))
+        owner: ir.Value | None = None
+        if owned:
+            allocated = b.load(self.descriptor_field(descriptor, rank, ALLOCATED))
+            b.call(self.api["Py_IncRef"], [descr])
+            none = ir.Constant(_i64.as_pointer(), None)
+            owner = self.new_array(descr, 0, none, none, allocated, 0)
+            made = self.function.append_basic_block("owner_made")
+            failed = self.function.append_basic_block("owner_failed")
+            b.cbranch(self.is_null(owner), failed, made)
+            b.position_at_end(failed)
+            b.call(self.libc["free"], [allocated])  # no array will own it
+            failed_end = b.block
+            b.position_at_end(made)
+            flags = b.bitcast(b.gep(owner, [ir.Constant(_i64, ARRAY_FLAGS)]),
+                              _i32.as_pointer())
+            b.store(b.or_(b.load(flags), ir.Constant(_i32, NPY_OWNDATA)), flags)
+        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
+        array = self.new_array(descr, rank, sizes, byte_strides, b.inttoptr(data, _ptr),
+                               NPY_WRITEABLE | NPY_ALIGNED)
+        if owner is None:
+            return array
+        # The owner becomes the array's base (a reference the array owns), as
+        # PyArray_SetBaseObject makes it for an owner of its data; if the array could
+        # not be made, dropping the owner frees the memory.
+        with b.if_else(self.is_null(array)) as (no_array, has_array):
+            with no_array:
+                b.call(self.api["Py_DecRef"], [owner])
+            with has_array:
+                base = b.bitcast(b.gep(array, [ir.Constant(_i64, ARRAY_BASE)]),
+                                 _ptr.as_pointer())
+                b.store(owner, base)
+        made_end = b.block
+        done = self.function.append_basic_block("owned_array")
+        b.branch(done)
+        b.position_at_end(failed_end)
+        b.branch(done)
+        b.position_at_end(done)
+        result = b.phi(_ptr)
+        result.add_incoming(array, made_end)
+        result.add_incoming(ir.Constant(_ptr, None), failed_end)
+        return result
 
     def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
         """A new reference to the Python float/int/bool holding ``value``."""

@@ -11,7 +11,7 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, PREVIOUS
-from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
+from ..memref import ALIGNED, ALLOCATED, GLOBAL_MEMREF_MARKER, OFFSET, SIZES, STRIDES
 from ..relocation import (
     FINISH_CALL,
     FOREIGN_RECORD,
@@ -65,6 +65,11 @@ class _EntryBuilder(_FunctionBuilder):
         self.target = target
         self.calls = calls
         self.in_flight: ir.Value = None  # -> the counter of calls in flight (count_in)
+        # The ``allocated`` pointer (an i64) of each array argument's descriptor: a
+        # memref result with one of these aliases an argument (see box_results).
+        self.arg_allocated: list[ir.Value] = []
+        self.self_obj: ir.Value = None
+        self.args: ir.Value = None
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
@@ -265,7 +270,9 @@ class _EntryBuilder(_FunctionBuilder):
         strides = b.bitcast(self.field(obj, ARRAY_STRIDES, _ptr), _i64.as_pointer())
         static_offset = 0 if isinstance(t, TensorType) else (t.offset or 0)
         descriptor = b.alloca(descriptor_struct(rank))
-        aligned = b.inttoptr(b.sub(data, ir.Constant(_i64, static_offset * itemsize)), _ptr)
+        allocated = b.sub(data, ir.Constant(_i64, static_offset * itemsize))
+        self.arg_allocated.append(allocated)
+        aligned = b.inttoptr(allocated, _ptr)
         zero = ir.Constant(_i32, 0)
         b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALLOCATED)]))
         b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALIGNED)]))
@@ -294,6 +301,7 @@ class _EntryBuilder(_FunctionBuilder):
     def build(self) -> None:
         b = self.builder
         self_obj, args, nargsf, kwnames = self.function.args
+        self.self_obj, self.args = self_obj, args
         # First, before any check: a call handed to the Python path runs in this code too
         # (it returns here), and must keep it alive as much as a native call.
         self.count_in(self_obj)
@@ -435,27 +443,90 @@ class _EntryBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [done])
 
     def box_results(self, results: ir.Value) -> ir.Value:
-        """A new tuple of the results the callee wrote to ``results`` (laid out as
-        the ABI's ``result_struct``), or NULL with an exception set."""
+        """The results the callee wrote to ``results`` (laid out as the ABI's
+        ``result_struct``): one value, or a new tuple of several; NULL with an exception
+        set. Memref and tensor results become arrays that own the memory the compiled
+        code allocated; a result whose memory is not such a fresh allocation (an
+        argument's, an earlier result's, a global's, or none) is read by the Python
+        path's reader instead (:meth:`read_results_in_python`), for all results."""
         b = self.builder
         types = self.abi.boundary.results
-        items = b.call(self.api["PyTuple_New"], [ir.Constant(_i64, len(types))])
-        self.return_if_null(items, "tuple_made")
-        for i, t in enumerate(types):
-            assert isinstance(t, ScalarType)
-            offset = getattr(self.abi.result_struct, f"r{i}").offset
-            field = b.bitcast(b.gep(results, [ir.Constant(_i64, offset)]),
-                              _llvm_type(t).as_pointer())
-            item = self.box_scalar(b.load(field), t, t.kind == "bool")
-            failed = self.function.append_basic_block(f"item{i}_failed")
-            ok = self.function.append_basic_block(f"item{i}")
-            b.cbranch(self.is_null(item), failed, ok)
-            b.position_at_end(failed)
-            b.call(self.api["Py_DecRef"], [items])
+        fields = [b.gep(results, [ir.Constant(_i64, getattr(self.abi.result_struct,
+                                                            f"r{i}").offset)])
+                  for i in range(len(types))]
+        arrays = [(field, t) for field, t in zip(fields, types) if not isinstance(t, ScalarType)]
+        if arrays:
+            self.read_results_in_python_unless_fresh(results, arrays)
+        items = []
+        for field, t in zip(fields, types):
+            if isinstance(t, ScalarType):
+                typed = b.bitcast(field, _llvm_type(t).as_pointer())
+                items.append(self.box_scalar(b.load(typed), t, t.kind == "bool"))
+            else:
+                assert isinstance(t, (MemRefType, TensorType))
+                items.append(self.array_of_descriptor(field, t, owned=True))
+        if len(items) == 1:
+            return items[0]
+        failed: ir.Value = ir.Constant(ir.IntType(1), 0)
+        for item in items:
+            failed = b.or_(failed, self.is_null(item))
+        with b.if_then(failed, likely=False):
+            for item in items:
+                with b.if_then(b.not_(self.is_null(item))):
+                    b.call(self.api["Py_DecRef"], [item])
             self.leave(ir.Constant(_ptr, None))
-            b.position_at_end(ok)
-            b.call(self.api["PyTuple_SetItem"], [items, ir.Constant(_i64, i), item])  # steals
-        return items
+        tuple_ = b.call(self.api["PyTuple_New"], [ir.Constant(_i64, len(types))])
+        with b.if_then(self.is_null(tuple_), likely=False):
+            for item in items:
+                b.call(self.api["Py_DecRef"], [item])
+            self.leave(ir.Constant(_ptr, None))
+        for i, item in enumerate(items):
+            b.call(self.api["PyTuple_SetItem"], [tuple_, ir.Constant(_i64, i), item])  # steals
+        return tuple_
+
+    def read_results_in_python_unless_fresh(self, results: ir.Value,
+                                            arrays: list[tuple[ir.Value, Any]]) -> None:
+        """Go on if every memref/tensor result in ``arrays`` has memory of its own, freshly
+        allocated by the compiled code: an ``allocated`` pointer that is not NULL, not
+        MLIR's mark of a global, and no argument's or other result's. Else return what
+        the Python path's reader makes of the results (which finds each result's owner,
+        and copies a tensor sharing memory)."""
+        b = self.builder
+        seen = list(self.arg_allocated)
+        shared: ir.Value = ir.Constant(ir.IntType(1), 0)
+        for field, t in arrays:
+            allocated = b.ptrtoint(b.load(self.descriptor_field(field, t.rank, ALLOCATED)),
+                                   _i64)
+            for value in [ir.Constant(_i64, 0), ir.Constant(_i64, GLOBAL_MEMREF_MARKER),
+                          *seen]:
+                shared = b.or_(shared, b.icmp_unsigned("==", allocated, value))
+            seen.append(allocated)
+        with b.if_then(shared, likely=False):
+            self.leave(self.read_results_in_python(results))
+
+    def read_results_in_python(self, results: ir.Value) -> ir.Value:
+        """``python_path.read_results(address of results, *args)`` (see
+        :meth:`pymlirjit.function._PythonCall.read_results`)."""
+        b = self.builder
+        python_path = self.python_path(self.self_obj)
+        name = self.cstring("read_results")
+        method = b.call(self.api["PyObject_GetAttrString"], [python_path, name])
+        self.return_if_null(method, "reader_found")
+        count = len(self.abi.signature.params)
+        argv = b.alloca(_ptr, count + 1)
+        address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(results, _i64)])
+        with b.if_then(self.is_null(address), likely=False):
+            b.call(self.api["Py_DecRef"], [method])
+            self.leave(ir.Constant(_ptr, None))
+        b.store(address, argv)
+        for i in range(count):
+            b.store(b.load(b.gep(self.args, [ir.Constant(_i64, i)])),
+                    b.gep(argv, [ir.Constant(_i64, i + 1)]))
+        value = b.call(self.api[_POSITIONAL_CALL],
+                       [method, argv, ir.Constant(_i64, count + 1), ir.Constant(_ptr, None)])
+        b.call(self.api["Py_DecRef"], [address])
+        b.call(self.api["Py_DecRef"], [method])
+        return value
 
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         if t is None:

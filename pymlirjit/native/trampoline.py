@@ -10,19 +10,13 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL
-from ..memref import ALIGNED, OFFSET, SIZES, STRIDES
 from ..relocation import (
-    ARRAY_FROM_DESCR,
     FOREIGN_RECORD,
     FRAME_KEY,
-    array_from_descr,
     callback_slot,
-    dtype_slot,
 )
 from ..types import MemRefType, ScalarType
 from .builder import (
-    NPY_ALIGNED,
-    NPY_WRITEABLE,
     OB_TYPE,
     _boundary_function_type,
     _double,
@@ -36,7 +30,6 @@ from .builder import (
     _Unit,
     _unwind,
     _zero_results,
-    descriptor_struct,
 )
 
 
@@ -165,35 +158,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         return self.box(values[0], t)
 
     def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
-        b = self.builder
-        rank = t.rank
-        dtype = t.element.dtype
-        itemsize = dtype.itemsize
-        typed = b.bitcast(descriptor, descriptor_struct(rank).as_pointer())
-        zero = ir.Constant(_i32, 0)
-        aligned = b.ptrtoint(b.load(b.gep(typed, [zero, ir.Constant(_i32, ALIGNED)])), _i64)
-        offset = b.load(b.gep(typed, [zero, ir.Constant(_i32, OFFSET)]))
-        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
-        sizes: ir.Value = ir.Constant(_i64.as_pointer(), None)
-        byte_strides: ir.Value = ir.Constant(_i64.as_pointer(), None)
-        if rank:
-            sizes = b.gep(typed, [zero, ir.Constant(_i32, SIZES), zero])
-            byte_strides = b.alloca(_i64, rank)
-            for axis in range(rank):
-                stride = b.load(b.gep(typed, [zero, ir.Constant(_i32, STRIDES),
-                                              ir.Constant(_i32, axis)]))
-                b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
-                        b.gep(byte_strides, [ir.Constant(_i64, axis)]))
-        descr = self.pointer(dtype, dtype_slot(t.element.mlir))
-        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
-        new_type = ir.FunctionType(_ptr, [_ptr, _ptr, _i32, _i64.as_pointer(),
-                                          _i64.as_pointer(), _ptr, _i32, _ptr])
-        new = b.inttoptr(self.integer(array_from_descr(), ARRAY_FROM_DESCR),
-                         new_type.as_pointer())
-        return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
-                            byte_strides, b.inttoptr(data, _ptr),
-                            ir.Constant(_i32, NPY_WRITEABLE | NPY_ALIGNED),
-                            ir.Constant(_ptr, None)])
+        return self.array_of_descriptor(descriptor, t, owned=False)
 
     def unbox_result(self, result: ir.Value) -> ir.Value | None:
         """The C value of ``result`` (a new reference, released here)."""
