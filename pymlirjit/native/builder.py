@@ -165,6 +165,7 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyErr_NormalizeException": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
     "PyException_SetTraceback": ir.FunctionType(_i32, [_ptr, _ptr]),
     "PyErr_Clear": ir.FunctionType(ir.VoidType(), []),
+    "PyErr_NoMemory": ir.FunctionType(_ptr, []),
 }
 
 # Calls without keywords: PyObject_Vectorcall(callable, args, nargs, NULL), or, where
@@ -182,6 +183,8 @@ _LIBC: dict[str, ir.FunctionType] = {
     "pthread_getspecific": ir.FunctionType(_ptr, [_i32]),
     "pthread_setspecific": ir.FunctionType(_i32, [_i32, _ptr]),
     "free": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "malloc": ir.FunctionType(_ptr, [_i64]),
+    "memcpy": ir.FunctionType(_ptr, [_ptr, _ptr, _i64]),
 }
 _JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
 
@@ -355,8 +358,8 @@ class _FunctionBuilder:
         typed = b.bitcast(descriptor, descriptor_struct(rank).as_pointer())
         return b.gep(typed, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
 
-    def new_array(self, descr: ir.Value, rank: int, sizes: ir.Value, byte_strides: ir.Value,
-                  data: ir.Value, flags: int) -> ir.Value:
+    def new_array(self, descr: ir.Value, rank: int | ir.Value, sizes: ir.Value,
+                  byte_strides: ir.Value, data: ir.Value, flags: int) -> ir.Value:
         """``PyArray_NewFromDescr(ndarray, descr, ...)``: a new reference, or NULL with an
         exception set. It steals ``descr`` (also when it fails)."""
         b = self.builder
@@ -364,7 +367,8 @@ class _FunctionBuilder:
                                           _i64.as_pointer(), _ptr, _i32, _ptr])
         new = b.inttoptr(self.integer(array_from_descr(), ARRAY_FROM_DESCR),
                          new_type.as_pointer())
-        return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
+        nd = ir.Constant(_i32, rank) if isinstance(rank, int) else rank
+        return b.call(new, [self.pointer(np.ndarray), descr, nd, sizes,
                             byte_strides, data, ir.Constant(_i32, flags),
                             ir.Constant(_ptr, None)])
 

@@ -10,13 +10,23 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL
+from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
     FOREIGN_RECORD,
     FRAME_KEY,
     callback_slot,
+    dtype_slot,
 )
-from ..types import MemRefType, ScalarType
+from ..types import MemRefType, ScalarType, UnrankedMemRefType
 from .builder import (
+    ARRAY_DATA,
+    ARRAY_DESCR,
+    ARRAY_DIMENSIONS,
+    ARRAY_FLAGS,
+    ARRAY_ND,
+    NPY_ALIGNED,
+    NPY_C_CONTIGUOUS,
+    NPY_WRITEABLE,
     OB_TYPE,
     _boundary_function_type,
     _double,
@@ -25,7 +35,6 @@ from .builder import (
     _i8,
     _i32,
     _i64,
-    _llvm_type,
     _ptr,
     _Unit,
     _unwind,
@@ -60,11 +69,10 @@ class _TrampolineBuilder(_FunctionBuilder):
 
     def __init__(self, unit: _Unit, name: str, signature: Any, abi: BoundaryABI,
                  function: Any, helpers: Any) -> None:
-        params = [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
-                  for t in abi.boundary.param_types]
-        results = abi.boundary.results
-        self.result_type = _llvm_type(results[0]) if results else ir.VoidType()  # type: ignore[arg-type]
-        super().__init__(unit, name, ir.FunctionType(self.result_type, params))
+        # A memref result is written through a pointer passed first.
+        function_type = _boundary_function_type(abi)
+        self.result_type = function_type.return_type
+        super().__init__(unit, name, function_type)
         self.signature = signature
         self.abi = abi
         self.helpers = helpers
@@ -119,6 +127,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.return_zero()
 
     def return_zero(self) -> None:
+        _zero_results(self.builder, self.abi, self.function.args)
         zero = self.zero()
         if zero is None:
             self.builder.ret_void()
@@ -137,6 +146,8 @@ class _TrampolineBuilder(_FunctionBuilder):
     def box(self, value: ir.Value, t: Any) -> ir.Value:
         if isinstance(t, MemRefType):
             return self.box_memref(value, t)
+        if isinstance(t, UnrankedMemRefType):
+            return self.box_unranked(value, t)
         return self.box_scalar(value, t, t.kind == "bool")
 
     def box_crossing(self, values: list[ir.Value], t: ScalarType) -> ir.Value:
@@ -159,6 +170,118 @@ class _TrampolineBuilder(_FunctionBuilder):
 
     def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
         return self.array_of_descriptor(descriptor, t, owned=False)
+
+    def box_unranked(self, unranked: ir.Value, t: UnrankedMemRefType) -> ir.Value:
+        """A new writable array viewing what the unranked descriptor ``{rank,
+        descriptor*}`` at ``unranked`` describes (NULL with an exception set)."""
+        b = self.builder
+        itemsize = t.element.dtype.itemsize
+        fields = b.bitcast(unranked, _i64.as_pointer())
+        rank = b.load(fields)
+        ranked = b.inttoptr(b.load(b.gep(fields, [ir.Constant(_i64, 1)])), _i64.as_pointer())
+        # {allocated, aligned, offset, sizes[rank], strides[rank]}, all 8 bytes wide.
+        aligned = b.load(b.gep(ranked, [ir.Constant(_i64, ALIGNED)]))
+        offset = b.load(b.gep(ranked, [ir.Constant(_i64, OFFSET)]))
+        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
+        sizes = b.gep(ranked, [ir.Constant(_i64, OFFSET + 1)])
+        strides = b.gep(sizes, [rank])
+        byte_strides = b.alloca(_i64, b.add(rank, ir.Constant(_i64, 1)))
+        start = b.block
+        head = self.function.append_basic_block("unranked_axis")
+        body = self.function.append_basic_block("unranked_stride")
+        done = self.function.append_basic_block("unranked_strides")
+        b.branch(head)
+        b.position_at_end(head)
+        axis = b.phi(_i64)
+        axis.add_incoming(ir.Constant(_i64, 0), start)
+        b.cbranch(b.icmp_signed("<", axis, rank), body, done)
+        b.position_at_end(body)
+        stride = b.load(b.gep(strides, [axis]))
+        b.store(b.mul(stride, ir.Constant(_i64, itemsize)), b.gep(byte_strides, [axis]))
+        axis.add_incoming(b.add(axis, ir.Constant(_i64, 1)), body)
+        b.branch(head)
+        b.position_at_end(done)
+        descr = self.pointer(t.element.dtype, dtype_slot(t.element.mlir))
+        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
+        return self.new_array(descr, b.trunc(rank, _i32), sizes, byte_strides,
+                              b.inttoptr(data, _ptr), NPY_WRITEABLE | NPY_ALIGNED)
+
+    def store_memref_result(self, result: ir.Value, out: ir.Value, t: MemRefType) -> None:
+        """Write to the descriptor at ``out`` a copy of the array ``result`` (a new
+        reference, released here) in fresh ``malloc`` memory, which the compiled code
+        owns (and may ``free``), as ``fill_descriptor_with_copy`` does. Anything but a
+        C-contiguous array of the right dtype, rank and static sizes goes through the
+        Python converter first, which checks it (raising the precise error)."""
+        b = self.builder
+        rank = t.rank
+        itemsize = t.element.dtype.itemsize
+        exact = self.function.append_basic_block("exact_array")
+        convert = self.function.append_basic_block("convert_array")
+        join = self.function.append_basic_block("array_checked")
+
+        def then_check(condition: ir.Value, label: str) -> None:
+            ok = self.function.append_basic_block(label)
+            b.cbranch(condition, ok, convert)
+            b.position_at_end(ok)
+
+        then_check(b.icmp_unsigned("==", self.type_of(result), self.object_id(np.ndarray)),
+                   "is_array")
+        then_check(b.and_(
+            b.icmp_unsigned("==", self.read_field(result, ARRAY_DESCR, _i64),
+                            self.object_id(t.element.dtype, dtype_slot(t.element.mlir))),
+            b.icmp_signed("==", self.read_field(result, ARRAY_ND, _i32),
+                          ir.Constant(_i32, rank))), "dtype_and_rank")
+        flags = self.read_field(result, ARRAY_FLAGS, _i32)
+        contiguous = b.and_(flags, ir.Constant(_i32, NPY_C_CONTIGUOUS))
+        fits = b.icmp_unsigned("!=", contiguous, ir.Constant(_i32, 0))
+        dims = b.bitcast(self.read_field(result, ARRAY_DIMENSIONS, _ptr), _i64.as_pointer())
+        for axis, size in enumerate(t.shape):
+            if size is not None:
+                actual = b.load(b.gep(dims, [ir.Constant(_i64, axis)]))
+                fits = b.and_(fits, b.icmp_signed("==", actual, ir.Constant(_i64, size)))
+        b.cbranch(fits, exact, convert)
+        b.position_at_end(convert)
+        converted = self.call(self.pointer(self.helpers.convert_result,
+                                           self.slot_of("convert_result")), [result])
+        b.call(self.api["Py_DecRef"], [result])
+        self.branch_on_error(self.is_null(converted), "array_converted")
+        converted_block = b.block
+        b.branch(join)
+        b.position_at_end(exact)
+        b.branch(join)
+        b.position_at_end(join)
+        array = b.phi(_ptr)
+        array.add_incoming(result, exact)
+        array.add_incoming(converted, converted_block)
+        dims = b.bitcast(self.read_field(array, ARRAY_DIMENSIONS, _ptr), _i64.as_pointer())
+        sizes = [b.load(b.gep(dims, [ir.Constant(_i64, axis)])) for axis in range(rank)]
+        nbytes: ir.Value = ir.Constant(_i64, itemsize)
+        for size in sizes:
+            nbytes = b.mul(nbytes, size)
+        one = ir.Constant(_i64, 1)
+        memory = b.call(self.libc["malloc"], [
+            b.select(b.icmp_signed("<", nbytes, one), one, nbytes)])
+        with b.if_then(self.is_null(memory), likely=False):
+            b.call(self.api["Py_DecRef"], [array])
+            b.call(self.api["PyErr_NoMemory"], [])
+            self.record_error_and_leave()
+        b.call(self.libc["memcpy"], [memory, self.read_field(array, ARRAY_DATA, _ptr), nbytes])
+        b.call(self.api["Py_DecRef"], [array])
+        b.store(memory, self.descriptor_field(out, rank, ALLOCATED))
+        b.store(memory, self.descriptor_field(out, rank, ALIGNED))
+        b.store(ir.Constant(_i64, 0), self.descriptor_field(out, rank, OFFSET))
+        stride: ir.Value = one
+        for axis in reversed(range(rank)):
+            index = [ir.Constant(_i32, 0), ir.Constant(_i32, axis)]
+            b.store(sizes[axis], b.gep(self.descriptor_field(out, rank, SIZES), index))
+            b.store(stride, b.gep(self.descriptor_field(out, rank, STRIDES), index))
+            stride = b.mul(stride, b.select(b.icmp_signed("<", sizes[axis], one), one,
+                                            sizes[axis]))
+
+    def read_field(self, obj: ir.Value, offset: int, field_type: ir.Type) -> ir.Value:
+        b = self.builder
+        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_i64, offset)]),
+                                field_type.as_pointer()))
 
     def unbox_result(self, result: ir.Value) -> ir.Value | None:
         """The C value of ``result`` (a new reference, released here)."""
@@ -214,6 +337,8 @@ class _TrampolineBuilder(_FunctionBuilder):
             return None
         if t.kind == "float":
             value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            if t.mlir in _BITS_LAYOUTS:
+                return _double_to_bits(b, value, *_BITS_LAYOUTS[t.mlir])
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
         if t.kind == "bool":
             return b.zext(self.is_one_of(obj, [True, np.True_]), _i8)
@@ -273,6 +398,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
         # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
         args = iter(self.function.args)
+        out = next(args) if self.abi.results_via_pointer else None
         boxed = [self.box(next(args), t) if not isinstance(t, ScalarType)
                  else self.box_crossing([next(args) for _ in t.boundary], t)
                  for t in self.signature.param_types]
@@ -287,7 +413,13 @@ class _TrampolineBuilder(_FunctionBuilder):
         for obj in boxed:
             b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(self.is_null(result), "called")
-        self.leave(self.unbox_result(result))
+        results = self.signature.results
+        if results and isinstance(results[0], MemRefType):
+            assert out is not None
+            self.store_memref_result(result, out, results[0])
+            self.leave(None)
+        else:
+            self.leave(self.unbox_result(result))
 
 
 class _CtypesWrapperBuilder(_FunctionBuilder):
@@ -361,3 +493,53 @@ def _half_to_float(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
                          b.select(b.icmp_unsigned("==", exponent, const(0)), tiny, normal))
     sign = b.shl(b.and_(bits, const(0x8000)), const(16))
     return b.bitcast(b.or_(magnitude, sign), _float)
+
+
+# The layouts of the floats results cross as bits: (exponent bits, mantissa bits).
+_BITS_LAYOUTS = {"f16": (5, 10), "bf16": (8, 7)}
+
+
+def _double_to_bits(b: ir.IRBuilder, value: ir.Value, exponent_bits: int,
+                    mantissa_bits: int) -> ir.Value:
+    """The bits (an i16) of the 16-bit float nearest ``value`` (a double), rounded once,
+    to nearest even, as numpy converts a float: overflow to infinity, underflow to
+    subnormals and signed zeros, NaN kept a NaN with the top of its payload. Integer
+    arithmetic only (no libcall: the code is for a generic x86-64)."""
+    def const(n: int) -> ir.Constant:
+        return ir.Constant(_i64, n)
+
+    bias = (1 << (exponent_bits - 1)) - 1
+    lowest = 1 - bias  # the exponent of the smallest normal number
+    infinity = ((1 << exponent_bits) - 1) << mantissa_bits
+    drop = 52 - mantissa_bits  # the double's significand bits a normal result drops
+    bits = b.bitcast(value, _i64)
+    magnitude = b.and_(bits, const((1 << 63) - 1))
+    sign = b.and_(b.lshr(bits, const(48)), const(0x8000))
+    exponent = b.sub(b.lshr(magnitude, const(52)), const(1023))
+    fraction = b.and_(magnitude, const((1 << 52) - 1))
+    normal = b.icmp_signed(">=", exponent, const(lowest))
+    # Normal: rebias the exponent, keep the top of the fraction. Subnormal: shift the
+    # whole significand (implicit bit included) to units of the smallest subnormal.
+    subnormal_shift = b.sub(const(52 + lowest - mantissa_bits), exponent)
+    in_range = b.and_(b.icmp_signed(">=", subnormal_shift, const(drop + 1)),
+                      b.icmp_signed("<=", subnormal_shift, const(53)))
+    shift = b.select(normal, const(drop), b.select(in_range, subnormal_shift, const(53)))
+    significand = b.select(normal, fraction, b.or_(fraction, const(1 << 52)))
+    base = b.lshr(significand, shift)
+    base = b.select(normal, b.or_(b.shl(b.add(exponent, const(bias)), const(mantissa_bits)),
+                                  base), base)
+    remainder = b.and_(significand, b.sub(b.shl(const(1), shift), const(1)))
+    halfway = b.shl(const(1), b.sub(shift, const(1)))
+    up = b.or_(b.icmp_unsigned(">", remainder, halfway),
+               b.and_(b.icmp_unsigned("==", remainder, halfway),
+                      b.trunc(b.and_(base, const(1)), ir.IntType(1))))
+    rounded = b.add(base, b.zext(up, _i64))  # a carry may reach the exponent: right
+    result = b.select(b.icmp_signed("<", subnormal_shift, const(drop + 1)), rounded,
+                      b.select(in_range, rounded, const(0)))
+    result = b.select(b.icmp_signed(">", exponent, const(bias)), const(infinity), result)
+    nan = b.add(const(infinity), b.lshr(fraction, const(drop)))
+    nan = b.select(b.icmp_unsigned("==", nan, const(infinity)), const(infinity + 1), nan)
+    special = b.icmp_unsigned(">=", magnitude, const(0x7FF << 52))
+    is_nan = b.icmp_unsigned(">", magnitude, const(0x7FF << 52))
+    result = b.select(special, b.select(is_nan, nan, const(infinity)), result)
+    return b.trunc(b.or_(result, sign), ir.IntType(16))
