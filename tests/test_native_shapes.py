@@ -293,16 +293,36 @@ def test_recompiling_during_a_call_with_an_array_result() -> None:
 FORK = """
 import os, sys
 import numpy as np
-from pymlirjit import Session
+from pymlirjit import MemRef, Session, UnrankedMemRef, callback, f16, f64, index
 session = Session(cache_dir=sys.argv[1])
-fill = session.compile('''
+
+@callback(session=session)
+def give(n: index) -> MemRef[f64, None]:
+    return np.arange(float(n))
+
+@callback(session=session)
+def total(a: UnrankedMemRef[f64]) -> f16:
+    return a.sum() / 3
+
+module = session.compile('''
 func.func @fill(%x: f64, %n: index) -> tensor<?xf64> {
   %c0 = arith.constant 0 : index
   %e = tensor.empty(%n) : tensor<?xf64>
   %r = linalg.fill ins(%x : f64) outs(%e : tensor<?xf64>) -> tensor<?xf64>
   return %r : tensor<?xf64>
 }
-''').fill
+func.func @both(%n: index) -> (memref<?xf64>, f16) {
+  %m = func.call @give(%n) : (index) -> memref<?xf64>
+  %u = memref.cast %m : memref<?xf64> to memref<*xf64>
+  %t = func.call @total(%u) : (memref<*xf64>) -> f16
+  return %m, %t : memref<?xf64>, f16
+}
+func.func private @give(index) -> memref<?xf64>
+func.func private @total(memref<*xf64>) -> f16
+''')
+fill = module.fill
+array, third = module.both(5)
+assert array.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and third == float(np.float16(10 / 3))
 before = fill(1.5, 4)
 pid = os.fork()
 if pid == 0:
@@ -371,3 +391,158 @@ def test_array_results_from_several_threads(shapes: object) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+# Callback shapes: trampolines serve memref results, unranked memref parameters and
+# f16/bf16 results (no ctypes entry, no Python code of pymlirjit's on the way).
+
+def callbacks_py_calls(call: Callable[[], object]) -> tuple[object, int]:
+    """``call()``'s result, and how many Python frames of callbacks.py and convert.py
+    (a ctypes entry's and the converters' code) ran during it."""
+    calls = 0
+    files = tuple(os.path.join("pymlirjit", f) for f in ("callbacks.py", "convert.py"))
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event == "call" and frame.f_code.co_filename.endswith(files):  # type: ignore[attr-defined]
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        result = call()
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
+GIVE = """
+func.func @take(%n: index) -> f64 {
+  %c0 = arith.constant 0 : index
+  %m = func.call @give(%n) : (index) -> memref<?x3xf64>
+  %v = memref.load %m[%c0, %c0] : memref<?x3xf64>
+  memref.dealloc %m : memref<?x3xf64>
+  return %v : f64
+}
+func.func @keep(%n: index) -> memref<?x3xf64> {
+  %m = func.call @give(%n) : (index) -> memref<?x3xf64>
+  return %m : memref<?x3xf64>
+}
+func.func private @give(index) -> memref<?x3xf64>
+"""
+
+
+def test_a_callback_returns_an_array_the_compiled_code_owns(session: Session) -> None:
+    returned: list[object] = []
+
+    @callback("(index) -> memref<?x3xf64>", name="give", session=session)
+    def give(n: int) -> object:
+        return returned[0]
+
+    module = session.compile(GIVE)
+    take, keep = module.take, module.keep
+    grid = np.arange(12.0).reshape(4, 3)
+    returned[:] = [grid]
+    assert callbacks_py_calls(lambda: take(4))[1] == 0  # the trampoline copies it
+    assert take(4) == 0.0
+    kept = keep(4)  # the copy, owned by the array the kernel returns
+    np.testing.assert_array_equal(kept, grid)
+    assert not np.shares_memory(kept, grid)
+    # Anything else goes through the converter: a non-contiguous view, a list...
+    returned[:] = [np.arange(24.0).reshape(4, 6)[:, ::2]]
+    np.testing.assert_array_equal(keep(4), np.arange(24.0).reshape(4, 6)[:, ::2])
+    returned[:] = [np.zeros((0, 3))]
+    assert keep(0).shape == (0, 3)
+    for bad, error, message in (
+            (np.zeros((2, 4)), ValueError, "dim 1 must be 3"),
+            (np.zeros((2, 3), np.float32), TypeError, "expected dtype float64"),
+            ([[1.0, 2.0, 3.0]], TypeError, "expected a numpy array"),
+            (np.zeros(3), ValueError, "rank-2")):
+        returned[:] = [bad]
+        for call in (take, take.call_python):
+            with pytest.raises(error, match=message) as caught:
+                call(2)
+            assert any("'give'" in note for note in caught.value.__notes__)
+    returned[:] = [grid]
+    fill = keep  # no leak: 2000 copies of 800 KB, each freed by the compiled code
+    returned[:] = [np.ones((100_000 // 3, 3))]
+    take(1)
+    gc.collect()
+    start = rss_bytes()
+    for _ in range(2000):
+        take(1)
+    assert rss_bytes() - start < 64 << 20
+    assert fill(1).shape == (33_333, 3)
+
+
+def test_unranked_memref_parameters_are_native_views(session: Session) -> None:
+    seen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    @callback("(memref<*xf32>) -> f64", name="look", session=session)
+    def look(a: np.ndarray) -> float:
+        seen.append((a.shape, a.strides))
+        a[...] += 1
+        return float(a.sum())
+
+    module = session.compile("""
+    func.func @rank0(%a: memref<f32>) -> f64 {
+      %u = memref.cast %a : memref<f32> to memref<*xf32>
+      %r = func.call @look(%u) : (memref<*xf32>) -> f64
+      return %r : f64
+    }
+    func.func @rank3(%a: memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>) -> f64 {
+      %u = memref.cast %a : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>> to memref<*xf32>
+      %r = func.call @look(%u) : (memref<*xf32>) -> f64
+      return %r : f64
+    }
+    func.func private @look(memref<*xf32>) -> f64
+    """)
+    scalar = np.array(2.0, np.float32)
+    assert callbacks_py_calls(lambda: module.rank0(scalar)) == (3.0, 0)
+    assert scalar == 3.0  # the callback wrote through the view
+    base = np.arange(2 * 5 * 7, dtype=np.float32).reshape(2, 5, 7)
+    view = base[:, 1::2, 1::3]
+    expected = float((view + 1).sum())
+    assert module.rank3(view) == expected
+    assert seen[-1] == (view.shape, view.strides)
+    np.testing.assert_array_equal(base[:, 1::2, 1::3],
+                                  np.arange(70, dtype=np.float32).reshape(2, 5, 7)[:, 1::2, 1::3]
+                                  + 1)
+    empty = np.zeros((0, 4, 1), np.float32)
+    assert module.rank3(empty) == 0.0 and seen[-1][0] == (0, 4, 1)
+
+
+@pytest.mark.parametrize("mlir_type", ["f16", "bf16"])
+def test_f16_and_bf16_results_round_as_numpy_does(session: Session, mlir_type: str) -> None:
+    from pymlirjit.types import SCALARS
+
+    dtype = next(t.dtype for t in SCALARS if t.mlir == mlir_type)
+    callback(f"(f64) -> {mlir_type}", name="same", session=session)(lambda x: x)
+    run = session.compile(f"""
+    func.func @run(%a: memref<?xf64>, %o: memref<?xi16>) {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %n = memref.dim %a, %c0 : memref<?xf64>
+      scf.for %i = %c0 to %n step %c1 {{
+        %x = memref.load %a[%i] : memref<?xf64>
+        %h = func.call @same(%x) : (f64) -> {mlir_type}
+        %b = arith.bitcast %h : {mlir_type} to i16
+        memref.store %b, %o[%i] : memref<?xi16>
+      }}
+      return
+    }}
+    func.func private @same(f64) -> {mlir_type}
+    """).run
+    with np.errstate(over="ignore", invalid="ignore"):
+        every = np.arange(1 << 16, dtype=np.uint16).view(dtype).astype(np.float64)
+        finite = np.unique(every[np.isfinite(every)])
+        halfway = (finite[1:] + finite[:-1]) / 2  # ties, and their neighbours
+        rng = np.random.default_rng(13)
+        x = np.concatenate([
+            every, halfway, np.nextafter(halfway, np.inf), np.nextafter(halfway, -np.inf),
+            rng.standard_normal(20_000) * 10.0 ** rng.integers(-50, 50, 20_000),
+            [np.inf, -np.inf, np.nan, -0.0, 1e300, -1e300, 5e-324, 2.0**-25, 2.0**-133]])
+        expected = x.astype(dtype).view(np.int16)
+    out = np.zeros(len(x), np.int16)
+    assert callbacks_py_calls(lambda: run(x, out))[1] == 0
+    mismatches = np.nonzero(out != expected)[0]
+    assert len(mismatches) == 0, [(x[i], out[i], expected[i]) for i in mismatches[:5]]

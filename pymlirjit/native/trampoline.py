@@ -495,16 +495,19 @@ def _half_to_float(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
     return b.bitcast(b.or_(magnitude, sign), _float)
 
 
-# The layouts of the floats results cross as bits: (exponent bits, mantissa bits).
-_BITS_LAYOUTS = {"f16": (5, 10), "bf16": (8, 7)}
+# The layouts of the floats results cross as bits: (exponent bits, mantissa bits,
+# whether a NaN keeps the top of its payload: numpy's float16 does, ml_dtypes' bfloat16
+# makes every NaN the quiet one of its sign).
+_BITS_LAYOUTS = {"f16": (5, 10, True), "bf16": (8, 7, False)}
 
 
 def _double_to_bits(b: ir.IRBuilder, value: ir.Value, exponent_bits: int,
-                    mantissa_bits: int) -> ir.Value:
+                    mantissa_bits: int, nan_payload: bool) -> ir.Value:
     """The bits (an i16) of the 16-bit float nearest ``value`` (a double), rounded once,
-    to nearest even, as numpy converts a float: overflow to infinity, underflow to
-    subnormals and signed zeros, NaN kept a NaN with the top of its payload. Integer
-    arithmetic only (no libcall: the code is for a generic x86-64)."""
+    to nearest even, as numpy (ml_dtypes for bf16) converts a float: overflow to
+    infinity, underflow to subnormals and signed zeros, NaN kept a NaN (see
+    :data:`_BITS_LAYOUTS`). Integer arithmetic only (no libcall: the code is for a
+    generic x86-64)."""
     def const(n: int) -> ir.Constant:
         return ir.Constant(_i64, n)
 
@@ -537,8 +540,11 @@ def _double_to_bits(b: ir.IRBuilder, value: ir.Value, exponent_bits: int,
     result = b.select(b.icmp_signed("<", subnormal_shift, const(drop + 1)), rounded,
                       b.select(in_range, rounded, const(0)))
     result = b.select(b.icmp_signed(">", exponent, const(bias)), const(infinity), result)
-    nan = b.add(const(infinity), b.lshr(fraction, const(drop)))
-    nan = b.select(b.icmp_unsigned("==", nan, const(infinity)), const(infinity + 1), nan)
+    if nan_payload:
+        nan = b.add(const(infinity), b.lshr(fraction, const(drop)))
+        nan = b.select(b.icmp_unsigned("==", nan, const(infinity)), const(infinity + 1), nan)
+    else:
+        nan = const(infinity | 1 << (mantissa_bits - 1))
     special = b.icmp_unsigned(">=", magnitude, const(0x7FF << 52))
     is_nan = b.icmp_unsigned(">", magnitude, const(0x7FF << 52))
     result = b.select(special, b.select(is_nan, nan, const(infinity)), result)
