@@ -380,10 +380,14 @@ class _FunctionBuilder:
         With ``owned`` the array takes over the descriptor's ``allocated`` pointer, which
         compiled code got from ``malloc`` (``memref.alloc``): its base is a 0-d array
         made over that pointer and flagged as owning its data, which numpy frees with
-        ``free`` when collected (the legacy ownership numpy keeps for arrays without a
-        memory handler), so that the memory lives as long as any view of it and no
-        code of pymlirjit's runs then. If the array cannot be made, the memory is freed
-        with the owner."""
+        libc's ``free`` when collected (an array owning data without a memory handler:
+        numpy's legacy ownership, which C extensions rely on), so that the memory lives
+        as long as any view of it and no code of pymlirjit's (which may be gone by
+        then) runs to free it. (numpy's default handler would hold small blocks in its
+        cache instead; a capsule would need a destructor that outlives every module.
+        Only with ``NUMPY_WARN_IF_NO_MEM_POLICY=1``, a debugging switch, does numpy warn
+        when freeing it.) If the array cannot be made, the memory is freed with the
+        owner."""
         b = self.builder
         rank = t.rank
         dtype = t.element.dtype
