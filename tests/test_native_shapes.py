@@ -85,6 +85,11 @@ func.func @scalar(%x: f64) -> memref<f64> {
   memref.store %x, %m[] : memref<f64>
   return %m : memref<f64>
 }
+func.func @aligned(%x: f64) -> memref<5xf64> {
+  %m = memref.alloc() {alignment = 64} : memref<5xf64>
+  linalg.fill ins(%x : f64) outs(%m : memref<5xf64>)
+  return %m : memref<5xf64>
+}
 memref.global "private" constant @numbers : memref<3xf64> = dense<[1.0, 2.0, 3.0]>
 func.func @table() -> memref<3xf64> {
   %g = memref.get_global @numbers : memref<3xf64>
@@ -116,7 +121,8 @@ def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
 @pytest.fixture
 def shapes(session: Session) -> object:
     module = session.compile(SHAPES)
-    for name in ("fill", "same", "tsame", "tadd", "twice", "mixed", "grid", "scalar", "table"):
+    for name in ("fill", "same", "tsame", "tadd", "twice", "mixed", "grid", "scalar", "table",
+                 "aligned"):
         assert getattr(module, name).ensure_native(), name
     return module
 
@@ -129,7 +135,7 @@ def test_a_kernel_allocated_memref_is_an_array_owning_it(shapes: object) -> None
         assert isinstance(result, np.ndarray) and result.dtype == np.float64
         np.testing.assert_array_equal(result, 0.5 + np.arange(n))
         assert result.flags.writeable and result.flags.c_contiguous
-        assert not result.flags.owndata and result.base.flags.owndata  # its owner
+        assert not result.flags.owndata and type(result.base).__name__ == "PyCapsule"
         np.testing.assert_array_equal(result, fill.call_python(0.5, n))
     result[3] = -1.0
     assert result[3] == -1.0
@@ -158,6 +164,10 @@ def test_strided_rank_0_and_tensor_results(shapes: object) -> None:
     expected = np.arange(100.0).reshape(10, 10)[1:9:2, 2:8:2]
     np.testing.assert_array_equal(grid, expected)
     assert grid.strides == expected.strides and not grid.flags.c_contiguous
+    # memref.alloc with an alignment: `aligned` is not `allocated`, which is freed.
+    for _ in range(1000):
+        aligned = m.aligned(0.5)  # type: ignore[attr-defined]
+        assert aligned.ctypes.data % 64 == 0 and aligned.tolist() == [0.5] * 5
     scalar = m.scalar(2.5)  # type: ignore[attr-defined]
     assert scalar.shape == () and scalar[()] == 2.5
     a, b = np.arange(5.0), np.full(5, 0.25)
@@ -546,3 +556,43 @@ def test_f16_and_bf16_results_round_as_numpy_does(session: Session, mlir_type: s
     assert callbacks_py_calls(lambda: run(x, out))[1] == 0
     mismatches = np.nonzero(out != expected)[0]
     assert len(mismatches) == 0, [(x[i], out[i], expected[i]) for i in mismatches[:5]]
+
+
+LAST_OWNER = """
+import gc, sys, weakref
+import numpy as np
+from pymlirjit import Session
+session = Session(cache_dir=sys.argv[1]) if len(sys.argv) > 1 else Session()
+module = session.compile('''
+func.func @fill(%x: f64, %n: index) -> memref<?xf64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = memref.alloc(%n) : memref<?xf64>
+  scf.for %i = %c0 to %n step %c1 {
+    memref.store %x, %m[%i] : memref<?xf64>
+  }
+  return %m : memref<?xf64>
+}
+''')
+assert module.fill.ensure_native()
+code = module.fill._python_call.native_code
+code = code[0] if isinstance(code, tuple) else code  # the JIT's engine, or the library
+alive = weakref.ref(code)
+arrays = [module.fill(1.0, n) for n in range(1, 50)]
+del module, code
+session.clear_cache()
+del session
+gc.collect()
+kept = alive() is not None  # by the arrays: their memory's destructor is in that code
+total = sum(float(a.sum()) for a in arrays)
+del arrays  # the last destructor releases the code, jumping out of it
+gc.collect()
+print(kept, alive() is None, total, float(np.arange(1000.0).sum()))
+"""
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["jit", "cache"])
+def test_arrays_keep_the_code_that_frees_them(tmp_path: Path, cached: bool) -> None:
+    args = [str(tmp_path)] if cached else []
+    for _ in range(2 if cached else 1):  # links the library, then loads it
+        assert run_python(LAST_OWNER, *args).split() == ["True", "True", "1225.0", "499500.0"]

@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
-from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES, descriptor_type
+from ..memref import ALIGNED, OFFSET, SIZES, STRIDES, descriptor_type
 from ..relocation import (
     ARRAY_FROM_DESCR,
     FRAME_KEY,
@@ -40,7 +40,6 @@ ARRAY_FLAGS = 64  # PyArrayObject.flags (int)
 SCALAR_VALUE = 16  # a numpy scalar's value (obval, after the PyObject header)
 # numpy's array flags (NPY_ARRAY_*), checked with the offsets.
 NPY_C_CONTIGUOUS = 0x0001
-NPY_OWNDATA = 0x0004
 NPY_ALIGNED = 0x0100
 NPY_WRITEABLE = 0x0400
 
@@ -52,8 +51,7 @@ OBJECT_OFFSETS: Mapping[str, int] = {
     "PyArrayObject.flags": ARRAY_FLAGS, "numpy scalar.obval": SCALAR_VALUE,
 }
 ARRAY_FLAGS_BY_NAME: Mapping[str, int] = {
-    "c_contiguous": NPY_C_CONTIGUOUS, "aligned": NPY_ALIGNED, "owndata": NPY_OWNDATA,
-    "writeable": NPY_WRITEABLE,
+    "c_contiguous": NPY_C_CONTIGUOUS, "aligned": NPY_ALIGNED, "writeable": NPY_WRITEABLE,
 }
 
 
@@ -66,8 +64,8 @@ def layout_mismatches(offsets: Mapping[str, int] = OBJECT_OFFSETS,
     def read(obj: object, field: str, c_type: Any) -> int:
         return int(c_type.from_address(id(obj) + offsets[field]).value or 0)
 
-    base = np.arange(24, dtype=np.int16).reshape(4, 6).copy()
-    base.flags.writeable = False  # contiguous, read-only, owns its data
+    base = np.arange(24, dtype=np.int16).reshape(4, 6)
+    base.flags.writeable = False  # contiguous, read-only
     view = np.arange(24, dtype=np.int32).reshape(4, 6)[1:, ::2]  # strided, writable
     wrong: list[str] = []
 
@@ -157,6 +155,10 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyTuple_SetItem": ir.FunctionType(_i32, [_ptr, _i64, _ptr]),
     "PyTuple_GetItem": ir.FunctionType(_ptr, [_ptr, _i64]),
     "PyObject_GetAttrString": ir.FunctionType(_ptr, [_ptr, _ptr]),
+    "PyCapsule_New": ir.FunctionType(_ptr, [_ptr, _ptr, _ptr]),
+    "PyCapsule_GetPointer": ir.FunctionType(_ptr, [_ptr, _ptr]),
+    "PyCapsule_GetContext": ir.FunctionType(_ptr, [_ptr]),
+    "PyCapsule_SetContext": ir.FunctionType(_i32, [_ptr, _ptr]),
     "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "PyGILState_Ensure": ir.FunctionType(_i32, []),
@@ -373,21 +375,12 @@ class _FunctionBuilder:
                             ir.Constant(_ptr, None)])
 
     def array_of_descriptor(self, descriptor: ir.Value, t: MemRefType | TensorType,
-                            owned: bool) -> ir.Value:
+                            owner: ir.Value | None = None) -> ir.Value:
         """A new writable numpy array viewing what the ranked descriptor at
-        ``descriptor`` (an ``i8*``) describes, or NULL with an exception set.
-
-        With ``owned`` the array takes over the descriptor's ``allocated`` pointer, which
-        compiled code got from ``malloc`` (``memref.alloc``): its base is a 0-d array
-        made over that pointer and flagged as owning its data, which numpy frees with
-        libc's ``free`` when collected (an array owning data without a memory handler:
-        numpy's legacy ownership, which C extensions rely on), so that the memory lives
-        as long as any view of it and no code of pymlirjit's (which may be gone by
-        then) runs to free it. (numpy's default handler would hold small blocks in its
-        cache instead; a capsule would need a destructor that outlives every module.
-        Only with ``NUMPY_WARN_IF_NO_MEM_POLICY=1``, a debugging switch, does numpy warn
-        when freeing it.) If the array cannot be made, the memory is freed with the
-        owner."""
+        ``descriptor`` (an ``i8*``) describes, or NULL with an exception set. ``owner``
+        (a new reference, or none) becomes the array's base, the object keeping its
+        memory alive (as ``PyArray_SetBaseObject`` makes it); it is released if the
+        array cannot be made."""
         b = self.builder
         rank = t.rank
         dtype = t.element.dtype
@@ -407,47 +400,18 @@ class _FunctionBuilder:
                 b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
                         b.gep(byte_strides, [ir.Constant(_i64, axis)]))
         descr = self.pointer(dtype, dtype_slot(t.element.mlir))
-        owner: ir.Value | None = None
-        if owned:
-            allocated = b.load(self.descriptor_field(descriptor, rank, ALLOCATED))
-            b.call(self.api["Py_IncRef"], [descr])
-            none = ir.Constant(_i64.as_pointer(), None)
-            owner = self.new_array(descr, 0, none, none, allocated, 0)
-            made = self.function.append_basic_block("owner_made")
-            failed = self.function.append_basic_block("owner_failed")
-            b.cbranch(self.is_null(owner), failed, made)
-            b.position_at_end(failed)
-            b.call(self.libc["free"], [allocated])  # no array will own it
-            failed_end = b.block
-            b.position_at_end(made)
-            flags = b.bitcast(b.gep(owner, [ir.Constant(_i64, ARRAY_FLAGS)]),
-                              _i32.as_pointer())
-            b.store(b.or_(b.load(flags), ir.Constant(_i32, NPY_OWNDATA)), flags)
         b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
         array = self.new_array(descr, rank, sizes, byte_strides, b.inttoptr(data, _ptr),
                                NPY_WRITEABLE | NPY_ALIGNED)
-        if owner is None:
-            return array
-        # The owner becomes the array's base (a reference the array owns), as
-        # PyArray_SetBaseObject makes it for an owner of its data; if the array could
-        # not be made, dropping the owner frees the memory.
-        with b.if_else(self.is_null(array)) as (no_array, has_array):
-            with no_array:
-                b.call(self.api["Py_DecRef"], [owner])
-            with has_array:
-                base = b.bitcast(b.gep(array, [ir.Constant(_i64, ARRAY_BASE)]),
-                                 _ptr.as_pointer())
-                b.store(owner, base)
-        made_end = b.block
-        done = self.function.append_basic_block("owned_array")
-        b.branch(done)
-        b.position_at_end(failed_end)
-        b.branch(done)
-        b.position_at_end(done)
-        result = b.phi(_ptr)
-        result.add_incoming(array, made_end)
-        result.add_incoming(ir.Constant(_ptr, None), failed_end)
-        return result
+        if owner is not None:
+            with b.if_else(self.is_null(array)) as (no_array, has_array):
+                with no_array:
+                    b.call(self.api["Py_DecRef"], [owner])
+                with has_array:
+                    base = b.bitcast(b.gep(array, [ir.Constant(_i64, ARRAY_BASE)]),
+                                     _ptr.as_pointer())
+                    b.store(owner, base)
+        return array
 
     def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
         """A new reference to the Python float/int/bool holding ``value``."""

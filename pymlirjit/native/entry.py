@@ -464,7 +464,7 @@ class _EntryBuilder(_FunctionBuilder):
                 items.append(self.box_scalar(b.load(typed), t, t.kind == "bool"))
             else:
                 assert isinstance(t, (MemRefType, TensorType))
-                items.append(self.array_of_descriptor(field, t, owned=True))
+                items.append(self.owned_array(field, t))
         if len(items) == 1:
             return items[0]
         failed: ir.Value = ir.Constant(ir.IntType(1), 0)
@@ -483,6 +483,44 @@ class _EntryBuilder(_FunctionBuilder):
         for i, item in enumerate(items):
             b.call(self.api["PyTuple_SetItem"], [tuple_, ir.Constant(_i64, i), item])  # steals
         return tuple_
+
+    def owned_array(self, descriptor: ir.Value, t: MemRefType | TensorType) -> ir.Value:
+        """A new array viewing a memref result whose ``allocated`` pointer the compiled
+        code got from ``malloc`` (``memref.alloc``), owning that memory: its base is a
+        capsule of the pointer whose destructor frees it with the ``free`` the compiled
+        code's ``malloc`` pairs with (resolved as it is: see :func:`_owner_destructor`).
+        NULL with an exception set (the memory freed) if it cannot be made.
+
+        The destructor is this code's: the capsule's context holds a reference to what
+        owns the code (``python_path.native_code``), which the destructor releases last,
+        by a tail call, so that it never returns into code that releasing may free."""
+        b = self.builder
+        allocated = b.load(self.descriptor_field(descriptor, t.rank, ALLOCATED))
+        destructor = b.bitcast(_owner_destructor(self.unit), _ptr)
+        capsule = b.call(self.api["PyCapsule_New"],
+                         [allocated, ir.Constant(_ptr, None), destructor])
+        with b.if_then(self.is_null(capsule), likely=False):
+            b.call(self.libc["free"], [allocated])
+        code = b.call(self.api["PyObject_GetAttrString"],
+                      [self.python_path(self.self_obj), self.cstring("native_code")])
+        with b.if_then(b.and_(self.is_null(code), b.not_(self.is_null(capsule))),
+                       likely=False):
+            b.call(self.api["Py_DecRef"], [capsule])  # frees the memory
+        failed = b.or_(self.is_null(capsule), self.is_null(code))
+        made = self.function.append_basic_block("owner_made")
+        before = b.block
+        done = self.function.append_basic_block("owned_array")
+        b.cbranch(failed, done, made)
+        b.position_at_end(made)
+        b.call(self.api["PyCapsule_SetContext"], [capsule, code])  # the capsule's now
+        array = self.array_of_descriptor(descriptor, t, capsule)
+        made_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        result = b.phi(_ptr)
+        result.add_incoming(ir.Constant(_ptr, None), before)
+        result.add_incoming(array, made_end)
+        return result
 
     def read_results_in_python_unless_fresh(self, results: ir.Value,
                                             arrays: list[tuple[ir.Value, Any]]) -> None:
@@ -535,3 +573,29 @@ class _EntryBuilder(_FunctionBuilder):
             return none
         result = self.abi.signature.results[0]
         return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
+
+
+_OWNER_DESTRUCTOR = "pymlirjit_free_owner"
+
+
+def _owner_destructor(unit: _Unit) -> ir.Function:
+    """The unit's capsule destructor for memory its entries' arrays own (see
+    :meth:`_EntryBuilder.owned_array`): ``free`` the capsule's pointer, then release its
+    context, the owner of this very code, by a ``musttail`` call (a jump: nothing runs
+    here after it). ``free`` resolves as the compiled code's ``malloc`` does: through
+    the process's symbols in this process (as :func:`pymlirjit.ffi.free`, which the
+    Python path frees with), through the same dynamic linking in a shared library."""
+    existing = unit.module.globals.get(_OWNER_DESTRUCTOR)
+    if isinstance(existing, ir.Function):
+        return existing
+    function = ir.Function(unit.module, ir.FunctionType(ir.VoidType(), [_ptr]),
+                           _OWNER_DESTRUCTOR)
+    function.linkage = "internal"
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    capsule = function.args[0]
+    memory = b.call(unit.api["PyCapsule_GetPointer"], [capsule, ir.Constant(_ptr, None)])
+    context = b.call(unit.api["PyCapsule_GetContext"], [capsule])
+    b.call(unit.libc["free"], [memory])
+    b.call(unit.api["Py_DecRef"], [context], tail="musttail")
+    b.ret_void()
+    return function

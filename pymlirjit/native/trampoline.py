@@ -169,7 +169,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         return self.box(values[0], t)
 
     def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
-        return self.array_of_descriptor(descriptor, t, owned=False)
+        return self.array_of_descriptor(descriptor, t)
 
     def box_unranked(self, unranked: ir.Value, t: UnrankedMemRefType) -> ir.Value:
         """A new writable array viewing what the unranked descriptor ``{rank,
