@@ -8,7 +8,7 @@ arguments, numpy scalars of the exactly convertible types (``np.float64``/``np.f
 from their object layout, releases the GIL (as the function's policy says), calls the
 C-ABI entry point and boxes the results (several as a tuple): scalars, and memref or
 tensor results as numpy arrays; an array the compiled code allocated owns that memory
-(a capsule whose destructor frees it: ``_EntryBuilder.owned_array``),
+(a capsule whose destructor frees it: ``results._ResultsBuilder.owned_array``),
 any other result memory is read by the Python path's reader. Anything it does not
 recognise at once (another numpy scalar, a wrong dtype,
 a non-contiguous array for an identity layout, keyword arguments, an error) is handed,
@@ -45,9 +45,10 @@ before any code is generated: a mismatch raises instead of generating wrong code
 The modules: :mod:`~pymlirjit.native.batch` (the llvmlite JIT and :class:`NativeBatch`),
 :mod:`~pymlirjit.native.builder` (what every generated function shares),
 :mod:`~pymlirjit.native.entry` (Python -> C ABI: kernel entries),
+:mod:`~pymlirjit.native.results` (the results entries box),
 :mod:`~pymlirjit.native.guard` (guards: a call record for calls through raw addresses) and
 :mod:`~pymlirjit.native.trampoline` (C ABI -> Python: trampolines, ctypes wrappers,
-forwarders).
+forwarders) with :mod:`~pymlirjit.native.halffloat` (f16/bf16 without libcalls).
 """
 
 from .batch import NativeBatch

@@ -11,7 +11,7 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, PREVIOUS
-from ..memref import ALIGNED, ALLOCATED, GLOBAL_MEMREF_MARKER, OFFSET, SIZES, STRIDES
+from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
     FINISH_CALL,
     FOREIGN_RECORD,
@@ -19,7 +19,7 @@ from ..relocation import (
     dtype_slot,
 )
 from ..types import MemRefType, ScalarType, TensorType
-from ..vectorcall import IN_FLIGHT_OFFSET, PYTHON_PATH_OFFSET
+from ..vectorcall import IN_FLIGHT_OFFSET
 from .builder import (
     _POSITIONAL_CALL,
     ARRAY_DATA,
@@ -34,7 +34,6 @@ from .builder import (
     SCALAR_VALUE,
     _double,
     _float,
-    _FunctionBuilder,
     _i8,
     _i32,
     _i64,
@@ -43,6 +42,7 @@ from .builder import (
     _Unit,
     descriptor_struct,
 )
+from .results import _ResultsBuilder
 
 # The numpy integer scalar types entries unbox (others, such as np.longlong, go to the
 # Python path).
@@ -50,7 +50,7 @@ _NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8,
                                          np.uint32, np.uint16, np.uint8)
 
 
-class _EntryBuilder(_FunctionBuilder):
+class _EntryBuilder(_ResultsBuilder):
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
@@ -65,11 +65,9 @@ class _EntryBuilder(_FunctionBuilder):
         self.target = target
         self.calls = calls
         self.in_flight: ir.Value = None  # -> the counter of calls in flight (count_in)
-        # The ``allocated`` pointer (an i64) of each array argument's descriptor: a
-        # memref result with one of these aliases an argument (see box_results).
-        self.arg_allocated: list[ir.Value] = []
-        self.self_obj: ir.Value = None
-        self.args: ir.Value = None
+        self.arg_allocated = []
+        self.self_obj = None
+        self.args = None
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
@@ -103,17 +101,6 @@ class _EntryBuilder(_FunctionBuilder):
         result.add_incoming(ir.Constant(_ptr, None), before)
         result.add_incoming(state, save)
         return result
-
-    def return_if_null(self, obj: ir.Value, label: str) -> None:
-        """Return NULL (an exception is set) if a C API call returned NULL."""
-        b = self.builder
-        failed = self.function.append_basic_block(f"{label}_failed")
-        ok = self.function.append_basic_block(label)
-        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, 0)),
-                  failed, ok)
-        b.position_at_end(failed)
-        self.leave(obj)
-        b.position_at_end(ok)
 
     def count_in(self, self_obj: ir.Value) -> None:
         """Count this call in flight (see pymlirjit.vectorcall): while any call is, the
@@ -372,12 +359,6 @@ class _EntryBuilder(_FunctionBuilder):
         b.position_at_end(fallback)
         self.hand_to_python(self.python_path(self_obj), args, nargs, kwnames)
 
-    def python_path(self, self_obj: ir.Value) -> ir.Value:
-        """What the entry hands the calls it does not take (see pymlirjit.vectorcall)."""
-        offset = ir.Constant(_i64, PYTHON_PATH_OFFSET)
-        return self.builder.load(self.builder.bitcast(self.builder.gep(self_obj, [offset]),
-                                                      _ptr.as_pointer()))
-
     def hand_to_python(self, python_path: ir.Value, args: ir.Value, nargs: ir.Value,
                        kwnames: ir.Value) -> None:
         """Return ``python_path(*args, **keywords)``: the keyword values follow the
@@ -442,130 +423,6 @@ class _EntryBuilder(_FunctionBuilder):
             self.return_if_null(done, "finished")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
 
-    def box_results(self, results: ir.Value) -> ir.Value:
-        """The results the callee wrote to ``results`` (laid out as the ABI's
-        ``result_struct``): one value, or a new tuple of several; NULL with an exception
-        set. Memref and tensor results become arrays that own the memory the compiled
-        code allocated; a result whose memory is not such a fresh allocation (an
-        argument's, an earlier result's, a global's, or none) is read by the Python
-        path's reader instead (:meth:`read_results_in_python`), for all results."""
-        b = self.builder
-        types = self.abi.boundary.results
-        fields = [b.gep(results, [ir.Constant(_i64, getattr(self.abi.result_struct,
-                                                            f"r{i}").offset)])
-                  for i in range(len(types))]
-        arrays = [(field, t) for field, t in zip(fields, types) if not isinstance(t, ScalarType)]
-        if arrays:
-            self.read_results_in_python_unless_fresh(results, arrays)
-        items = []
-        for field, t in zip(fields, types):
-            if isinstance(t, ScalarType):
-                typed = b.bitcast(field, _llvm_type(t).as_pointer())
-                items.append(self.box_scalar(b.load(typed), t, t.kind == "bool"))
-            else:
-                assert isinstance(t, (MemRefType, TensorType))
-                items.append(self.owned_array(field, t))
-        if len(items) == 1:
-            return items[0]
-        failed: ir.Value = ir.Constant(ir.IntType(1), 0)
-        for item in items:
-            failed = b.or_(failed, self.is_null(item))
-        with b.if_then(failed, likely=False):
-            for item in items:
-                with b.if_then(b.not_(self.is_null(item))):
-                    b.call(self.api["Py_DecRef"], [item])
-            self.leave(ir.Constant(_ptr, None))
-        tuple_ = b.call(self.api["PyTuple_New"], [ir.Constant(_i64, len(types))])
-        with b.if_then(self.is_null(tuple_), likely=False):
-            for item in items:
-                b.call(self.api["Py_DecRef"], [item])
-            self.leave(ir.Constant(_ptr, None))
-        for i, item in enumerate(items):
-            b.call(self.api["PyTuple_SetItem"], [tuple_, ir.Constant(_i64, i), item])  # steals
-        return tuple_
-
-    def owned_array(self, descriptor: ir.Value, t: MemRefType | TensorType) -> ir.Value:
-        """A new array viewing a memref result whose ``allocated`` pointer the compiled
-        code got from ``malloc`` (``memref.alloc``), owning that memory: its base is a
-        capsule of the pointer whose destructor frees it with the ``free`` the compiled
-        code's ``malloc`` pairs with (resolved as it is: see :func:`_owner_destructor`).
-        NULL with an exception set (the memory freed) if it cannot be made.
-
-        The destructor is this code's: the capsule's context holds a reference to what
-        owns the code (``python_path.native_code``), which the destructor releases last,
-        by a tail call, so that it never returns into code that releasing may free."""
-        b = self.builder
-        allocated = b.load(self.descriptor_field(descriptor, t.rank, ALLOCATED))
-        destructor = b.bitcast(_owner_destructor(self.unit), _ptr)
-        capsule = b.call(self.api["PyCapsule_New"],
-                         [allocated, ir.Constant(_ptr, None), destructor])
-        with b.if_then(self.is_null(capsule), likely=False):
-            b.call(self.libc["free"], [allocated])
-        code = b.call(self.api["PyObject_GetAttrString"],
-                      [self.python_path(self.self_obj), self.cstring("native_code")])
-        with b.if_then(b.and_(self.is_null(code), b.not_(self.is_null(capsule))),
-                       likely=False):
-            b.call(self.api["Py_DecRef"], [capsule])  # frees the memory
-        failed = b.or_(self.is_null(capsule), self.is_null(code))
-        made = self.function.append_basic_block("owner_made")
-        before = b.block
-        done = self.function.append_basic_block("owned_array")
-        b.cbranch(failed, done, made)
-        b.position_at_end(made)
-        b.call(self.api["PyCapsule_SetContext"], [capsule, code])  # the capsule's now
-        array = self.array_of_descriptor(descriptor, t, capsule)
-        made_end = b.block
-        b.branch(done)
-        b.position_at_end(done)
-        result = b.phi(_ptr)
-        result.add_incoming(ir.Constant(_ptr, None), before)
-        result.add_incoming(array, made_end)
-        return result
-
-    def read_results_in_python_unless_fresh(self, results: ir.Value,
-                                            arrays: list[tuple[ir.Value, Any]]) -> None:
-        """Go on if every memref/tensor result in ``arrays`` has memory of its own, freshly
-        allocated by the compiled code: an ``allocated`` pointer that is not NULL, not
-        MLIR's mark of a global, and no argument's or other result's. Else return what
-        the Python path's reader makes of the results (which finds each result's owner,
-        and copies a tensor sharing memory)."""
-        b = self.builder
-        seen = list(self.arg_allocated)
-        shared: ir.Value = ir.Constant(ir.IntType(1), 0)
-        for field, t in arrays:
-            allocated = b.ptrtoint(b.load(self.descriptor_field(field, t.rank, ALLOCATED)),
-                                   _i64)
-            for value in [ir.Constant(_i64, 0), ir.Constant(_i64, GLOBAL_MEMREF_MARKER),
-                          *seen]:
-                shared = b.or_(shared, b.icmp_unsigned("==", allocated, value))
-            seen.append(allocated)
-        with b.if_then(shared, likely=False):
-            self.leave(self.read_results_in_python(results))
-
-    def read_results_in_python(self, results: ir.Value) -> ir.Value:
-        """``python_path.read_results(address of results, *args)`` (see
-        :meth:`pymlirjit.function._PythonCall.read_results`)."""
-        b = self.builder
-        python_path = self.python_path(self.self_obj)
-        name = self.cstring("read_results")
-        method = b.call(self.api["PyObject_GetAttrString"], [python_path, name])
-        self.return_if_null(method, "reader_found")
-        count = len(self.abi.signature.params)
-        argv = b.alloca(_ptr, count + 1)
-        address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(results, _i64)])
-        with b.if_then(self.is_null(address), likely=False):
-            b.call(self.api["Py_DecRef"], [method])
-            self.leave(ir.Constant(_ptr, None))
-        b.store(address, argv)
-        for i in range(count):
-            b.store(b.load(b.gep(self.args, [ir.Constant(_i64, i)])),
-                    b.gep(argv, [ir.Constant(_i64, i + 1)]))
-        value = b.call(self.api[_POSITIONAL_CALL],
-                       [method, argv, ir.Constant(_i64, count + 1), ir.Constant(_ptr, None)])
-        b.call(self.api["Py_DecRef"], [address])
-        b.call(self.api["Py_DecRef"], [method])
-        return value
-
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         if t is None:
             none = self.pointer(None)
@@ -574,28 +431,3 @@ class _EntryBuilder(_FunctionBuilder):
         result = self.abi.signature.results[0]
         return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
 
-
-_OWNER_DESTRUCTOR = "pymlirjit_free_owner"
-
-
-def _owner_destructor(unit: _Unit) -> ir.Function:
-    """The unit's capsule destructor for memory its entries' arrays own (see
-    :meth:`_EntryBuilder.owned_array`): ``free`` the capsule's pointer, then release its
-    context, the owner of this very code, by a ``musttail`` call (a jump: nothing runs
-    here after it). ``free`` resolves as the compiled code's ``malloc`` does: through
-    the process's symbols in this process (as :func:`pymlirjit.ffi.free`, which the
-    Python path frees with), through the same dynamic linking in a shared library."""
-    existing = unit.module.globals.get(_OWNER_DESTRUCTOR)
-    if isinstance(existing, ir.Function):
-        return existing
-    function = ir.Function(unit.module, ir.FunctionType(ir.VoidType(), [_ptr]),
-                           _OWNER_DESTRUCTOR)
-    function.linkage = "internal"
-    b = ir.IRBuilder(function.append_basic_block("entry"))
-    capsule = function.args[0]
-    memory = b.call(unit.api["PyCapsule_GetPointer"], [capsule, ir.Constant(_ptr, None)])
-    context = b.call(unit.api["PyCapsule_GetContext"], [capsule])
-    b.call(unit.libc["free"], [memory])
-    b.call(unit.api["Py_DecRef"], [context], tail="musttail")
-    b.ret_void()
-    return function
