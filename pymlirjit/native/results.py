@@ -47,6 +47,29 @@ class _ResultsBuilder(_FunctionBuilder):
         return self.builder.load(self.builder.bitcast(self.builder.gep(self_obj, [offset]),
                                                       _ptr.as_pointer()))
 
+    def box_scalar_results(self, results: ir.Value) -> ir.Value:
+        """A new tuple of the scalar results the callee wrote to ``results`` (laid out
+        as the ABI's ``result_struct``), or NULL with an exception set."""
+        b = self.builder
+        types = self.abi.boundary.results
+        items = b.call(self.api["PyTuple_New"], [ir.Constant(_i64, len(types))])
+        self.return_if_null(items, "tuple_made")
+        for i, t in enumerate(types):
+            assert isinstance(t, ScalarType)
+            offset = getattr(self.abi.result_struct, f"r{i}").offset
+            field = b.bitcast(b.gep(results, [ir.Constant(_i64, offset)]),
+                              _llvm_type(t).as_pointer())
+            item = self.box_scalar(b.load(field), t, t.kind == "bool")
+            failed = self.function.append_basic_block(f"item{i}_failed")
+            ok = self.function.append_basic_block(f"item{i}")
+            b.cbranch(self.is_null(item), failed, ok)
+            b.position_at_end(failed)
+            b.call(self.api["Py_DecRef"], [items])
+            self.leave(ir.Constant(_ptr, None))
+            b.position_at_end(ok)
+            b.call(self.api["PyTuple_SetItem"], [items, ir.Constant(_i64, i), item])  # steals
+        return items
+
     def box_results(self, results: ir.Value) -> ir.Value:
         """The results the callee wrote to ``results`` (laid out as the ABI's
         ``result_struct``): one value, or a new tuple of several; NULL with an exception
@@ -56,12 +79,13 @@ class _ResultsBuilder(_FunctionBuilder):
         path's reader instead (:meth:`read_results_in_python`), for all results."""
         b = self.builder
         types = self.abi.boundary.results
+        if all(isinstance(t, ScalarType) for t in types):
+            return self.box_scalar_results(results)
         fields = [b.gep(results, [ir.Constant(_i64, getattr(self.abi.result_struct,
                                                             f"r{i}").offset)])
                   for i in range(len(types))]
         arrays = [(field, t) for field, t in zip(fields, types) if not isinstance(t, ScalarType)]
-        if arrays:
-            self.read_results_in_python_unless_fresh(results, arrays)
+        self.read_results_in_python_unless_fresh(results, arrays)
         items = []
         for field, t in zip(fields, types):
             if isinstance(t, ScalarType):
