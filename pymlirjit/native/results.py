@@ -121,33 +121,33 @@ class _ResultsBuilder(_FunctionBuilder):
         NULL with an exception set (the memory freed) if it cannot be made.
 
         The destructor is this code's: the capsule's context holds a reference to what
-        owns the code (``python_path.native_code``), which the destructor releases last,
-        by a tail call, so that it never returns into code that releasing may free."""
+        owns the code, the function's Python path (its ``native_code``; so an array
+        keeps its function's code and engine alive until collected), which the
+        destructor releases last, by a tail call, so that it never returns into code
+        that releasing may free. (The Python path is at hand in the called object: no
+        attribute lookup per call.)"""
         b = self.builder
         allocated = b.load(self.descriptor_field(descriptor, t.rank, ALLOCATED))
         destructor = b.bitcast(_owner_destructor(self.unit), _ptr)
         capsule = b.call(self.api["PyCapsule_New"],
                          [allocated, ir.Constant(_ptr, None), destructor])
-        with b.if_then(self.is_null(capsule), likely=False):
-            b.call(self.libc["free"], [allocated])
-        code = b.call(self.api["PyObject_GetAttrString"],
-                      [self.python_path(self.self_obj), self.cstring("native_code")])
-        with b.if_then(b.and_(self.is_null(code), b.not_(self.is_null(capsule))),
-                       likely=False):
-            b.call(self.api["Py_DecRef"], [capsule])  # frees the memory
-        failed = b.or_(self.is_null(capsule), self.is_null(code))
+        failed = self.function.append_basic_block("owner_failed")
         made = self.function.append_basic_block("owner_made")
-        before = b.block
         done = self.function.append_basic_block("owned_array")
-        b.cbranch(failed, done, made)
+        b.cbranch(self.is_null(capsule), failed, made)
+        b.position_at_end(failed)
+        b.call(self.libc["free"], [allocated])  # no array will own it
+        b.branch(done)
         b.position_at_end(made)
+        code = self.python_path(self.self_obj)
+        b.call(self.api["Py_IncRef"], [code])
         b.call(self.api["PyCapsule_SetContext"], [capsule, code])  # the capsule's now
         array = self.array_of_descriptor(descriptor, t, capsule)
         made_end = b.block
         b.branch(done)
         b.position_at_end(done)
         result = b.phi(_ptr)
-        result.add_incoming(ir.Constant(_ptr, None), before)
+        result.add_incoming(ir.Constant(_ptr, None), failed)
         result.add_incoming(array, made_end)
         return result
 
