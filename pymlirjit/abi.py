@@ -152,21 +152,35 @@ def _plain_scalar(t: Type) -> bool:
 
 def native_kernel_supported(signature: Signature) -> bool:
     """Whether a native kernel entry (:mod:`pymlirjit.native`) can serve this function:
-    bool/int/f32/f64 and ranked memref or tensor parameters; bool/int/f32/f64 results
-    (several as a tuple)."""
-    params_ok = all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
-                    for t in signature.param_types)
-    return params_ok and all(_plain_scalar(t) for t in signature.results)
+    bool/int/f32/f64 and ranked memref or tensor parameters; bool/int/f32/f64 and ranked
+    memref or tensor results (several as a tuple)."""
+    return all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
+               for t in (*signature.param_types, *signature.results))
 
 
 def native_callback_supported(signature: Signature) -> bool:
     """Whether a native trampoline (:mod:`pymlirjit.native`) can serve this callback:
-    bool/int/f16/bf16/f32/f64/complex and ranked memref parameters; no result or one
-    bool/int/f32/f64 result."""
+    bool/int/f16/bf16/f32/f64/complex and ranked or unranked memref parameters; no
+    result or one bool/int/f16/bf16/f32/f64 result, or a ranked memref whose layout has no static
+    stride (a callback's array result is copied to fresh contiguous memory)."""
     results = signature.results
-    return (all(_plain_scalar(t) or isinstance(t, MemRefType) or _boxed_natively(t)
-                for t in signature.param_types)
-            and (not results or (len(results) == 1 and _plain_scalar(results[0]))))
+    return (all(_plain_scalar(t) or isinstance(t, (MemRefType, UnrankedMemRefType))
+                or _boxed_natively(t) for t in signature.param_types)
+            and (not results or (len(results) == 1 and (_plain_scalar(results[0])
+                                                         or _rounded_natively(results[0])
+                                                         or _copied_natively(results[0])))))
+
+
+def _rounded_natively(t: Type) -> bool:
+    """A callback result a trampoline rounds to its bits itself: f16, bf16."""
+    return isinstance(t, ScalarType) and t.mlir in ("f16", "bf16")
+
+
+def _copied_natively(t: Type) -> bool:
+    """A callback result a trampoline copies to fresh memory: a ranked memref whose
+    layout has no static stride (see :func:`pymlirjit.memref.result_array`)."""
+    return isinstance(t, MemRefType) and (t.strides is None
+                                          or all(s is None for s in t.strides))
 
 
 def _boxed_natively(t: Type) -> bool:

@@ -39,6 +39,7 @@ from .memref import (
     array_from_unranked,
     descriptor_type,
     fill_descriptor_with_copy,
+    result_array,
 )
 from .signature import Signature, as_signature
 from .sourcelines import located_type_error
@@ -274,6 +275,8 @@ class TrampolineHelpers:
         if t is None:
             raise TypeError(f"callback {self.name!r} is declared to return nothing, "
                             f"but returned {type(value).__name__}")
+        if isinstance(t, MemRefType):  # an array the trampoline copies
+            return result_array(value, t, f"callback {self.name!r}: result #0")
         assert isinstance(t, ScalarType)
         return to_python_scalar(t, value, f"callback {self.name!r}: result #0")
 

@@ -308,9 +308,26 @@ class _PythonCall:
             if not self.unmarshal:
                 return None
             return self.from_boundary(result)
+        return self._read(struct, owners)
+
+    def _read(self, struct: Any, owners: dict[int, object]) -> Any:
         values = tuple(read(getattr(struct, f"r{i}"), owners)
                        for i, read in enumerate(self.unmarshal))
         return values[0] if len(values) == 1 else values
+
+    def read_results(self, address: int, *args: Any) -> Any:
+        """The results a native entry's call of the function with ``args`` (accepted
+        as they are: see :meth:`pymlirjit.native.NativeBatch.add_kernel_entry`) wrote to
+        the result struct at ``address``, read as this path reads its own: the entry
+        asks for it when a memref or tensor result's memory is not a fresh allocation
+        of its own (it aliases an argument, another result or a global)."""
+        owners: dict[int, object] = {GLOBAL_MEMREF_MARKER: self.engine}
+        for param, value in zip(self.signature.params, args):
+            t = param.type
+            if isinstance(t, (MemRefType, TensorType)):
+                offset = t.offset or 0 if isinstance(t, MemRefType) else 0
+                owners.setdefault(value.ctypes.data - offset * value.itemsize, value)
+        return self._read(self.abi.result_struct.from_address(address), owners)
 
 
 Marshaller = Callable[[Any, list[Any], list[Any], dict[int, object]], None]

@@ -244,6 +244,17 @@ def _describe(array: np.ndarray[Any, Any], strides: tuple[int, ...], static_offs
     return descriptor
 
 
+def result_array(value: Any, memref: MemRefType, what: str) -> np.ndarray[Any, Any]:
+    """``value``, a callback's result for ``memref``, checked (naming ``what`` in the
+    error) and as a C-contiguous array: what :func:`fill_descriptor_with_copy` copies
+    (and what a native trampoline's converter returns)."""
+    array = _check_array(value, memref.element, memref.shape, what, memref.mlir)
+    if memref.strides is not None and any(s is not None for s in memref.strides):
+        raise ValueError(f"{what}: cannot return an array for {memref.mlir}, whose layout has "
+                         f"static strides")
+    return np.ascontiguousarray(array)
+
+
 def fill_descriptor_with_copy(descriptor: Any, value: Any, memref: MemRefType,
                               what: str) -> None:
     """Copy ``value`` into fresh ``malloc`` memory and describe it in ``descriptor``.
@@ -252,10 +263,7 @@ def fill_descriptor_with_copy(descriptor: Any, value: Any, memref: MemRefType,
     The layout is row-major contiguous, which fits the identity layout and any strided
     layout with dynamic strides.
     """
-    array = _check_array(value, memref.element, memref.shape, what, memref.mlir)
-    if memref.strides is not None and any(s is not None for s in memref.strides):
-        raise ValueError(f"{what}: cannot return an array for {memref.mlir}, whose layout has "
-                         f"static strides")
+    array = result_array(value, memref, what)
     nbytes = max(array.nbytes, 1)
     address = ffi.malloc(nbytes)
     if not address:

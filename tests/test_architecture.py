@@ -17,7 +17,7 @@ FLOORS: list[set[str]] = [
     {"typing", "signature", "pipeline", "optimize", "convert", "memref", "abi", "relocation",
      "privatefiles", "llvmir", "sourcelines"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
-     "native.trampoline"},
+     "native.halffloat", "native.results", "native.trampoline"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
     {"cache"},
     {"callbacks", "function", "prepare", "module"},

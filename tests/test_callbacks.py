@@ -221,11 +221,13 @@ def test_wrong_array_result_raises(session: Session) -> None:
         module.run()
 
 
-# Each shape of ctypes entry (f16 keeps the trampolines out): a result returned, written
-# through the result pointer, or none; returned right, then wrong.
+# Each shape of ctypes entry: a result returned (an f8 result keeps the trampolines
+# out: 3 * 2**-9 has the bits 3), written through the result pointer, or none; returned
+# right, then wrong.
 CTYPES_ENTRY_SHAPES = {
-    "returned": ("(f16) -> f16", "%r = call @cb(%h) : (f16) -> f16\n  %x = arith.extf %r : "
-                 "f16 to f64", lambda h: h * 2, "text", TypeError, "result #0"),
+    "returned": ("(f16) -> f8E4M3FN", "%r = call @cb(%h) : (f16) -> f8E4M3FN\n  %b = "
+                 "arith.bitcast %r : f8E4M3FN to i8\n  %x = arith.uitofp %b : i8 to f64",
+                 lambda h: 3 * 2.0**-9, "text", TypeError, "result #0"),
     "via_pointer": ("(f16) -> (f64, f64)", "%a, %b = call @cb(%h) : (f16) -> (f64, f64)\n"
                     "  %x = arith.addf %a, %b : f64", lambda h: (float(h), float(h)),
                     (1.0, 2.0, 3.0), TypeError, "must return a tuple of 2 values"),
@@ -414,10 +416,14 @@ def run_python(code: str) -> str:
     return done.stdout
 
 
-# Callbacks of the shapes that first needed a ctypes entry (memref results and unranked
-# memrefs still do; complex and f16 parameters now have trampolines), each raising,
-# followed in the kernel by a memref store and a later callback that must never run.
+# Callbacks of the shapes that first needed a ctypes entry (f8 results still do; memref
+# results, unranked memrefs, complex and f16 parameters now have trampolines), each
+# raising, followed in the kernel by a memref store and a later callback that must
+# never run.
 CTYPES_ENTRY_KINDS = {
+    "f8_result": ("def bad(h: f16) -> f8E4M3FN", "f16", "%h", "f8E4M3FN",
+                  "%b = arith.bitcast %r : f8E4M3FN to i8\n"
+                  "          %x = arith.uitofp %b : i8 to f64"),
     "memref_result": ("def bad(n: index) -> MemRef[f64, None]", "index", "%n",
                       "memref<?xf64>", "%x = memref.load %r[%c0i] : memref<?xf64>"),
     "complex_param": ("def bad(z: complex128) -> f64", "complex<f64>", "%z", "f64",
@@ -435,7 +441,7 @@ def test_a_failing_ctypes_entry_callback_stops_its_kernel(kind: str) -> None:
     stdout = run_python(f"""
         import numpy as np
         from pymlirjit import MemRef, Session, UnrankedMemRef, callback, f16, f64, index
-        from pymlirjit import complex128
+        from pymlirjit import complex128, f8E4M3FN
 
         session = Session()
         later = []

@@ -24,6 +24,8 @@ KERNEL_SIGNATURES = [
     "(f32) -> f32",
     "() -> i64",
     "(f64, i32) -> (f64, i1, i32, f32)",
+    "(memref<?xf64>, f64) -> (memref<?x3xf32>, tensor<2xi64>, i32)",
+    "(tensor<4xf64>) -> tensor<4xf64>",
 ]
 CALLBACK_SIGNATURES = [
     "(f64, f32, i64, i1) -> f64",
@@ -32,6 +34,9 @@ CALLBACK_SIGNATURES = [
     "(f32) -> f32",
     "() -> i64",
     "(complex<f64>, f16, bf16, complex<f32>) -> f64",
+    "(memref<*xf32>, index) -> memref<?x?xf64>",
+    "(f64) -> f16",
+    "(f32) -> bf16",
 ]
 
 

@@ -6,7 +6,10 @@ it directly, as it calls a builtin function). It unboxes exact ``float``/``int``
 arguments, numpy scalars of the exactly convertible types (``np.float64``/``np.float32``,
 ``np.int8``..``np.uint64``, ``np.bool_``) and exact ``numpy.ndarray`` arguments straight
 from their object layout, releases the GIL (as the function's policy says), calls the
-C-ABI entry point and boxes the scalar result (several as a tuple). Anything it does not
+C-ABI entry point and boxes the results (several as a tuple): scalars, and memref or
+tensor results as numpy arrays; an array the compiled code allocated owns that memory
+(a capsule whose destructor frees it: ``results._ResultsBuilder.owned_array``),
+any other result memory is read by the Python path's reader. Anything it does not
 recognise at once (another numpy scalar, a wrong dtype,
 a non-contiguous array for an identity layout, keyword arguments, an error) is handed,
 untouched, to the Python implementation (the object's "Python path"), which converts it
@@ -16,11 +19,12 @@ own.
 
 :meth:`NativeBatch.add_callback_trampoline` builds the other direction: a C function with
 a callback's exact ABI that takes the GIL (unless the kernel call kept it), boxes the
-arguments (complex pairs and f16/bf16 bits as Python numbers; memrefs as numpy arrays
-made with ``PyArray_NewFromDescr``, aliasing the descriptor's memory), calls the Python
-function with vectorcall and unboxes an exact result; any other result goes through a
-Python converter, and any exception is handed to Python to be recorded for the kernel
-call.
+arguments (complex pairs and f16/bf16 bits as Python numbers; ranked and unranked
+memrefs as numpy arrays made with ``PyArray_NewFromDescr``, aliasing the descriptor's
+memory), calls the Python function with vectorcall and unboxes an exact result (f16/bf16
+rounded to their bits as numpy rounds; a C-contiguous array copied to fresh ``malloc``
+memory for a memref result); any other result goes through a Python converter, and any
+exception is handed to Python to be recorded for the kernel call.
 
 A module with callbacks gives each kernel call a record (see :mod:`pymlirjit.callframe`):
 the entry keeps it on its C stack and points a pthread key at it, and trampolines read it
@@ -41,9 +45,10 @@ before any code is generated: a mismatch raises instead of generating wrong code
 The modules: :mod:`~pymlirjit.native.batch` (the llvmlite JIT and :class:`NativeBatch`),
 :mod:`~pymlirjit.native.builder` (what every generated function shares),
 :mod:`~pymlirjit.native.entry` (Python -> C ABI: kernel entries),
+:mod:`~pymlirjit.native.results` (the results entries box),
 :mod:`~pymlirjit.native.guard` (guards: a call record for calls through raw addresses) and
 :mod:`~pymlirjit.native.trampoline` (C ABI -> Python: trampolines, ctypes wrappers,
-forwarders).
+forwarders) with :mod:`~pymlirjit.native.halffloat` (f16/bf16 without libcalls).
 """
 
 from .batch import NativeBatch

@@ -14,9 +14,16 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
-from ..memref import descriptor_type
-from ..relocation import FRAME_KEY, SLOT_PREFIX, name_of
-from ..types import ScalarType
+from ..memref import ALIGNED, OFFSET, SIZES, STRIDES, descriptor_type
+from ..relocation import (
+    ARRAY_FROM_DESCR,
+    FRAME_KEY,
+    SLOT_PREFIX,
+    array_from_descr,
+    dtype_slot,
+    name_of,
+)
+from ..types import MemRefType, ScalarType, TensorType
 
 # The object fields generated code reads, as byte offsets: CPython's PyObject header and
 # numpy's PyArrayObject_fields, both public ABI on 64-bit CPython 3.10-3.13 (not the
@@ -27,6 +34,7 @@ ARRAY_DATA = 16  # PyArrayObject.data (char *)
 ARRAY_ND = 24  # PyArrayObject.nd (int)
 ARRAY_DIMENSIONS = 32  # PyArrayObject.dimensions (npy_intp *)
 ARRAY_STRIDES = 40  # PyArrayObject.strides (npy_intp *, in bytes)
+ARRAY_BASE = 48  # PyArrayObject.base (PyObject *, owned)
 ARRAY_DESCR = 56  # PyArrayObject.descr (PyArray_Descr *)
 ARRAY_FLAGS = 64  # PyArrayObject.flags (int)
 SCALAR_VALUE = 16  # a numpy scalar's value (obval, after the PyObject header)
@@ -38,7 +46,8 @@ NPY_WRITEABLE = 0x0400
 OBJECT_OFFSETS: Mapping[str, int] = {
     "PyObject.ob_type": OB_TYPE, "PyArrayObject.data": ARRAY_DATA,
     "PyArrayObject.nd": ARRAY_ND, "PyArrayObject.dimensions": ARRAY_DIMENSIONS,
-    "PyArrayObject.strides": ARRAY_STRIDES, "PyArrayObject.descr": ARRAY_DESCR,
+    "PyArrayObject.strides": ARRAY_STRIDES, "PyArrayObject.base": ARRAY_BASE,
+    "PyArrayObject.descr": ARRAY_DESCR,
     "PyArrayObject.flags": ARRAY_FLAGS, "numpy scalar.obval": SCALAR_VALUE,
 }
 ARRAY_FLAGS_BY_NAME: Mapping[str, int] = {
@@ -75,6 +84,9 @@ def layout_mismatches(offsets: Mapping[str, int] = OBJECT_OFFSETS,
                read(array, "PyArrayObject.nd", ctypes.c_int), array.ndim)
         expect(f"PyArrayObject.descr at {offsets['PyArrayObject.descr']} of {what}",
                read(array, "PyArrayObject.descr", ctypes.c_void_p), id(array.dtype))
+        expect(f"PyArrayObject.base at {offsets['PyArrayObject.base']} of {what}",
+               read(array, "PyArrayObject.base", ctypes.c_void_p),
+               0 if array.base is None else id(array.base))
         raw = read(array, "PyArrayObject.flags", ctypes.c_int)
         expect(f"PyArrayObject.flags at {offsets['PyArrayObject.flags']} of {what}",
                raw, array.flags.num)
@@ -142,6 +154,11 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyTuple_New": ir.FunctionType(_ptr, [_i64]),
     "PyTuple_SetItem": ir.FunctionType(_i32, [_ptr, _i64, _ptr]),
     "PyTuple_GetItem": ir.FunctionType(_ptr, [_ptr, _i64]),
+    "PyObject_GetAttrString": ir.FunctionType(_ptr, [_ptr, _ptr]),
+    "PyCapsule_New": ir.FunctionType(_ptr, [_ptr, _ptr, _ptr]),
+    "PyCapsule_GetPointer": ir.FunctionType(_ptr, [_ptr, _ptr]),
+    "PyCapsule_GetContext": ir.FunctionType(_ptr, [_ptr]),
+    "PyCapsule_SetContext": ir.FunctionType(_i32, [_ptr, _ptr]),
     "Py_IncRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "Py_DecRef": ir.FunctionType(ir.VoidType(), [_ptr]),
     "PyGILState_Ensure": ir.FunctionType(_i32, []),
@@ -150,6 +167,7 @@ _C_API: dict[str, ir.FunctionType] = {
     "PyErr_NormalizeException": ir.FunctionType(ir.VoidType(), [_ptr.as_pointer()] * 3),
     "PyException_SetTraceback": ir.FunctionType(_i32, [_ptr, _ptr]),
     "PyErr_Clear": ir.FunctionType(ir.VoidType(), []),
+    "PyErr_NoMemory": ir.FunctionType(_ptr, []),
 }
 
 # Calls without keywords: PyObject_Vectorcall(callable, args, nargs, NULL), or, where
@@ -166,6 +184,9 @@ _LIBC: dict[str, ir.FunctionType] = {
     "longjmp": ir.FunctionType(ir.VoidType(), [_ptr, _i32]),
     "pthread_getspecific": ir.FunctionType(_ptr, [_i32]),
     "pthread_setspecific": ir.FunctionType(_i32, [_i32, _ptr]),
+    "free": ir.FunctionType(ir.VoidType(), [_ptr]),
+    "malloc": ir.FunctionType(_ptr, [_i64]),
+    "memcpy": ir.FunctionType(_ptr, [_ptr, _ptr, _i64]),
 }
 _JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
 
@@ -307,6 +328,18 @@ class _FunctionBuilder:
         b.call(self.libc["pthread_setspecific"], [key, b.bitcast(record, _ptr)])
         return record, previous, jump_buffer, key
 
+    def cstring(self, text: str) -> ir.Value:
+        """A pointer to a constant NUL-terminated copy of ``text`` (ASCII)."""
+        data = bytearray(text.encode("ascii") + b"\0")
+        name = f"pymlirjit_str_{text}"
+        variable = self.module.globals.get(name)
+        if variable is None:
+            variable = ir.GlobalVariable(self.module, ir.ArrayType(_i8, len(data)), name)
+            variable.initializer = ir.Constant(ir.ArrayType(_i8, len(data)), data)
+            variable.global_constant = True
+            variable.linkage = "internal"
+        return self.builder.bitcast(variable, _ptr)
+
     def is_null(self, value: ir.Value) -> ir.Value:
         return self.builder.icmp_unsigned("==", self.builder.ptrtoint(value, _i64),
                                           ir.Constant(_i64, 0))
@@ -319,6 +352,66 @@ class _FunctionBuilder:
             b.store(arg, b.gep(argv, [ir.Constant(_i64, i)]))
         return b.call(self.api[_POSITIONAL_CALL],
                       [function, argv, ir.Constant(_i64, len(args)), ir.Constant(_ptr, None)])
+
+    def descriptor_field(self, descriptor: ir.Value, rank: int, index: int) -> ir.Value:
+        """A pointer to field ``index`` (:data:`~pymlirjit.memref.ALIGNED`, ...) of the
+        ranked descriptor at ``descriptor`` (an ``i8*``)."""
+        b = self.builder
+        typed = b.bitcast(descriptor, descriptor_struct(rank).as_pointer())
+        return b.gep(typed, [ir.Constant(_i32, 0), ir.Constant(_i32, index)])
+
+    def new_array(self, descr: ir.Value, rank: int | ir.Value, sizes: ir.Value,
+                  byte_strides: ir.Value, data: ir.Value, flags: int) -> ir.Value:
+        """``PyArray_NewFromDescr(ndarray, descr, ...)``: a new reference, or NULL with an
+        exception set. It steals ``descr`` (also when it fails)."""
+        b = self.builder
+        new_type = ir.FunctionType(_ptr, [_ptr, _ptr, _i32, _i64.as_pointer(),
+                                          _i64.as_pointer(), _ptr, _i32, _ptr])
+        new = b.inttoptr(self.integer(array_from_descr(), ARRAY_FROM_DESCR),
+                         new_type.as_pointer())
+        nd = ir.Constant(_i32, rank) if isinstance(rank, int) else rank
+        return b.call(new, [self.pointer(np.ndarray), descr, nd, sizes,
+                            byte_strides, data, ir.Constant(_i32, flags),
+                            ir.Constant(_ptr, None)])
+
+    def array_of_descriptor(self, descriptor: ir.Value, t: MemRefType | TensorType,
+                            owner: ir.Value | None = None) -> ir.Value:
+        """A new writable numpy array viewing what the ranked descriptor at
+        ``descriptor`` (an ``i8*``) describes, or NULL with an exception set. ``owner``
+        (a new reference, or none) becomes the array's base, the object keeping its
+        memory alive (as ``PyArray_SetBaseObject`` makes it); it is released if the
+        array cannot be made."""
+        b = self.builder
+        rank = t.rank
+        dtype = t.element.dtype
+        itemsize = dtype.itemsize
+        aligned = b.ptrtoint(b.load(self.descriptor_field(descriptor, rank, ALIGNED)), _i64)
+        offset = b.load(self.descriptor_field(descriptor, rank, OFFSET))
+        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
+        sizes: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        byte_strides: ir.Value = ir.Constant(_i64.as_pointer(), None)
+        if rank:
+            sizes = b.gep(self.descriptor_field(descriptor, rank, SIZES),
+                          [ir.Constant(_i32, 0), ir.Constant(_i32, 0)])
+            strides = self.descriptor_field(descriptor, rank, STRIDES)
+            byte_strides = b.alloca(_i64, rank)
+            for axis in range(rank):
+                stride = b.load(b.gep(strides, [ir.Constant(_i32, 0), ir.Constant(_i32, axis)]))
+                b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
+                        b.gep(byte_strides, [ir.Constant(_i64, axis)]))
+        descr = self.pointer(dtype, dtype_slot(t.element.mlir))
+        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
+        array = self.new_array(descr, rank, sizes, byte_strides, b.inttoptr(data, _ptr),
+                               NPY_WRITEABLE | NPY_ALIGNED)
+        if owner is not None:
+            with b.if_else(self.is_null(array)) as (no_array, has_array):
+                with no_array:
+                    b.call(self.api["Py_DecRef"], [owner])
+                with has_array:
+                    base = b.bitcast(b.gep(array, [ir.Constant(_i64, ARRAY_BASE)]),
+                                     _ptr.as_pointer())
+                    b.store(owner, base)
+        return array
 
     def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
         """A new reference to the Python float/int/bool holding ``value``."""

@@ -19,7 +19,7 @@ from ..relocation import (
     dtype_slot,
 )
 from ..types import MemRefType, ScalarType, TensorType
-from ..vectorcall import IN_FLIGHT_OFFSET, PYTHON_PATH_OFFSET
+from ..vectorcall import IN_FLIGHT_OFFSET
 from .builder import (
     _POSITIONAL_CALL,
     ARRAY_DATA,
@@ -34,7 +34,6 @@ from .builder import (
     SCALAR_VALUE,
     _double,
     _float,
-    _FunctionBuilder,
     _i8,
     _i32,
     _i64,
@@ -43,6 +42,7 @@ from .builder import (
     _Unit,
     descriptor_struct,
 )
+from .results import _ResultsBuilder
 
 # The numpy integer scalar types entries unbox (others, such as np.longlong, go to the
 # Python path).
@@ -50,7 +50,7 @@ _NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8,
                                          np.uint32, np.uint16, np.uint8)
 
 
-class _EntryBuilder(_FunctionBuilder):
+class _EntryBuilder(_ResultsBuilder):
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
@@ -65,6 +65,9 @@ class _EntryBuilder(_FunctionBuilder):
         self.target = target
         self.calls = calls
         self.in_flight: ir.Value = None  # -> the counter of calls in flight (count_in)
+        self.arg_allocated = []
+        self.self_obj = None
+        self.args = None
 
     def check(self, condition: ir.Value, label: str) -> None:
         """Continue if ``condition`` holds, else hand the call to the Python path."""
@@ -98,17 +101,6 @@ class _EntryBuilder(_FunctionBuilder):
         result.add_incoming(ir.Constant(_ptr, None), before)
         result.add_incoming(state, save)
         return result
-
-    def return_if_null(self, obj: ir.Value, label: str) -> None:
-        """Return NULL (an exception is set) if a C API call returned NULL."""
-        b = self.builder
-        failed = self.function.append_basic_block(f"{label}_failed")
-        ok = self.function.append_basic_block(label)
-        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, 0)),
-                  failed, ok)
-        b.position_at_end(failed)
-        self.leave(obj)
-        b.position_at_end(ok)
 
     def count_in(self, self_obj: ir.Value) -> None:
         """Count this call in flight (see pymlirjit.vectorcall): while any call is, the
@@ -265,7 +257,9 @@ class _EntryBuilder(_FunctionBuilder):
         strides = b.bitcast(self.field(obj, ARRAY_STRIDES, _ptr), _i64.as_pointer())
         static_offset = 0 if isinstance(t, TensorType) else (t.offset or 0)
         descriptor = b.alloca(descriptor_struct(rank))
-        aligned = b.inttoptr(b.sub(data, ir.Constant(_i64, static_offset * itemsize)), _ptr)
+        allocated = b.sub(data, ir.Constant(_i64, static_offset * itemsize))
+        self.arg_allocated.append(allocated)
+        aligned = b.inttoptr(allocated, _ptr)
         zero = ir.Constant(_i32, 0)
         b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALLOCATED)]))
         b.store(aligned, b.gep(descriptor, [zero, ir.Constant(_i32, ALIGNED)]))
@@ -294,6 +288,7 @@ class _EntryBuilder(_FunctionBuilder):
     def build(self) -> None:
         b = self.builder
         self_obj, args, nargsf, kwnames = self.function.args
+        self.self_obj, self.args = self_obj, args
         # First, before any check: a call handed to the Python path runs in this code too
         # (it returns here), and must keep it alive as much as a native call.
         self.count_in(self_obj)
@@ -364,12 +359,6 @@ class _EntryBuilder(_FunctionBuilder):
         b.position_at_end(fallback)
         self.hand_to_python(self.python_path(self_obj), args, nargs, kwnames)
 
-    def python_path(self, self_obj: ir.Value) -> ir.Value:
-        """What the entry hands the calls it does not take (see pymlirjit.vectorcall)."""
-        offset = ir.Constant(_i64, PYTHON_PATH_OFFSET)
-        return self.builder.load(self.builder.bitcast(self.builder.gep(self_obj, [offset]),
-                                                      _ptr.as_pointer()))
-
     def hand_to_python(self, python_path: ir.Value, args: ir.Value, nargs: ir.Value,
                        kwnames: ir.Value) -> None:
         """Return ``python_path(*args, **keywords)``: the keyword values follow the
@@ -434,29 +423,6 @@ class _EntryBuilder(_FunctionBuilder):
             self.return_if_null(done, "finished")  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
 
-    def box_results(self, results: ir.Value) -> ir.Value:
-        """A new tuple of the results the callee wrote to ``results`` (laid out as
-        the ABI's ``result_struct``), or NULL with an exception set."""
-        b = self.builder
-        types = self.abi.boundary.results
-        items = b.call(self.api["PyTuple_New"], [ir.Constant(_i64, len(types))])
-        self.return_if_null(items, "tuple_made")
-        for i, t in enumerate(types):
-            assert isinstance(t, ScalarType)
-            offset = getattr(self.abi.result_struct, f"r{i}").offset
-            field = b.bitcast(b.gep(results, [ir.Constant(_i64, offset)]),
-                              _llvm_type(t).as_pointer())
-            item = self.box_scalar(b.load(field), t, t.kind == "bool")
-            failed = self.function.append_basic_block(f"item{i}_failed")
-            ok = self.function.append_basic_block(f"item{i}")
-            b.cbranch(self.is_null(item), failed, ok)
-            b.position_at_end(failed)
-            b.call(self.api["Py_DecRef"], [items])
-            self.leave(ir.Constant(_ptr, None))
-            b.position_at_end(ok)
-            b.call(self.api["PyTuple_SetItem"], [items, ir.Constant(_i64, i), item])  # steals
-        return items
-
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:
         if t is None:
             none = self.pointer(None)
@@ -464,3 +430,4 @@ class _EntryBuilder(_FunctionBuilder):
             return none
         result = self.abi.signature.results[0]
         return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
+

@@ -10,18 +10,22 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..callframe import FAILED, HOLDS_GIL
-from ..memref import ALIGNED, OFFSET, SIZES, STRIDES
+from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
-    ARRAY_FROM_DESCR,
     FOREIGN_RECORD,
     FRAME_KEY,
-    array_from_descr,
     callback_slot,
     dtype_slot,
 )
-from ..types import MemRefType, ScalarType
+from ..types import MemRefType, ScalarType, UnrankedMemRefType
 from .builder import (
+    ARRAY_DATA,
+    ARRAY_DESCR,
+    ARRAY_DIMENSIONS,
+    ARRAY_FLAGS,
+    ARRAY_ND,
     NPY_ALIGNED,
+    NPY_C_CONTIGUOUS,
     NPY_WRITEABLE,
     OB_TYPE,
     _boundary_function_type,
@@ -31,13 +35,12 @@ from .builder import (
     _i8,
     _i32,
     _i64,
-    _llvm_type,
     _ptr,
     _Unit,
     _unwind,
     _zero_results,
-    descriptor_struct,
 )
+from .halffloat import _BITS_LAYOUTS, _double_to_bits, _half_to_float
 
 
 def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
@@ -67,11 +70,10 @@ class _TrampolineBuilder(_FunctionBuilder):
 
     def __init__(self, unit: _Unit, name: str, signature: Any, abi: BoundaryABI,
                  function: Any, helpers: Any) -> None:
-        params = [_llvm_type(t) if isinstance(t, ScalarType) else _ptr
-                  for t in abi.boundary.param_types]
-        results = abi.boundary.results
-        self.result_type = _llvm_type(results[0]) if results else ir.VoidType()  # type: ignore[arg-type]
-        super().__init__(unit, name, ir.FunctionType(self.result_type, params))
+        # A memref result is written through a pointer passed first.
+        function_type = _boundary_function_type(abi)
+        self.result_type = function_type.return_type
+        super().__init__(unit, name, function_type)
         self.signature = signature
         self.abi = abi
         self.helpers = helpers
@@ -126,6 +128,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.return_zero()
 
     def return_zero(self) -> None:
+        _zero_results(self.builder, self.abi, self.function.args)
         zero = self.zero()
         if zero is None:
             self.builder.ret_void()
@@ -144,6 +147,8 @@ class _TrampolineBuilder(_FunctionBuilder):
     def box(self, value: ir.Value, t: Any) -> ir.Value:
         if isinstance(t, MemRefType):
             return self.box_memref(value, t)
+        if isinstance(t, UnrankedMemRefType):
+            return self.box_unranked(value, t)
         return self.box_scalar(value, t, t.kind == "bool")
 
     def box_crossing(self, values: list[ir.Value], t: ScalarType) -> ir.Value:
@@ -165,35 +170,119 @@ class _TrampolineBuilder(_FunctionBuilder):
         return self.box(values[0], t)
 
     def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
+        return self.array_of_descriptor(descriptor, t)
+
+    def box_unranked(self, unranked: ir.Value, t: UnrankedMemRefType) -> ir.Value:
+        """A new writable array viewing what the unranked descriptor ``{rank,
+        descriptor*}`` at ``unranked`` describes (NULL with an exception set)."""
+        b = self.builder
+        itemsize = t.element.dtype.itemsize
+        fields = b.bitcast(unranked, _i64.as_pointer())
+        rank = b.load(fields)
+        ranked = b.inttoptr(b.load(b.gep(fields, [ir.Constant(_i64, 1)])), _i64.as_pointer())
+        # {allocated, aligned, offset, sizes[rank], strides[rank]}, all 8 bytes wide.
+        aligned = b.load(b.gep(ranked, [ir.Constant(_i64, ALIGNED)]))
+        offset = b.load(b.gep(ranked, [ir.Constant(_i64, OFFSET)]))
+        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
+        sizes = b.gep(ranked, [ir.Constant(_i64, OFFSET + 1)])
+        strides = b.gep(sizes, [rank])
+        byte_strides = b.alloca(_i64, b.add(rank, ir.Constant(_i64, 1)))
+        start = b.block
+        head = self.function.append_basic_block("unranked_axis")
+        body = self.function.append_basic_block("unranked_stride")
+        done = self.function.append_basic_block("unranked_strides")
+        b.branch(head)
+        b.position_at_end(head)
+        axis = b.phi(_i64)
+        axis.add_incoming(ir.Constant(_i64, 0), start)
+        b.cbranch(b.icmp_signed("<", axis, rank), body, done)
+        b.position_at_end(body)
+        stride = b.load(b.gep(strides, [axis]))
+        b.store(b.mul(stride, ir.Constant(_i64, itemsize)), b.gep(byte_strides, [axis]))
+        axis.add_incoming(b.add(axis, ir.Constant(_i64, 1)), body)
+        b.branch(head)
+        b.position_at_end(done)
+        descr = self.pointer(t.element.dtype, dtype_slot(t.element.mlir))
+        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
+        return self.new_array(descr, b.trunc(rank, _i32), sizes, byte_strides,
+                              b.inttoptr(data, _ptr), NPY_WRITEABLE | NPY_ALIGNED)
+
+    def store_memref_result(self, result: ir.Value, out: ir.Value, t: MemRefType) -> None:
+        """Write to the descriptor at ``out`` a copy of the array ``result`` (a new
+        reference, released here) in fresh ``malloc`` memory, which the compiled code
+        owns (and may ``free``), as ``fill_descriptor_with_copy`` does. Anything but a
+        C-contiguous array of the right dtype, rank and static sizes goes through the
+        Python converter first, which checks it (raising the precise error)."""
         b = self.builder
         rank = t.rank
-        dtype = t.element.dtype
-        itemsize = dtype.itemsize
-        typed = b.bitcast(descriptor, descriptor_struct(rank).as_pointer())
-        zero = ir.Constant(_i32, 0)
-        aligned = b.ptrtoint(b.load(b.gep(typed, [zero, ir.Constant(_i32, ALIGNED)])), _i64)
-        offset = b.load(b.gep(typed, [zero, ir.Constant(_i32, OFFSET)]))
-        data = b.add(aligned, b.mul(offset, ir.Constant(_i64, itemsize)))
-        sizes: ir.Value = ir.Constant(_i64.as_pointer(), None)
-        byte_strides: ir.Value = ir.Constant(_i64.as_pointer(), None)
-        if rank:
-            sizes = b.gep(typed, [zero, ir.Constant(_i32, SIZES), zero])
-            byte_strides = b.alloca(_i64, rank)
-            for axis in range(rank):
-                stride = b.load(b.gep(typed, [zero, ir.Constant(_i32, STRIDES),
-                                              ir.Constant(_i32, axis)]))
-                b.store(b.mul(stride, ir.Constant(_i64, itemsize)),
-                        b.gep(byte_strides, [ir.Constant(_i64, axis)]))
-        descr = self.pointer(dtype, dtype_slot(t.element.mlir))
-        b.call(self.api["Py_IncRef"], [descr])  # PyArray_NewFromDescr steals it
-        new_type = ir.FunctionType(_ptr, [_ptr, _ptr, _i32, _i64.as_pointer(),
-                                          _i64.as_pointer(), _ptr, _i32, _ptr])
-        new = b.inttoptr(self.integer(array_from_descr(), ARRAY_FROM_DESCR),
-                         new_type.as_pointer())
-        return b.call(new, [self.pointer(np.ndarray), descr, ir.Constant(_i32, rank), sizes,
-                            byte_strides, b.inttoptr(data, _ptr),
-                            ir.Constant(_i32, NPY_WRITEABLE | NPY_ALIGNED),
-                            ir.Constant(_ptr, None)])
+        itemsize = t.element.dtype.itemsize
+        exact = self.function.append_basic_block("exact_array")
+        convert = self.function.append_basic_block("convert_array")
+        join = self.function.append_basic_block("array_checked")
+
+        def then_check(condition: ir.Value, label: str) -> None:
+            ok = self.function.append_basic_block(label)
+            b.cbranch(condition, ok, convert)
+            b.position_at_end(ok)
+
+        then_check(b.icmp_unsigned("==", self.type_of(result), self.object_id(np.ndarray)),
+                   "is_array")
+        then_check(b.and_(
+            b.icmp_unsigned("==", self.read_field(result, ARRAY_DESCR, _i64),
+                            self.object_id(t.element.dtype, dtype_slot(t.element.mlir))),
+            b.icmp_signed("==", self.read_field(result, ARRAY_ND, _i32),
+                          ir.Constant(_i32, rank))), "dtype_and_rank")
+        flags = self.read_field(result, ARRAY_FLAGS, _i32)
+        contiguous = b.and_(flags, ir.Constant(_i32, NPY_C_CONTIGUOUS))
+        fits = b.icmp_unsigned("!=", contiguous, ir.Constant(_i32, 0))
+        dims = b.bitcast(self.read_field(result, ARRAY_DIMENSIONS, _ptr), _i64.as_pointer())
+        for axis, size in enumerate(t.shape):
+            if size is not None:
+                actual = b.load(b.gep(dims, [ir.Constant(_i64, axis)]))
+                fits = b.and_(fits, b.icmp_signed("==", actual, ir.Constant(_i64, size)))
+        b.cbranch(fits, exact, convert)
+        b.position_at_end(convert)
+        converted = self.call(self.pointer(self.helpers.convert_result,
+                                           self.slot_of("convert_result")), [result])
+        b.call(self.api["Py_DecRef"], [result])
+        self.branch_on_error(self.is_null(converted), "array_converted")
+        converted_block = b.block
+        b.branch(join)
+        b.position_at_end(exact)
+        b.branch(join)
+        b.position_at_end(join)
+        array = b.phi(_ptr)
+        array.add_incoming(result, exact)
+        array.add_incoming(converted, converted_block)
+        dims = b.bitcast(self.read_field(array, ARRAY_DIMENSIONS, _ptr), _i64.as_pointer())
+        sizes = [b.load(b.gep(dims, [ir.Constant(_i64, axis)])) for axis in range(rank)]
+        nbytes: ir.Value = ir.Constant(_i64, itemsize)
+        for size in sizes:
+            nbytes = b.mul(nbytes, size)
+        one = ir.Constant(_i64, 1)
+        memory = b.call(self.libc["malloc"], [
+            b.select(b.icmp_signed("<", nbytes, one), one, nbytes)])
+        with b.if_then(self.is_null(memory), likely=False):
+            b.call(self.api["Py_DecRef"], [array])
+            b.call(self.api["PyErr_NoMemory"], [])
+            self.record_error_and_leave()
+        b.call(self.libc["memcpy"], [memory, self.read_field(array, ARRAY_DATA, _ptr), nbytes])
+        b.call(self.api["Py_DecRef"], [array])
+        b.store(memory, self.descriptor_field(out, rank, ALLOCATED))
+        b.store(memory, self.descriptor_field(out, rank, ALIGNED))
+        b.store(ir.Constant(_i64, 0), self.descriptor_field(out, rank, OFFSET))
+        stride: ir.Value = one
+        for axis in reversed(range(rank)):
+            index = [ir.Constant(_i32, 0), ir.Constant(_i32, axis)]
+            b.store(sizes[axis], b.gep(self.descriptor_field(out, rank, SIZES), index))
+            b.store(stride, b.gep(self.descriptor_field(out, rank, STRIDES), index))
+            stride = b.mul(stride, b.select(b.icmp_signed("<", sizes[axis], one), one,
+                                            sizes[axis]))
+
+    def read_field(self, obj: ir.Value, offset: int, field_type: ir.Type) -> ir.Value:
+        b = self.builder
+        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_i64, offset)]),
+                                field_type.as_pointer()))
 
     def unbox_result(self, result: ir.Value) -> ir.Value | None:
         """The C value of ``result`` (a new reference, released here)."""
@@ -249,6 +338,8 @@ class _TrampolineBuilder(_FunctionBuilder):
             return None
         if t.kind == "float":
             value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            if t.mlir in _BITS_LAYOUTS:
+                return _double_to_bits(b, value, *_BITS_LAYOUTS[t.mlir])
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
         if t.kind == "bool":
             return b.zext(self.is_one_of(obj, [True, np.True_]), _i8)
@@ -308,6 +399,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
         # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
         args = iter(self.function.args)
+        out = next(args) if self.abi.results_via_pointer else None
         boxed = [self.box(next(args), t) if not isinstance(t, ScalarType)
                  else self.box_crossing([next(args) for _ in t.boundary], t)
                  for t in self.signature.param_types]
@@ -322,7 +414,13 @@ class _TrampolineBuilder(_FunctionBuilder):
         for obj in boxed:
             b.call(self.api["Py_DecRef"], [obj])
         self.branch_on_error(self.is_null(result), "called")
-        self.leave(self.unbox_result(result))
+        results = self.signature.results
+        if results and isinstance(results[0], MemRefType):
+            assert out is not None
+            self.store_memref_result(result, out, results[0])
+            self.leave(None)
+        else:
+            self.leave(self.unbox_result(result))
 
 
 class _CtypesWrapperBuilder(_FunctionBuilder):
@@ -376,23 +474,3 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
             b.ret_void()
         else:
             b.ret(returned)
-
-
-def _half_to_float(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
-    """The f32 of the f16 whose bits are ``bits`` (an i32 holding 16), exactly: no
-    libcall (the generated code is for a generic x86-64, without F16C). Rebias the
-    exponent; infinities and NaNs get the f32 maximum exponent; subnormals are
-    renormalised by an exact float subtraction."""
-    def const(value: int) -> ir.Constant:
-        return ir.Constant(_i32, value)
-
-    shifted = b.shl(b.and_(bits, const(0x7FFF)), const(13))
-    exponent = b.and_(shifted, const(0x7C00 << 13))
-    normal = b.add(shifted, const((127 - 15) << 23))
-    special = b.add(normal, const((128 - 16) << 23))
-    tiny = b.bitcast(b.fsub(b.bitcast(b.add(normal, const(1 << 23)), _float),
-                            b.bitcast(const(113 << 23), _float)), _i32)
-    magnitude = b.select(b.icmp_unsigned("==", exponent, const(0x7C00 << 13)), special,
-                         b.select(b.icmp_unsigned("==", exponent, const(0)), tiny, normal))
-    sign = b.shl(b.and_(bits, const(0x8000)), const(16))
-    return b.bitcast(b.or_(magnitude, sign), _float)
