@@ -224,7 +224,10 @@ class _Rewriter:
         assert self.found is not None  # only functions libmvec has get here
         variants = [(self.found.variant(name, letter, lanes, operands, bits), lanes)
                     for letter, lanes in reversed(self.found.lanes(bits))]
-        if scalar in self.symbols or any(v in self.symbols for v, _ in variants):
+        # The variants must stay declared (see _keep_variants_alive), through a global
+        # of that name: a module with its own keeps libm's calls.
+        if scalar in self.symbols or any(v in self.symbols for v, _ in variants) or (
+                "llvm.compiler.used" in self.symbols):
             return None
         mappings = ",".join(f"_ZGV_LLVM_N{lanes}{'v' * operands}_{scalar}({variant})"
                             for variant, lanes in variants)
@@ -317,7 +320,7 @@ class _Rewriter:
     def _keep_variants_alive(self) -> None:
         """List the variants in ``llvm.compiler.used``: LLVM drops declarations nothing
         calls, and its vectorizer calls only variants the module declares."""
-        if not self.variants or "llvm.compiler.used" in self.symbols:
+        if not self.variants:
             return
         n = len(self.variants)
         lines = [f"llvm.mlir.global appending @llvm.compiler.used() "

@@ -305,3 +305,49 @@ def test_a_fresh_process_loads_cached_code_that_calls_libmvec(
         tmp_path: Path, env: dict[str, str], compiled: str, loaded: str) -> None:
     assert _run_cached(tmp_path, env) == f"{compiled} 0 1"
     assert _run_cached(tmp_path, env) == f"{loaded} 1 0"
+
+
+@needs_libmvec
+@pytest.mark.parametrize("name", ["exp", "tanh", "atan2"])
+def test_ops_on_vectors_of_two_dimensions(name: str) -> None:
+    operands = "%a" if ARITY[name] == 1 else "%a, %a"
+    source = f"""
+    func.func @f(%x: memref<?xf32>, %out: memref<?xf32>) {{
+      %c0 = arith.constant 0 : index
+      %c6 = arith.constant 6 : index
+      %n = memref.dim %x, %c0 : memref<?xf32>
+      scf.for %i = %c0 to %n step %c6 {{
+        %flat = vector.load %x[%i] : memref<?xf32>, vector<6xf32>
+        %a = vector.shape_cast %flat : vector<6xf32> to vector<2x3xf32>
+        %r = {OP[name]} {operands} : vector<2x3xf32>
+        %back = vector.shape_cast %r : vector<2x3xf32> to vector<6xf32>
+        vector.store %back, %out[%i] : memref<?xf32>, vector<6xf32>
+      }}
+      return
+    }}"""
+    module = Session(fastmath=True).compile(source)
+    x = np.linspace(-4, 4, 6 * 50, dtype=np.float32)
+    out = np.zeros_like(x)
+    module.f(x, out)
+    arguments = [x.astype(_LD)] * ARITY[name]
+    assert np.all(_ulps(out, REFERENCE[name][0](*arguments), np.float32) <= MAX_ULP)
+
+
+@needs_libmvec
+def test_a_module_with_its_own_compiler_used_list_keeps_libm_calls() -> None:
+    source = """
+    llvm.func @keep()
+    llvm.mlir.global appending @llvm.compiler.used() {section = "llvm.metadata"}
+        : !llvm.array<1 x ptr> {
+      %u = llvm.mlir.undef : !llvm.array<1 x ptr>
+      %p = llvm.mlir.addressof @keep : !llvm.ptr
+      %a = llvm.insertvalue %p, %u[0] : !llvm.array<1 x ptr>
+      llvm.return %a : !llvm.array<1 x ptr>
+    }
+    func.func @f(%x: f64) -> f64 {
+      %r = math.tanh %x : f64
+      return %r : f64
+    }"""
+    module = parse_module(source, new_context())
+    assert vectormath.use_vector_library(module) == 0
+    assert "math.tanh" in str(module) and "_ZGV" not in str(module)
