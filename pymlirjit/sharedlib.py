@@ -79,7 +79,7 @@ def link_shared_library(objects: Sequence[bytes]) -> bytes:
             inputs.append(str(path))
         output = Path(scratch, "module.so")
         command = [*compiler, "-shared", "-o", str(output), *inputs, "-Wl,-Bsymbolic",
-                   "-Wl,-z,notext", "-lm", *link_flags()]
+                   "-Wl,-z,notext", "-lm", *link_flags(objects)]
         name = shlex.join(compiler)
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)

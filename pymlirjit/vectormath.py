@@ -26,7 +26,6 @@ import ctypes
 import functools
 import math
 import os
-import platform
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +96,7 @@ def _cpu_flags() -> frozenset[str]:
 def library() -> VectorLibrary | None:
     """``libmvec`` on this host, loaded (symbols global); ``None`` where there is none
     (then nothing is rewritten)."""
-    if platform.machine() not in ("x86_64", "AMD64") or not hasattr(os, "confstr"):
+    if not hasattr(os, "uname") or os.uname().machine != "x86_64" or not hasattr(os, "confstr"):
         return None
     try:
         glibc = os.confstr("CS_GNU_LIBC_VERSION") or ""
@@ -124,10 +123,10 @@ def cache_tag() -> str:
             f"{','.join(sorted(found.functions))})")
 
 
-def link_flags() -> list[str]:
-    """Flags for the C compiler linking a shared library of code that may call
-    ``libmvec``: the library is then loaded with it (only if the code calls it)."""
-    if library() is None:
+def link_flags(objects: Iterable[bytes]) -> list[str]:
+    """Flags for the C compiler linking ``objects`` (ELF object files) into a shared
+    library: if they call ``libmvec``, the library is then loaded with it."""
+    if not any(b"_ZGV" in data for data in objects) or library() is None:
         return []
     return ["-Wl,--push-state,--as-needed", f"-l:{LIBRARY}", "-Wl,--pop-state"]
 

@@ -243,7 +243,7 @@ def test_without_libmvec_only_exp_is_rewritten(monkeypatch: pytest.MonkeyPatch) 
     assert vectormath.use_vector_library(module) == 2  # the two math.exp, inline
     text = str(module)
     assert "math.tanh" in text and "math.exp" not in text and "llvm.call" not in text
-    assert vectormath.cache_tag() == "" and vectormath.link_flags() == []
+    assert vectormath.cache_tag() == "" and vectormath.link_flags([b"_ZGVeN8v_sin"]) == []
 
 
 @needs_libmvec
