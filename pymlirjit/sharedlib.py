@@ -34,7 +34,6 @@ from pathlib import Path
 from . import ffi
 from .errors import LinkError
 from .relocation import SLOT_PREFIX
-from .vectormath import link_flags
 
 __all__ = ["NativeCode", "SharedLibrary", "c_compiler", "link_shared_library", "supported"]
 
@@ -79,7 +78,7 @@ def link_shared_library(objects: Sequence[bytes]) -> bytes:
             inputs.append(str(path))
         output = Path(scratch, "module.so")
         command = [*compiler, "-shared", "-o", str(output), *inputs, "-Wl,-Bsymbolic",
-                   "-Wl,-z,notext", "-lm", *link_flags(objects)]
+                   "-Wl,-z,notext", "-lm"]
         name = shlex.join(compiler)
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FUNCTIONS", "LIBRARY", "VectorLibrary", "cache_tag", "library", "link_flags",
+__all__ = ["FUNCTIONS", "LIBRARY", "VectorLibrary", "cache_tag", "library",
            "load_for", "use_vector_library"]
 
 #: The library's name, as the dynamic loader finds it.
@@ -121,14 +121,6 @@ def cache_tag() -> str:
         return ""
     return (f" +libmvec({found.glibc};{''.join(letter for letter, _ in found.isas)};"
             f"{','.join(sorted(found.functions))})")
-
-
-def link_flags(objects: Iterable[bytes]) -> list[str]:
-    """Flags for the C compiler linking ``objects`` (ELF object files) into a shared
-    library: if they call ``libmvec``, the library is then loaded with it."""
-    if not any(b"_ZGV" in data for data in objects) or library() is None:
-        return []
-    return ["-Wl,--push-state,--as-needed", f"-l:{LIBRARY}", "-Wl,--pop-state"]
 
 
 def load_for(symbols: Iterable[str]) -> None:
