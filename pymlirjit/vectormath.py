@@ -368,20 +368,11 @@ def _inline_exp(x: Any, bits: int) -> Any:
     int_type = (ir.VectorType.get(float_type.shape, integer)
                 if isinstance(float_type, ir.VectorType) else integer)
 
-    def const(type_: Any, value: float) -> Any:
-        element = type_.element_type if isinstance(type_, ir.VectorType) else type_
-        attribute = (ir.FloatAttr.get(element, value)
-                     if isinstance(element, ir.F32Type | ir.F64Type)
-                     else ir.IntegerAttr.get(element, int(value)))
-        if isinstance(type_, ir.VectorType):
-            attribute = ir.DenseElementsAttr.get_splat(type_, attribute)
-        return arith.constant(type_, attribute)
-
     def f(value: float) -> Any:
-        return const(float_type, value)
+        return _constant(float_type, value)
 
     def i(value: int) -> Any:
-        return const(int_type, value)
+        return _constant(int_type, value)
 
     ordered = arith.CmpFPredicate
     nan = arith.cmpf(ordered.UNO, x, x)
@@ -403,5 +394,65 @@ def _inline_exp(x: Any, bits: int) -> Any:
     return arith.select(nan, x, scaled)
 
 
+def _constant(type_: Any, value: float) -> Any:
+    """A constant of ``type_`` (a float or integer type, or a vector of one: a splat)."""
+    from mlir import ir
+    from mlir.dialects import arith
+
+    element = type_.element_type if isinstance(type_, ir.VectorType) else type_
+    attribute = (ir.FloatAttr.get(element, value)
+                 if isinstance(element, ir.F32Type | ir.F64Type)
+                 else ir.IntegerAttr.get(element, int(value)))
+    if isinstance(type_, ir.VectorType):
+        attribute = ir.DenseElementsAttr.get_splat(type_, attribute)
+    return arith.constant(type_, attribute)
+
+
+#: Below this |x|, tanh is its Taylor series; above, 1 - 2 / (exp(2|x|) + 1) loses no
+#: digit (the fraction is at most 1/2).
+_TANH_SERIES_BELOW = 0.55
+#: Terms of the series after x, per element width: the first left out is < 0.1 ulp.
+_TANH_TERMS = {64: 17, 32: 7}
+
+
+@functools.cache
+def _tanh_coefficients(terms: int) -> tuple[float, ...]:
+    """tanh's Taylor coefficients of x^3, x^5, ...: 2^2n (2^2n - 1) B_2n / (2n)!."""
+    from fractions import Fraction
+
+    bernoulli = [Fraction(1)]  # B_0, B_1, ... (B_1 = -1/2)
+    for m in range(1, 2 * terms + 3):
+        bernoulli.append(-sum(math.comb(m + 1, j) * bernoulli[j] for j in range(m))
+                         / (m + 1))
+    return tuple(float(Fraction(4**n * (4**n - 1)) * bernoulli[2 * n]
+                       / math.factorial(2 * n)) for n in range(2, terms + 2))
+
+
+def _inline_tanh(x: Any, bits: int) -> Any:
+    """tanh(x) (f32/f64, scalar or vector) in arith and math ops: x + x^3 P(x^2) near 0,
+    else 1 - 2 / (exp(2|x|) + 1) (:func:`_inline_exp`), with the sign of x. NaN and
+    the infinities come out of the second form."""
+    from mlir.dialects import arith
+    from mlir.dialects import math as ops
+
+    float_type = x.type
+
+    def f(value: float) -> Any:
+        return _constant(float_type, value)
+
+    magnitude = ops.absf(x)
+    grown = _inline_exp(arith.addf(magnitude, magnitude), bits)
+    far = arith.subf(f(1.0), arith.divf(f(2.0), arith.addf(grown, f(1.0))))
+    square = arith.mulf(x, x)
+    coefficients = _tanh_coefficients(_TANH_TERMS[bits])
+    p = f(coefficients[-1])
+    for coefficient in reversed(coefficients[:-1]):
+        p = ops.fma(p, square, f(coefficient))
+    near = ops.fma(arith.mulf(x, square), p, x)
+    is_near = arith.cmpf(arith.CmpFPredicate.OLT, magnitude, f(_TANH_SERIES_BELOW))
+    # The sign of x on both (the series gives +0 for -0).
+    return ops.copysign(arith.select(is_near, near, far), x)
+
+
 #: Functions computed inline rather than by libmvec (where there is none, too).
-_INLINE = {"exp": _inline_exp}
+_INLINE = {"exp": _inline_exp, "tanh": _inline_tanh}
