@@ -422,8 +422,8 @@ def _tanh_coefficients(terms: int) -> tuple[float, ...]:
 
     bernoulli = [Fraction(1)]  # B_0, B_1, ... (B_1 = -1/2)
     for m in range(1, 2 * terms + 3):
-        bernoulli.append(-sum(math.comb(m + 1, j) * bernoulli[j] for j in range(m))
-                         / (m + 1))
+        total = sum((math.comb(m + 1, j) * bernoulli[j] for j in range(m)), Fraction(0))
+        bernoulli.append(-total / (m + 1))
     return tuple(float(Fraction(4**n * (4**n - 1)) * bernoulli[2 * n]
                        / math.factorial(2 * n)) for n in range(2, terms + 2))
 
