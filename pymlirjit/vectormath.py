@@ -1,25 +1,28 @@
-"""Math functions without one libm call per element: glibc's vector math library.
+"""Math functions without one libm call per element: inline code, and glibc's vector
+math library.
 
 With ``fastmath=True``, :func:`use_vector_library` rewrites a module's ``math`` ops on
-``f32``/``f64`` (``exp``, ``log``, ``sin``, ``tanh``, ``erf``, ... :data:`FUNCTIONS`)
-before it is lowered, where glibc's ``libmvec`` serves them (glibc documents at most
-4 ulp of error):
+``f32``/``f64`` (scalars and vectors, :data:`FUNCTIONS`) before it is lowered:
 
-- on a vector (``vector<13xf64>``): a call of the widest ``libmvec`` variant the host
-  runs (AVX-512 ``_ZGVeN8v_exp``, AVX2 ``_ZGVdN4v_exp``, SSE ``_ZGVbN2v_exp``) per
-  chunk of lanes, instead of LLVM scalarizing it into a libm call per lane; lanes left
-  over (fewer than the narrowest variant takes) stay scalar;
-- on a scalar: a call of libm's function whose declaration names its vector variants
-  (LLVM's ``vector-function-abi-variant`` attribute), so that LLVM's loop vectorizer
-  calls them for the loops it vectorizes. A function making such calls prefers 512-bit
-  vectors on an AVX-512 host (LLVM prefers 256 bits there, and so would call the AVX2
-  variant, half as wide).
+- ``exp`` and ``tanh`` become arith and math ops (:func:`_inline_exp`,
+  :func:`_inline_tanh`; under 1 ulp measured) that LLVM vectorizes and keeps in
+  registers, with no call at all;
+- the others (``log``, ``sin``, ``erf``, ``pow``, ...) use glibc's ``libmvec`` where it
+  serves them (glibc documents at most 4 ulp of error). On a vector
+  (``vector<13xf64>``): a call of the widest variant the host runs (AVX-512
+  ``_ZGVeN8v_sin``, AVX2 ``_ZGVdN4v_sin``, SSE ``_ZGVbN2v_sin``) per chunk of lanes,
+  instead of LLVM scalarizing the op into a libm call per lane; lanes left over (fewer
+  than the narrowest variant takes) call libm. On a scalar: a call of libm's function
+  whose declaration names its vector variants (LLVM's ``vector-function-abi-variant``
+  attribute), so that LLVM's loop vectorizer calls them in the loops it vectorizes.
+
+A function with such code prefers 512-bit vectors on an AVX-512 host (LLVM prefers 256
+bits there, and so would run half as wide).
 
 ``libmvec.so.1`` is found by the dynamic loader, and loaded with its symbols global
 (the JIT and cached modules resolve them through the process). Where it is missing
-(not glibc, not x86-64), nothing is rewritten: the code stays as before.
+(not glibc, not x86-64), only ``exp`` and ``tanh`` are rewritten.
 """
-
 from __future__ import annotations
 
 import ctypes
