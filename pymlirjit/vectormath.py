@@ -98,7 +98,7 @@ def _cpu_flags() -> frozenset[str]:
 @functools.cache
 def library() -> VectorLibrary | None:
     """``libmvec`` on this host, loaded (symbols global); ``None`` where there is none
-    (then nothing is rewritten)."""
+    (then only ``exp`` and ``tanh`` are rewritten, inline)."""
     if not hasattr(os, "uname") or os.uname().machine != "x86_64" or not hasattr(os, "confstr"):
         return None
     try:
@@ -136,9 +136,8 @@ def load_for(symbols: Iterable[str]) -> None:
 # -- the rewrite ---------------------------------------------------------------------------
 
 def use_vector_library(module: Any) -> int:
-    """Rewrite ``module``'s math ops (parsed, not lowered) to use ``libmvec`` as the
-    module docstring says; return how many ops were rewritten (0 where there is no
-    ``libmvec``)."""
+    """Rewrite ``module``'s math ops (parsed, not lowered) into inline code or calls of
+    ``libmvec``, as the module docstring says; return how many ops were rewritten."""
     return _Rewriter(module, library()).run()
 
 
