@@ -100,7 +100,7 @@ def _specs(config: Config) -> list[Spec]:
         Spec("exp", f"exp f64 n={en:,}", (uniform(en, low=-5, high=5), np.zeros(en)), (1,),
              en, 16 * en, False, "f64", 1e-13, fastmath=True),
         Spec("tanh", f"tanh f64 n={en:,}", (uniform(en, low=-3, high=3), np.zeros(en)), (1,),
-             en, 16 * en, False, "f64", 1e-13),
+             en, 16 * en, False, "f64", 1e-13, fastmath=True),
     ]
 
 

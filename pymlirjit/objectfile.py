@@ -14,6 +14,7 @@ from typing import Any
 
 from .engine import address_of
 from .errors import LinkError
+from .vectormath import load_for
 
 __all__ = ["ObjectEngine"]
 
@@ -34,6 +35,7 @@ class ObjectEngine:
         import llvmlite.binding as llvm  # LLVM loads only when a cached object is loaded
 
         libraries = [ctypes.CDLL(library) for library in shared_libs]
+        load_for(needed)  # code that calls libmvec (see vectormath): it resolves through it
         process = ctypes.CDLL(None)
         # LLVM aborts the process on a symbol it cannot resolve: check them all first.
         missing = [s for s in needed if s not in symbols and not hasattr(process, s)

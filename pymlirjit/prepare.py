@@ -40,6 +40,8 @@ from .pipeline import (
 from .pipeline import lower as lower_module
 from .signature import Signature, as_signature, from_func_op
 from .types import ScalarType, TensorType
+from .vectormath import cache_tag as vector_library_tag
+from .vectormath import use_vector_library
 
 __all__ = ["CompileOptions", "PreparedModule", "built_text", "lower", "prepare"]
 
@@ -88,7 +90,7 @@ class CompileOptions:
     def pipeline_key(self) -> str:
         """The pipeline with the flags that change the code it makes (a cache key)."""
         flags = "".join(f" +{name}" for name in ("fastmath", "parallel") if getattr(self, name))
-        return self.pipeline + flags
+        return self.pipeline + flags + (vector_library_tag() if self.fastmath else "")
 
     @property
     def tiles_linalg(self) -> bool:
@@ -261,6 +263,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     def optimize_first(module: Any, pipeline: str) -> str:
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
                            filename=prepared.filename)
+        if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
+            use_vector_library(module)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
     lower_module(prepared.module, options.pipeline, prepared.filename,
