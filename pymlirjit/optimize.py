@@ -25,13 +25,16 @@ True
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from .errors import MLIRError
 from .pipeline import _run_passes
 
-__all__ = ["MATMUL_SCHEDULE", "VECTOR_LOWERING", "has_tileable_ops", "optimize",
-           "set_fastmath", "tile_and_vectorize", "with_vector_lowering"]
+__all__ = ["MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE", "VECTOR_LOWERING",
+           "has_tileable_ops", "optimize", "set_fastmath", "thread_count", "tile_and_vectorize",
+           "serialize_nested_parallel_loops", "with_parallel_loops", "with_vector_lowering"]
 
 #: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
 #: accumulators, one k step at a time (an outer product of a column of A and a row of B).
@@ -76,6 +79,21 @@ transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.
 }}
 """.format(c0=_CACHE_TILE[0], c1=_CACHE_TILE[1], c2=_CACHE_TILE[2],
            r0=_REGISTER_TILE[0], r1=_REGISTER_TILE[1])
+
+#: :data:`MATMUL_SCHEDULE` for ``parallel=True``: the cache tiles of the two parallel
+#: dimensions become the iterations of an ``scf.forall`` (run by several threads, see
+#: :func:`with_parallel_loops`); the depth stays a sequential loop inside each.
+PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(
+    "%t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes "
+    f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}, {_CACHE_TILE[2]}]\n"
+    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,\n"
+    "                                  !transform.any_op)",
+    "%t0, %l0 = transform.structured.tile_using_forall %op tile_sizes "
+    f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}]\n"
+    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+    "      %t1, %l1 = transform.structured.tile_using_for %t0 tile_sizes "
+    f"[0, 0, {_CACHE_TILE[2]}]\n"
+    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
 
 _MARK = "transform.with_named_sequence"
 
@@ -130,13 +148,14 @@ def has_tileable_ops(module: Any) -> bool:
     return found
 
 
-def tile_and_vectorize(module: Any, filename: str = "<source>") -> None:
-    """Run :data:`MATMUL_SCHEDULE` on ``module`` in place, then remove the script."""
+def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool = False) -> None:
+    """Run :data:`MATMUL_SCHEDULE` (:data:`PARALLEL_MATMUL_SCHEDULE` if ``parallel``)
+    on ``module`` in place, then remove the script."""
     from mlir import ir
     from mlir.passmanager import PassManager
 
     with module.context, ir.Location.unknown():
-        schedule = ir.Module.parse(MATMUL_SCHEDULE)  # owns the script until it moves
+        schedule = ir.Module.parse(PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE)  # owns the script until it moves
         script = schedule.body.operations[0]
         script.operation.detach_from_parent()
         # The interpreter looks for its entry point in the root module, which must then
@@ -165,12 +184,125 @@ def with_vector_lowering(pipeline: str) -> str:
     return pipeline
 
 
-def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<source>") -> bool:
+def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<source>",
+             parallel: bool = False) -> bool:
     """Apply the optimizations asked for to ``module`` (parsed, not lowered); return
     whether the lowering pipeline needs :func:`with_vector_lowering`."""
     if fastmath:
         set_fastmath(module)
     if tile and has_tileable_ops(module):
-        tile_and_vectorize(module, filename)
+        tile_and_vectorize(module, filename, parallel)
         return True
     return False
+
+
+# -- parallel=True ------------------------------------------------------------------------
+
+#: The environment variable capping the threads of a parallel loop.
+THREADS_VARIABLE = "PYMLIRJIT_NUM_THREADS"
+
+
+def thread_count() -> int:
+    """How many threads a parallel loop is split for: ``PYMLIRJIT_NUM_THREADS`` if set
+    (a positive int), else the CPUs this process may run on.
+
+    Raises ``ValueError`` naming the variable if its value is not a positive int.
+    """
+    value = os.environ.get(THREADS_VARIABLE)
+    if value is None or not value.strip():
+        try:
+            return max(len(os.sched_getaffinity(0)), 1)
+        except (AttributeError, OSError):  # not Linux
+            return os.cpu_count() or 1
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= _MAX_THREADS:
+        raise ValueError(f"{THREADS_VARIABLE} must be a whole number of threads from 1 to "
+                         f"{_MAX_THREADS}, got {value[:40]!r}")
+    return int(text)
+
+
+#: A bound on PYMLIRJIT_NUM_THREADS (the pass takes an int32; no machine has more).
+_MAX_THREADS = 4096
+
+#: Where :func:`with_parallel_loops` puts its passes in the default pipeline, and what
+#: each becomes.
+_PARALLEL_PASSES = {
+    # Parallel dimensions of linalg ops become scf.parallel (reductions stay scf.for).
+    "convert-linalg-to-loops": "convert-linalg-to-parallel-loops",
+    # scf.forall (the matmul schedule's tiles, or the user's) and scf.parallel run as
+    # tasks of MLIR's async runtime; the calling thread runs the first block itself.
+    "async-to-async-runtime": "func.func(scf-forall-to-parallel),"
+                              "async-parallel-for{{async-dispatch=true num-workers={threads} "
+                              "min-task-size=1}},async-to-async-runtime",
+}
+
+
+def with_parallel_loops(pipeline: str, threads: int) -> str:
+    """``pipeline`` (the normalized default one) with the passes that run
+    ``scf.parallel``, ``scf.forall`` and linalg's parallel dimensions on ``threads``
+    threads of MLIR's async runtime.
+
+    >>> from pymlirjit.pipeline import normalize_pipeline
+    >>> "async-parallel-for" in with_parallel_loops(normalize_pipeline(None), 2)
+    True
+    """
+    for anchor, passes in _PARALLEL_PASSES.items():
+        pattern = re.compile(rf"(?<=[(,]){re.escape(anchor)}(?=[,)])")
+        pipeline, found = pattern.subn(passes.format(threads=threads), pipeline, count=1)
+        if not found:
+            raise ValueError(f"cannot make loops parallel: no {anchor!r} in the pipeline")
+    return pipeline
+
+
+def serialize_nested_parallel_loops(module: Any) -> int:
+    """Turn every ``scf.parallel`` nested in another one into nested ``scf.for`` loops;
+    return how many. Run before ``async-parallel-for``: a task of the async runtime
+    that waits for tasks of its own (an inner parallel loop) holds a worker while it
+    waits, and with every worker waiting nothing runs (a deadlock); the outer loop
+    alone already gives every thread work."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    nested: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "scf.parallel" and not op.results and _inside_parallel(op):
+            nested.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        for op in reversed(nested):  # innermost first: each body moves once
+            _parallel_to_for(op.opview, scf)
+    return len(nested)
+
+
+def _inside_parallel(op: Any) -> bool:
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        if parent.name == "scf.parallel":
+            return True
+        parent = parent.parent
+    return False
+
+
+def _parallel_to_for(parallel: Any, scf: Any) -> None:
+    from mlir import ir
+
+    body = parallel.regions[0].blocks[0]
+    point = ir.InsertionPoint(parallel)
+    inductions = []
+    with parallel.location:
+        for lower, upper, step in zip(parallel.lowerBound, parallel.upperBound,
+                                      parallel.step, strict=True):
+            with point:
+                loop = scf.ForOp(lower, upper, step)
+            with ir.InsertionPoint(loop.body):
+                end = scf.YieldOp([])
+            point = ir.InsertionPoint(end)
+            inductions.append(loop.induction_variable)
+    for arg, induction in zip(body.arguments, inductions, strict=True):
+        arg.replace_all_uses_with(induction)
+    for inner in list(body.operations)[:-1]:  # not the scf.reduce terminator
+        inner.move_before(end)
+    parallel.operation.erase()
