@@ -30,6 +30,7 @@ from .abi import (
 from .callbacks import Callback
 from .errors import Diagnostic, MLIRError, SignatureError
 from .optimize import (
+    fork_safe_task_scheduling,
     optimize,
     serialize_nested_parallel_loops,
     thread_count,
@@ -296,6 +297,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
                  or options.parallel_loops else None,
                  {"async-parallel-for": serialize_nested_parallel_loops}
                  if options.parallel_loops else None)
+    if options.parallel_loops:
+        fork_safe_task_scheduling(prepared.module)
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
