@@ -255,8 +255,9 @@ def with_parallel_loops(pipeline: str, threads: int) -> str:
 
 
 def serialize_nested_parallel_loops(module: Any) -> int:
-    """Turn every ``scf.parallel`` nested in another one into nested ``scf.for`` loops;
-    return how many. Run before ``async-parallel-for``: a task of the async runtime
+    """Turn every ``scf.parallel`` nested in another one into nested ``scf.for`` loops
+    (return how many), and clamp the bounds of the others (see
+    :func:`_clamp_upper_bounds`). Run before ``async-parallel-for``: a task of the async runtime
     that waits for tasks of its own (an inner parallel loop) holds a worker while it
     waits, and with every worker waiting nothing runs (a deadlock); the outer loop
     alone already gives every thread work."""
@@ -274,7 +275,32 @@ def serialize_nested_parallel_loops(module: Any) -> int:
     with module.context:
         for op in reversed(nested):  # innermost first: each body moves once
             _parallel_to_for(op.opview, scf)
+    _clamp_upper_bounds(module)
     return len(nested)
+
+
+def _clamp_upper_bounds(module: Any) -> None:
+    """Give every ``scf.parallel`` an upper bound at least its lower bound: a loop
+    from 1 to 0 runs no iteration, but ``async-parallel-for`` computes a negative
+    trip count from it and runs blocks outside the loop's range."""
+    from mlir import ir
+    from mlir.dialects import arith
+
+    loops: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "scf.parallel":
+            loops.append(op.opview)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        for loop in loops:
+            rank = len(loop.lowerBound)
+            with ir.InsertionPoint(loop), loop.location:
+                for d in range(rank):
+                    clamped = arith.MaxSIOp(loop.upperBound[d], loop.lowerBound[d]).result
+                    loop.operation.operands[rank + d] = clamped
 
 
 def _inside_parallel(op: Any) -> bool:
