@@ -301,7 +301,7 @@ _PARALLEL_STENCIL = MLIR["stencil", "scf"].replace(
 
 try:  # numba is optional (the `bench` extra); prange must be a global for numba to see it
     from numba import prange
-except Exception:  # noqa: BLE001 (without numba the parallel rows are skipped)
+except Exception:  # without numba, case f has no rows at all
     prange = range
 
 

@@ -14,7 +14,7 @@ from . import ffi
 from .errors import LinkError
 from .pipeline import new_context, parse_module
 
-__all__ = ["AsyncRuntime", "engine_lookup", "has_hooks"]
+__all__ = ["AsyncRuntime", "claim_task_pool", "engine_lookup", "has_hooks"]
 
 _CAPSULE_NAME = b"mlir.execution_engine.ExecutionEngine._CAPIPtr"
 # Upstream's engine calls a library's init hook when it loads it, and its destroy hook
@@ -249,3 +249,31 @@ class AsyncRuntime:
             entry = cls._retired.get(key)
             if entry is not None and not any(runtime.in_flight() for runtime in entry[1]):
                 cls._retired.pop(key, None)
+
+
+# -- parallel=True modules: whose thread pool their tasks use ------------------------------
+
+_fork_handler = threading.Lock()
+_pool_state = {"watching": False, "forked": False}
+
+
+def _forked() -> None:
+    _pool_state["forked"] = True
+
+
+def claim_task_pool(code: Any) -> None:
+    """Let the parallel module whose code is ``code`` (it has ``function_address``) hand
+    its tasks to the async runtime's thread pool in this process, unless this process is
+    a fork of one that may have started that pool (its workers are not in the child):
+    tasks then run on threads of their own (see ``pymlirjit.optimize``)."""
+    with _fork_handler:
+        if not _pool_state["watching"]:
+            os.register_at_fork(after_in_child=_forked)
+            _pool_state["watching"] = True
+        if _pool_state["forked"]:
+            return
+    try:
+        address = code.function_address("__pymlirjit_par_claim")
+    except LinkError:
+        return  # schedules no task
+    ctypes.CFUNCTYPE(None)(address)()

@@ -32,9 +32,10 @@ from typing import Any
 from .errors import MLIRError
 from .pipeline import _run_passes
 
-__all__ = ["fork_safe_task_scheduling", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE", "VECTOR_LOWERING",
-           "has_tileable_ops", "optimize", "set_fastmath", "thread_count", "tile_and_vectorize",
-           "serialize_nested_parallel_loops", "with_parallel_loops", "with_vector_lowering"]
+__all__ = ["MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE", "VECTOR_LOWERING",
+           "fork_safe_task_scheduling", "has_tileable_ops", "optimize",
+           "serialize_nested_parallel_loops", "set_fastmath", "thread_count",
+           "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
 
 #: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
 #: accumulators, one k step at a time (an outer product of a column of A and a row of B).
@@ -155,7 +156,8 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
     from mlir.passmanager import PassManager
 
     with module.context, ir.Location.unknown():
-        schedule = ir.Module.parse(PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE)  # owns the script until it moves
+        # The schedule module owns the script until it moves.
+        schedule = ir.Module.parse(PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE)
         script = schedule.body.operations[0]
         script.operation.detach_from_parent()
         # The interpreter looks for its entry point in the root module, which must then
@@ -339,9 +341,10 @@ _FORK_SAFE_EXECUTE = "__pymlirjit_par_execute"
 
 # A module's tasks go to MLIR's async runtime through this function. The runtime's
 # thread pool does not survive a fork: in the child its workers are gone, yet counted,
-# and a task given to it never runs (the call waiting for it hangs). The module notes
-# the process that first scheduled a task (normally the one that loaded it); a task
-# scheduled by another process (a forked child) runs on a thread of its own instead.
+# and a task given to it never runs (the call waiting for it hangs). The process that
+# loads the module, if its pool is sound, claims the pool for it (@__pymlirjit_par_claim,
+# see pymlirjit.asyncruntime.claim_task_pool); in any other process (a forked child, or
+# a module loaded in one) each task runs on a thread of its own instead.
 _FORK_SAFE_SCHEDULING = """
 llvm.func @getpid() -> i32
 llvm.func @malloc(i64) -> !llvm.ptr
@@ -359,15 +362,18 @@ llvm.func internal @__pymlirjit_par_run(%task: !llvm.ptr) -> !llvm.ptr {
   %null = llvm.mlir.zero : !llvm.ptr
   llvm.return %null : !llvm.ptr
 }
+llvm.func @__pymlirjit_par_claim() {
+  %pid = llvm.call @getpid() : () -> i32
+  %owner_slot = llvm.mlir.addressof @__pymlirjit_par_pid : !llvm.ptr
+  llvm.store %pid, %owner_slot atomic seq_cst {alignment = 4 : i64} : i32, !llvm.ptr
+  llvm.return
+}
 llvm.func internal @__pymlirjit_par_execute(%handle: !llvm.ptr, %resume: !llvm.ptr) {
   %pid = llvm.call @getpid() : () -> i32
   %owner_slot = llvm.mlir.addressof @__pymlirjit_par_pid : !llvm.ptr
   %zero = llvm.mlir.constant(0 : i32) : i32
-  %pair = llvm.cmpxchg %owner_slot, %zero, %pid seq_cst seq_cst : !llvm.ptr, i32
-  %owner = llvm.extractvalue %pair[0] : !llvm.struct<(i32, i1)>
-  %first = llvm.extractvalue %pair[1] : !llvm.struct<(i32, i1)>
-  %same = llvm.icmp "eq" %owner, %pid : i32
-  %in_owner = llvm.or %first, %same : i1
+  %owner = llvm.load %owner_slot atomic monotonic {alignment = 4 : i64} : !llvm.ptr -> i32
+  %in_owner = llvm.icmp "eq" %owner, %pid : i32
   llvm.cond_br %in_owner, ^pool, ^own
 ^own:
   %size = llvm.mlir.constant(16 : i64) : i64

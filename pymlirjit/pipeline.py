@@ -311,7 +311,7 @@ def _parse(source: str, context: Any, filename: str) -> Any:
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           filename: str = "<source>",
           before: Callable[[Any, str], str] | None = None,
-          hooks: Mapping[str, Callable[[Any], None]] | None = None) -> Any:
+          hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
     """Run ``pipeline`` (the default one if ``None``) on ``module`` in place; return it.
 
     ``filename`` names the source in the locations of diagnostics. ``before(module,
@@ -325,7 +325,7 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
 
 def _lower(module: Any, text: str, filename: str,
            before: Callable[[Any, str], str] | None = None,
-           hooks: Mapping[str, Callable[[Any], None]] | None = None) -> Any:
+           hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
+from .asyncruntime import claim_task_pool
 from .cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
 from .callbacks import (
     Callback,
@@ -227,6 +228,8 @@ class Session:
                     return cached
             self._misses += 1
             module, declared = self._compile_or_load(key, filename, self._disk_cache(cache))
+            if chosen.parallel_loops:
+                claim_task_pool(module.engine)
             attach_native_entries(module)
             set_origin(module, _FunctionOrigin(weakref.ref(self), key))
             full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))

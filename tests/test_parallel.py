@@ -369,3 +369,27 @@ def test_disk_cache_serves_a_parallel_module_to_a_fresh_process(tmp_path: Path) 
     assert _run(CACHED, str(tmp_path), env=env) == "1 True True\n"
     # Another thread count is another entry.
     assert _run(CACHED, str(tmp_path), env={THREADS_VARIABLE: "3"}) == "0 True True\n"
+
+
+FORK_THEN_LOAD = """
+import os, sys
+import numpy as np
+from pymlirjit import Session
+from tests.test_parallel import ADD, STENCIL
+first = Session(parallel=True).compile(STENCIL)
+u = np.ones((300, 300)); v = np.zeros_like(u)
+first.stencil(u, v)                       # the runtime's pool runs in the parent
+pid = os.fork()
+if pid == 0:
+    # A module compiled (and stored, and loaded back) only in the child.
+    add = Session(parallel=True, cache_dir=sys.argv[1]).compile(ADD)
+    a = np.arange(5000.0); c = np.zeros(5000)
+    add.add(a, a, c)
+    os._exit(0 if (c == 2 * a).all() else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_module_loaded_in_a_forked_child(tmp_path: Path) -> None:
+    assert _run(FORK_THEN_LOAD, str(tmp_path), env={THREADS_VARIABLE: "2"}) == "child 0\n"
