@@ -32,8 +32,8 @@ from typing import Any
 from .errors import MLIRError
 from .pipeline import _run_passes
 
-__all__ = ["MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE", "VECTOR_LOWERING",
-           "fork_safe_task_scheduling", "has_tileable_ops", "optimize",
+__all__ = ["MATMUL_SCHEDULE", "PARALLEL_HOOKS", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE",
+           "VECTOR_LOWERING", "fork_safe_task_scheduling", "has_tileable_ops", "optimize",
            "serialize_nested_parallel_loops", "set_fastmath", "thread_count",
            "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
 
@@ -434,3 +434,10 @@ def fork_safe_task_scheduling(module: Any) -> bool:
             op.operation.detach_from_parent()
             module.body.append(op)
     return True
+
+
+#: What runs between the passes of the default pipeline for ``parallel=True`` (see
+#: :func:`pymlirjit.pipeline.lower`): before ``async-parallel-for``, and once the async
+#: runtime's calls exist.
+PARALLEL_HOOKS = {"async-parallel-for": serialize_nested_parallel_loops,
+                  "reconcile-unrealized-casts": fork_safe_task_scheduling}

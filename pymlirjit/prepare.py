@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import ffi
+from . import optimize as optimizing
 from .abi import (
     CIFACE_PREFIX,
     RESERVED_PREFIX,
@@ -29,14 +30,7 @@ from .abi import (
 )
 from .callbacks import Callback
 from .errors import Diagnostic, MLIRError, SignatureError
-from .optimize import (
-    fork_safe_task_scheduling,
-    optimize,
-    serialize_nested_parallel_loops,
-    thread_count,
-    with_parallel_loops,
-    with_vector_lowering,
-)
+from .optimize import optimize, with_vector_lowering
 from .pipeline import (
     check_opt_level,
     new_context,
@@ -98,11 +92,10 @@ class CompileOptions:
             self.parallel if parallel is None else _check_flag("parallel", parallel))
 
     def resolved(self) -> CompileOptions:
-        """These options with :attr:`threads` read from the environment if
-        :attr:`parallel` (``ValueError`` naming ``PYMLIRJIT_NUM_THREADS`` if it is bad)."""
-        if not self.parallel:
-            return self if self.threads == 0 else dataclasses.replace(self, threads=0)
-        return dataclasses.replace(self, threads=thread_count())
+        """These options with :attr:`threads` from ``PYMLIRJIT_NUM_THREADS`` if parallel."""
+        if not self.parallel and not self.threads:
+            return self
+        return dataclasses.replace(self, threads=optimizing.thread_count() if self.parallel else 0)
 
     @property
     def pipeline_key(self) -> str:
@@ -118,8 +111,7 @@ class CompileOptions:
 
     @property
     def parallel_loops(self) -> bool:
-        """Whether loops are made parallel: ``parallel=True`` with the default pipeline
-        (a pipeline given by the user is run as written) and more than one thread."""
+        """``parallel=True``, more than one thread and the default pipeline (not a user's)."""
         return (self.parallel and self.threads > 1
                 and self.pipeline == normalize_pipeline(None))
 
@@ -289,16 +281,13 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
                            filename=prepared.filename, parallel=options.parallel_loops)
         if options.parallel_loops:
-            pipeline = with_parallel_loops(pipeline, options.threads)
+            pipeline = optimizing.with_parallel_loops(pipeline, options.threads)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg
                  or options.parallel_loops else None,
-                 {"async-parallel-for": serialize_nested_parallel_loops}
-                 if options.parallel_loops else None)
-    if options.parallel_loops:
-        fork_safe_task_scheduling(prepared.module)
+                 optimizing.PARALLEL_HOOKS if options.parallel_loops else None)
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)

@@ -393,3 +393,34 @@ print("child", os.waitstatus_to_exitcode(status))
 
 def test_module_loaded_in_a_forked_child(tmp_path: Path) -> None:
     assert _run(FORK_THEN_LOAD, str(tmp_path), env={THREADS_VARIABLE: "2"}) == "child 0\n"
+
+
+def test_cli_run_parallel(tmp_path: Path) -> None:
+    source = tmp_path / "fill.mlir"
+    source.write_text("""
+func.func @main() -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = arith.constant 1001 : index
+  %m = memref.alloc(%n) : memref<?xf64>
+  %one = arith.constant 1.0 : f64
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    memref.store %one, %m[%i] : memref<?xf64>
+  }
+  %z = arith.constant 0.0 : f64
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%a = %z) -> f64 {
+    %v = memref.load %m[%i] : memref<?xf64>
+    %t = arith.addf %a, %v : f64
+    scf.yield %t : f64
+  }
+  memref.dealloc %m : memref<?xf64>
+  return %s : f64
+}
+""")
+    command = [sys.executable, "-m", "pymlirjit", "run", "--parallel", str(source)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), THREADS_VARIABLE: "2"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stdout.strip()) == (0, "1001.0"), done.stderr
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env={**env, THREADS_VARIABLE: "many"})
+    assert done.returncode != 0 and THREADS_VARIABLE in done.stderr
