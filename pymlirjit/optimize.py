@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import MLIRError
 from .pipeline import _run_passes
 
-__all__ = ["MATMUL_SCHEDULE", "PARALLEL_HOOKS", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE",
-           "VECTOR_LOWERING", "fork_safe_task_scheduling", "has_tileable_ops", "optimize",
-           "serialize_nested_parallel_loops", "set_fastmath", "thread_count",
+__all__ = ["MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE",
+           "VECTOR_LOWERING", "clamp_upper_bounds", "fork_safe_task_scheduling",
+           "has_tileable_ops", "optimize", "parallel_hooks", "serialize_nested_parallel_loops",
+           "split_for_threads", "set_fastmath", "thread_count",
            "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
 
 #: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
@@ -256,10 +258,58 @@ def with_parallel_loops(pipeline: str, threads: int) -> str:
     return pipeline
 
 
+def split_for_threads(module: Any, threads: int) -> int:
+    """Split each outermost ``scf.parallel`` (without reductions) into ``threads``
+    chunks of its first dimension, each the original loop over its chunk; return how
+    many loops. ``async-parallel-for`` then makes one task per chunk, so that no more
+    than ``threads`` threads run one loop; the loops inside become sequential
+    (:func:`serialize_nested_parallel_loops`)."""
+    from mlir import ir
+
+    outermost: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "scf.parallel" and not op.results and not _inside_parallel(op):
+            outermost.append(op.opview)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        for loop in outermost:
+            _split(loop, threads)
+    return len(outermost)
+
+
+def _split(loop: Any, threads: int) -> None:
+    from mlir import ir
+    from mlir.dialects import arith, scf
+
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(loop), loop.location:
+        zero, one, count = (arith.ConstantOp(index, v).result for v in (0, 1, threads))
+        lower, upper, step = loop.lowerBound[0], loop.upperBound[0], loop.step[0]
+        trips = arith.CeilDivSIOp(arith.SubIOp(upper, lower).result, step).result
+        per_chunk = arith.CeilDivSIOp(trips, count).result
+        chunks = scf.ParallelOp([], [zero], [count], [one], [])
+        block = chunks.regions[0].blocks.append(index)
+
+    def bound(first_trip: Any) -> Any:  # the first-dimension value starting a chunk
+        trip = arith.MinSIOp(arith.MulIOp(first_trip, per_chunk).result, trips)
+        start = arith.AddIOp(lower, arith.MulIOp(trip.result, step).result)
+        return arith.MinSIOp(start.result, upper).result
+
+    with ir.InsertionPoint(block), loop.location:
+        chunk = block.arguments[0]
+        start, stop = bound(chunk), bound(arith.AddIOp(chunk, one).result)
+        end = scf.ReduceOp([], 0)
+    loop.operation.move_before(end)
+    loop.operation.operands[0] = start
+    loop.operation.operands[len(loop.lowerBound)] = stop
+
+
 def serialize_nested_parallel_loops(module: Any) -> int:
-    """Turn every ``scf.parallel`` nested in another one into nested ``scf.for`` loops
-    (return how many), and clamp the bounds of the others (see
-    :func:`_clamp_upper_bounds`). Run before ``async-parallel-for``: a task of the async runtime
+    """Turn every ``scf.parallel`` nested in another one into nested ``scf.for`` loops;
+    return how many. Run before ``async-parallel-for``: a task of the async runtime
     that waits for tasks of its own (an inner parallel loop) holds a worker while it
     waits, and with every worker waiting nothing runs (a deadlock); the outer loop
     alone already gives every thread work."""
@@ -277,11 +327,10 @@ def serialize_nested_parallel_loops(module: Any) -> int:
     with module.context:
         for op in reversed(nested):  # innermost first: each body moves once
             _parallel_to_for(op.opview, scf)
-    _clamp_upper_bounds(module)
     return len(nested)
 
 
-def _clamp_upper_bounds(module: Any) -> None:
+def clamp_upper_bounds(module: Any) -> None:
     """Give every ``scf.parallel`` an upper bound at least its lower bound: a loop
     from 1 to 0 runs no iteration, but ``async-parallel-for`` computes a negative
     trip count from it and runs blocks outside the loop's range."""
@@ -436,8 +485,14 @@ def fork_safe_task_scheduling(module: Any) -> bool:
     return True
 
 
-#: What runs between the passes of the default pipeline for ``parallel=True`` (see
-#: :func:`pymlirjit.pipeline.lower`): before ``async-parallel-for``, and once the async
-#: runtime's calls exist.
-PARALLEL_HOOKS = {"async-parallel-for": serialize_nested_parallel_loops,
-                  "reconcile-unrealized-casts": fork_safe_task_scheduling}
+def parallel_hooks(threads: int) -> dict[str, Callable[[Any], object]]:
+    """What runs between the passes of the default pipeline for ``parallel=True`` on
+    ``threads`` threads (see :func:`pymlirjit.pipeline.lower`): before
+    ``async-parallel-for``, and once the async runtime's calls exist."""
+    def make_tasks(module: Any) -> None:
+        clamp_upper_bounds(module)
+        split_for_threads(module, threads)
+        serialize_nested_parallel_loops(module)
+
+    return {"async-parallel-for": make_tasks,
+            "reconcile-unrealized-casts": fork_safe_task_scheduling}

@@ -287,7 +287,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg
                  or options.parallel_loops else None,
-                 optimizing.PARALLEL_HOOKS if options.parallel_loops else None)
+                 optimizing.parallel_hooks(options.threads) if options.parallel_loops else None)
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)

@@ -272,6 +272,26 @@ def test_callback_called_from_a_parallel_loop(two_threads: None) -> None:
     assert len(threads) >= 2  # the caller and at least one worker of the runtime
 
 
+def test_thread_cap_holds_within_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = Session(parallel=True)
+    threads: set[int] = set()
+
+    @callback(session=session)
+    def twice(i: index) -> f64:
+        threads.add(threading.get_ident())
+        return 2.0 * i
+
+    for cap in (2, 1):
+        monkeypatch.setenv(THREADS_VARIABLE, str(cap))
+        module = session.compile(CALLS_BACK)
+        for _ in range(5):
+            threads.clear()
+            c = np.zeros(30011)
+            module.fill(c)
+            np.testing.assert_array_equal(c, 2.0 * np.arange(30011))
+            assert 1 <= len(threads) <= cap, (cap, len(threads))
+
+
 CALLS_BACK = """
 func.func private @twice(index) -> f64
 func.func @fill(%c: memref<?xf64>) {
