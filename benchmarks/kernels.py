@@ -187,14 +187,15 @@ def _rate(spec: Spec, ns: float, peak: ComputePeak, bandwidth: float) -> str:
 
 
 def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
-             bandwidth: float) -> None:
-    paths = _paths(spec)
+             bandwidth: float, paths: list[Path] | None = None, tag: str = "") -> None:
+    """Time ``paths`` (default: :func:`_paths`) of ``spec``, keys ``"<kernel><tag> <path>"``."""
+    chosen = _paths(spec) if paths is None else paths
     numpy_call, numpy_output = _bind(NUMPY[spec.kernel], spec)
     numpy_call()
     expected = numpy_output()
     timed: list[tuple[Path, Callable[[], Any]]] = []
     broken: dict[str, str] = {}
-    for path in paths:
+    for path in chosen:
         if path.function is None:
             continue
         unbox = (lambda x: x.item() if isinstance(x, np.generic) else x) \
@@ -219,15 +220,16 @@ def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
                                                                   number=number))
     measured = dict(zip((p.key for p, _ in timed),
                         interleaved(*samplers, repeat=config.repeat)))
-    for path in paths:
-        key, label = f"{spec.kernel} {path.key}", f"{spec.title}: {path.label}"
+    for path in chosen:
+        key, label = f"{spec.kernel}{tag} {path.key}", f"{spec.title}: {path.label}"
         if path.key in measured:
             samples = measured[path.key]
-            ref = f"{spec.kernel} {path.ref}" if path.ref else None
+            ref = f"{spec.kernel}{tag} {path.ref}" if path.ref else None
             result.add(key, label, samples, ref, _rate(spec, samples.median, peak, bandwidth))
         else:
             result.add(key, label, Samples(()), None, broken.get(path.key, path.why))
-    _targets(spec, result)
+    if paths is None:
+        _targets(spec, result)
 
 
 def _ratio(result: CaseResult, key: str, ref: str) -> float | None:
@@ -269,18 +271,120 @@ def run(config: Config) -> CaseResult:
         return result
     peak = compute_peak(config.pick(100_000_000, 1_000_000))
     bandwidth = copy_bandwidth(config.pick(128 << 20, 1 << 20), config.repeat)
-    for spec in _specs(config):
+    specs = _specs(config)
+    for spec in specs:
         _measure(spec, config, result, peak, bandwidth)
+    if "parallel" in _SESSION_OPTIONS:
+        _measure_parallel(specs, config, result, peak, bandwidth)
     result.notes += [
         f"compute peak: {peak.how}",
         f"memory reference: {bandwidth:.1f} GB/s, best np.copyto of "
         f"{config.pick(128, 1)} MiB on one core (bytes read + written)",
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, "
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; numba "
-        f"threading layer unused (no parallel=True)",
+        f"threading layer in the parallel rows only",
         "ratio column: pymlirjit vs numba @njit (same loops), numba vs numpy",
     ]
     if "parallel" not in _SESSION_OPTIONS:
         result.notes.append("parallel=True rows: not yet (Session/mlir_kernel have no "
                             "parallel option)")
     return result
+
+
+# -- parallel=True rows: pymlirjit serial vs parallel, numba prange, numpy on 2 BLAS threads
+
+#: The stencil with its row loop parallel (the same loops as the serial one otherwise).
+_PARALLEL_STENCIL = MLIR["stencil", "scf"].replace(
+    "scf.for %i = %c1 to %last_row step %c1 {",
+    "scf.parallel (%i) = (%c1) to (%last_row) step (%c1) {", 1)
+
+
+try:  # numba is optional (the `bench` extra); prange must be a global for numba to see it
+    from numba import prange
+except Exception:  # without numba, case f has no rows at all
+    prange = range
+
+
+def _nb_matmul_parallel(A: Any, B: Any, C: Any) -> None:
+    m, k = A.shape
+    n = B.shape[1]
+    for i in prange(m):
+        for j in range(n):
+            C[i, j] = 0.0
+        for p in range(k):
+            a = A[i, p]
+            for j in range(n):
+                C[i, j] += a * B[p, j]
+
+
+def _nb_stencil_parallel(u: Any, out: Any) -> None:
+    rows, cols = u.shape
+    for i in prange(1, rows - 1):
+        for j in range(1, cols - 1):
+            out[i, j] = (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]) * 0.25
+
+
+def _blas_threads(threads: int, function: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``function`` run with ``threads`` OpenBLAS threads (numpy's), or None."""
+    import ctypes
+    import glob
+
+    folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in glob.glob(os.path.join(folder, "*openblas*")):
+        library = ctypes.CDLL(path)
+        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"):
+            if hasattr(library, name):
+                setter = getattr(library, name)
+
+                def run(*args: Any, setter: Any = setter) -> Any:
+                    setter(threads)
+                    try:
+                        return function(*args)
+                    finally:
+                        setter(1)
+                return run
+    return None
+
+
+def _measure_parallel(specs: list[Spec], config: Config, result: CaseResult,
+                      peak: ComputePeak, bandwidth: float) -> None:
+    """matmul (linalg.matmul, opt_level=3: tiled) and the stencil, serial and
+    parallel=True in the same run, with numba prange and numpy (2 BLAS threads)."""
+    import numba
+
+    threads = len(os.sched_getaffinity(0))
+    by_name = {spec.kernel: spec for spec in specs}
+    cases = [("matmul", MLIR["matmul", "linalg"], MLIR["matmul", "linalg"], 3,
+              _nb_matmul_parallel),
+             ("stencil", MLIR["stencil", "scf"], _PARALLEL_STENCIL, 2, _nb_stencil_parallel)]
+    for name, serial_source, parallel_source, opt_level, nb_parallel in cases:
+        spec = by_name[name]
+        paths = []
+        for key, source, parallel in (("serial", serial_source, False),
+                                      ("parallel", parallel_source, True)):
+            label = f"pymlirjit opt_level={opt_level} " + (
+                f"parallel=True ({threads} threads)" if parallel else "serial")
+            try:
+                module = Session(opt_level=opt_level, parallel=parallel).compile(source)
+                paths.append(Path(key, label, getattr(module, symbol(name)),
+                                  "serial" if parallel else None))
+            except Exception as error:
+                paths.append(Path(key, label, None, None, _why(error)))
+        paths.append(Path("numba parallel", "numba @njit(parallel=True)",
+                          numba.njit(parallel=True)(nb_parallel), "numba"))
+        paths.append(Path("numba", "numba @njit", numba.njit(NUMBA[name]), None))
+        blas = _blas_threads(2, NUMPY[name]) if name == "matmul" else None
+        if blas is not None:
+            paths.append(Path("numpy 2 threads", "numpy, 2 BLAS threads", blas, None))
+        _measure(spec, config, result, peak, bandwidth, paths, " parallel")
+        speedup = _ratio(result, f"{name} parallel serial", f"{name} parallel parallel")
+        result.targets.append(Target(
+            f"{spec.title}: parallel=True >= 1.7x serial on {threads} cores",
+            None if speedup is None else speedup >= 1.7,
+            "not measured" if speedup is None else f"{speedup:.2f}x"))
+        if blas is not None:
+            versus = _ratio(result, f"{name} parallel parallel", f"{name} parallel numpy "
+                                                                 f"2 threads")
+            if versus is not None:
+                result.notes.append(f"{spec.title}: pymlirjit parallel=True / numpy on 2 "
+                                    f"BLAS threads = {versus:.2f}x")

@@ -105,6 +105,8 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                           "-object-filename (default: FILE.mlir.o)")
     run.add_argument("-object-filename", "--object-filename", default="", metavar="FILE.o",
                      help="where -dump-object-file writes")
+    run.add_argument("--parallel", action="store_true",
+                     help="parallel loops on several threads (PYMLIRJIT_NUM_THREADS caps them)")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
                      help="save the array result (repeat for several array results)")
     run.add_argument("--time", action="store_true",
@@ -315,7 +317,7 @@ def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
     try:
         module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
                                  shared_libs=shared_libs, callbacks=callbacks,
-                                 fastmath=args.fastmath)
+                                 fastmath=args.fastmath, parallel=args.parallel)
         return module, session.disk_cache is not None and session.disk_cache.hits > 0
     except LinkError as exc:
         if not exc.missing:

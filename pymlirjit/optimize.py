@@ -25,13 +25,19 @@ True
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import MLIRError
 from .pipeline import _run_passes
 
-__all__ = ["MATMUL_SCHEDULE", "VECTOR_LOWERING", "has_tileable_ops", "optimize",
-           "set_fastmath", "tile_and_vectorize", "with_vector_lowering"]
+__all__ = ["MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE",
+           "VECTOR_LOWERING", "clamp_upper_bounds", "fork_safe_task_scheduling",
+           "has_tileable_ops", "optimize", "parallel_hooks", "serialize_nested_parallel_loops",
+           "split_for_threads", "set_fastmath", "thread_count",
+           "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
 
 #: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
 #: accumulators, one k step at a time (an outer product of a column of A and a row of B).
@@ -76,6 +82,21 @@ transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.
 }}
 """.format(c0=_CACHE_TILE[0], c1=_CACHE_TILE[1], c2=_CACHE_TILE[2],
            r0=_REGISTER_TILE[0], r1=_REGISTER_TILE[1])
+
+#: :data:`MATMUL_SCHEDULE` for ``parallel=True``: the cache tiles of the two parallel
+#: dimensions become the iterations of an ``scf.forall`` (run by several threads, see
+#: :func:`with_parallel_loops`); the depth stays a sequential loop inside each.
+PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(
+    "%t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes "
+    f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}, {_CACHE_TILE[2]}]\n"
+    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,\n"
+    "                                  !transform.any_op)",
+    "%t0, %l0 = transform.structured.tile_using_forall %op tile_sizes "
+    f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}]\n"
+    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+    "      %t1, %l1 = transform.structured.tile_using_for %t0 tile_sizes "
+    f"[0, 0, {_CACHE_TILE[2]}]\n"
+    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
 
 _MARK = "transform.with_named_sequence"
 
@@ -130,13 +151,15 @@ def has_tileable_ops(module: Any) -> bool:
     return found
 
 
-def tile_and_vectorize(module: Any, filename: str = "<source>") -> None:
-    """Run :data:`MATMUL_SCHEDULE` on ``module`` in place, then remove the script."""
+def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool = False) -> None:
+    """Run :data:`MATMUL_SCHEDULE` (:data:`PARALLEL_MATMUL_SCHEDULE` if ``parallel``)
+    on ``module`` in place, then remove the script."""
     from mlir import ir
     from mlir.passmanager import PassManager
 
     with module.context, ir.Location.unknown():
-        schedule = ir.Module.parse(MATMUL_SCHEDULE)  # owns the script until it moves
+        # The schedule module owns the script until it moves.
+        schedule = ir.Module.parse(PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE)
         script = schedule.body.operations[0]
         script.operation.detach_from_parent()
         # The interpreter looks for its entry point in the root module, which must then
@@ -165,12 +188,311 @@ def with_vector_lowering(pipeline: str) -> str:
     return pipeline
 
 
-def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<source>") -> bool:
+def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<source>",
+             parallel: bool = False) -> bool:
     """Apply the optimizations asked for to ``module`` (parsed, not lowered); return
     whether the lowering pipeline needs :func:`with_vector_lowering`."""
     if fastmath:
         set_fastmath(module)
     if tile and has_tileable_ops(module):
-        tile_and_vectorize(module, filename)
+        tile_and_vectorize(module, filename, parallel)
         return True
     return False
+
+
+# -- parallel=True ------------------------------------------------------------------------
+
+#: The environment variable capping the threads of a parallel loop.
+THREADS_VARIABLE = "PYMLIRJIT_NUM_THREADS"
+
+
+def thread_count() -> int:
+    """How many threads a parallel loop is split for: ``PYMLIRJIT_NUM_THREADS`` if set
+    (a positive int), else the CPUs this process may run on.
+
+    Raises ``ValueError`` naming the variable if its value is not a positive int.
+    """
+    value = os.environ.get(THREADS_VARIABLE)
+    if value is None or not value.strip():
+        try:
+            return max(len(os.sched_getaffinity(0)), 1)
+        except (AttributeError, OSError):  # not Linux
+            return os.cpu_count() or 1
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= _MAX_THREADS:
+        raise ValueError(f"{THREADS_VARIABLE} must be a whole number of threads from 1 to "
+                         f"{_MAX_THREADS}, got {value[:40]!r}")
+    return int(text)
+
+
+#: A bound on PYMLIRJIT_NUM_THREADS (the pass takes an int32; no machine has more).
+_MAX_THREADS = 4096
+
+#: Where :func:`with_parallel_loops` puts its passes in the default pipeline, and what
+#: each becomes.
+_PARALLEL_PASSES = {
+    # Parallel dimensions of linalg ops become scf.parallel (reductions stay scf.for).
+    "convert-linalg-to-loops": "convert-linalg-to-parallel-loops",
+    # scf.forall (the matmul schedule's tiles, or the user's) and scf.parallel run as
+    # tasks of MLIR's async runtime; the calling thread runs the first block itself.
+    "async-to-async-runtime": "func.func(scf-forall-to-parallel),"
+                              "async-parallel-for{{async-dispatch=true num-workers={threads} "
+                              "min-task-size=1}},async-to-async-runtime",
+}
+
+
+def with_parallel_loops(pipeline: str, threads: int) -> str:
+    """``pipeline`` (the normalized default one) with the passes that run
+    ``scf.parallel``, ``scf.forall`` and linalg's parallel dimensions on ``threads``
+    threads of MLIR's async runtime.
+
+    >>> from pymlirjit.pipeline import normalize_pipeline
+    >>> "async-parallel-for" in with_parallel_loops(normalize_pipeline(None), 2)
+    True
+    """
+    for anchor, passes in _PARALLEL_PASSES.items():
+        pattern = re.compile(rf"(?<=[(,]){re.escape(anchor)}(?=[,)])")
+        pipeline, found = pattern.subn(passes.format(threads=threads), pipeline, count=1)
+        if not found:
+            raise ValueError(f"cannot make loops parallel: no {anchor!r} in the pipeline")
+    return pipeline
+
+
+def split_for_threads(module: Any, threads: int) -> int:
+    """Split each outermost ``scf.parallel`` (without reductions) into ``threads``
+    chunks of its first dimension, each the original loop over its chunk; return how
+    many loops. ``async-parallel-for`` then makes one task per chunk, so that no more
+    than ``threads`` threads run one loop; the loops inside become sequential
+    (:func:`serialize_nested_parallel_loops`)."""
+    from mlir import ir
+
+    outermost: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "scf.parallel" and not op.results and not _inside_parallel(op):
+            outermost.append(op.opview)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        for loop in outermost:
+            _split(loop, threads)
+    return len(outermost)
+
+
+def _split(loop: Any, threads: int) -> None:
+    from mlir import ir
+    from mlir.dialects import arith, scf
+
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(loop), loop.location:
+        zero, one, count = (arith.ConstantOp(index, v).result for v in (0, 1, threads))
+        lower, upper, step = loop.lowerBound[0], loop.upperBound[0], loop.step[0]
+        trips = arith.CeilDivSIOp(arith.SubIOp(upper, lower).result, step).result
+        per_chunk = arith.CeilDivSIOp(trips, count).result
+        chunks = scf.ParallelOp([], [zero], [count], [one], [])
+        block = chunks.regions[0].blocks.append(index)
+
+    def bound(first_trip: Any) -> Any:  # the first-dimension value starting a chunk
+        trip = arith.MinSIOp(arith.MulIOp(first_trip, per_chunk).result, trips)
+        start = arith.AddIOp(lower, arith.MulIOp(trip.result, step).result)
+        return arith.MinSIOp(start.result, upper).result
+
+    with ir.InsertionPoint(block), loop.location:
+        chunk = block.arguments[0]
+        start, stop = bound(chunk), bound(arith.AddIOp(chunk, one).result)
+        end = scf.ReduceOp([], 0)
+    loop.operation.move_before(end)
+    loop.operation.operands[0] = start
+    loop.operation.operands[len(loop.lowerBound)] = stop
+
+
+def serialize_nested_parallel_loops(module: Any) -> int:
+    """Turn every ``scf.parallel`` nested in another one into nested ``scf.for`` loops;
+    return how many. Run before ``async-parallel-for``: a task of the async runtime
+    that waits for tasks of its own (an inner parallel loop) holds a worker while it
+    waits, and with every worker waiting nothing runs (a deadlock); the outer loop
+    alone already gives every thread work."""
+    from mlir import ir
+    from mlir.dialects import scf
+
+    nested: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "scf.parallel" and not op.results and _inside_parallel(op):
+            nested.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        for op in reversed(nested):  # innermost first: each body moves once
+            _parallel_to_for(op.opview, scf)
+    return len(nested)
+
+
+def clamp_upper_bounds(module: Any) -> None:
+    """Give every ``scf.parallel`` an upper bound at least its lower bound: a loop
+    from 1 to 0 runs no iteration, but ``async-parallel-for`` computes a negative
+    trip count from it and runs blocks outside the loop's range."""
+    from mlir import ir
+    from mlir.dialects import arith
+
+    loops: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "scf.parallel":
+            loops.append(op.opview)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        for loop in loops:
+            rank = len(loop.lowerBound)
+            with ir.InsertionPoint(loop), loop.location:
+                for d in range(rank):
+                    clamped = arith.MaxSIOp(loop.upperBound[d], loop.lowerBound[d]).result
+                    loop.operation.operands[rank + d] = clamped
+
+
+def _inside_parallel(op: Any) -> bool:
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        if parent.name == "scf.parallel":
+            return True
+        parent = parent.parent
+    return False
+
+
+def _parallel_to_for(parallel: Any, scf: Any) -> None:
+    from mlir import ir
+
+    body = parallel.regions[0].blocks[0]
+    point = ir.InsertionPoint(parallel)
+    inductions = []
+    with parallel.location:
+        for lower, upper, step in zip(parallel.lowerBound, parallel.upperBound,
+                                      parallel.step, strict=True):
+            with point:
+                loop = scf.ForOp(lower, upper, step)
+            with ir.InsertionPoint(loop.body):
+                end = scf.YieldOp([])
+            point = ir.InsertionPoint(end)
+            inductions.append(loop.induction_variable)
+    for arg, induction in zip(body.arguments, inductions, strict=True):
+        arg.replace_all_uses_with(induction)
+    for inner in list(body.operations)[:-1]:  # not the scf.reduce terminator
+        inner.move_before(end)
+    parallel.operation.erase()
+
+
+_EXECUTE = "mlirAsyncRuntimeExecute"
+_FORK_SAFE_EXECUTE = "__pymlirjit_par_execute"
+
+# A module's tasks go to MLIR's async runtime through this function. The runtime's
+# thread pool does not survive a fork: in the child its workers are gone, yet counted,
+# and a task given to it never runs (the call waiting for it hangs). The process that
+# loads the module, if its pool is sound, claims the pool for it (@__pymlirjit_par_claim,
+# see pymlirjit.asyncruntime.claim_task_pool); in any other process (a forked child, or
+# a module loaded in one) each task runs on a thread of its own instead.
+_FORK_SAFE_SCHEDULING = """
+llvm.func @getpid() -> i32
+llvm.func @malloc(i64) -> !llvm.ptr
+llvm.func @free(!llvm.ptr)
+llvm.func @pthread_create(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
+llvm.func @pthread_detach(i64) -> i32
+llvm.func @mlirAsyncRuntimeExecute(!llvm.ptr, !llvm.ptr)
+llvm.mlir.global internal @__pymlirjit_par_pid(0 : i32) {addr_space = 0 : i32} : i32
+llvm.func internal @__pymlirjit_par_run(%task: !llvm.ptr) -> !llvm.ptr {
+  %handle = llvm.load %task : !llvm.ptr -> !llvm.ptr
+  %slot = llvm.getelementptr %task[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
+  %resume = llvm.load %slot : !llvm.ptr -> !llvm.ptr
+  llvm.call @free(%task) : (!llvm.ptr) -> ()
+  llvm.call %resume(%handle) : !llvm.ptr, (!llvm.ptr) -> ()
+  %null = llvm.mlir.zero : !llvm.ptr
+  llvm.return %null : !llvm.ptr
+}
+llvm.func @__pymlirjit_par_claim() {
+  %pid = llvm.call @getpid() : () -> i32
+  %owner_slot = llvm.mlir.addressof @__pymlirjit_par_pid : !llvm.ptr
+  llvm.store %pid, %owner_slot atomic seq_cst {alignment = 4 : i64} : i32, !llvm.ptr
+  llvm.return
+}
+llvm.func internal @__pymlirjit_par_execute(%handle: !llvm.ptr, %resume: !llvm.ptr) {
+  %pid = llvm.call @getpid() : () -> i32
+  %owner_slot = llvm.mlir.addressof @__pymlirjit_par_pid : !llvm.ptr
+  %zero = llvm.mlir.constant(0 : i32) : i32
+  %owner = llvm.load %owner_slot atomic monotonic {alignment = 4 : i64} : !llvm.ptr -> i32
+  %in_owner = llvm.icmp "eq" %owner, %pid : i32
+  llvm.cond_br %in_owner, ^pool, ^own
+^own:
+  %size = llvm.mlir.constant(16 : i64) : i64
+  %task = llvm.call @malloc(%size) : (i64) -> !llvm.ptr
+  llvm.store %handle, %task : !llvm.ptr, !llvm.ptr
+  %slot = llvm.getelementptr %task[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
+  llvm.store %resume, %slot : !llvm.ptr, !llvm.ptr
+  %one = llvm.mlir.constant(1 : i64) : i64
+  %id = llvm.alloca %one x i64 : (i64) -> !llvm.ptr
+  %null = llvm.mlir.zero : !llvm.ptr
+  %start = llvm.mlir.addressof @__pymlirjit_par_run : !llvm.ptr
+  %status = llvm.call @pthread_create(%id, %null, %start, %task)
+    : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
+  %started = llvm.icmp "eq" %status, %zero : i32
+  llvm.cond_br %started, ^detach, ^failed
+^detach:
+  %thread = llvm.load %id : !llvm.ptr -> i64
+  %detached = llvm.call @pthread_detach(%thread) : (i64) -> i32
+  llvm.return
+^failed:
+  llvm.call @free(%task) : (!llvm.ptr) -> ()
+  llvm.br ^pool
+^pool:
+  llvm.call @mlirAsyncRuntimeExecute(%handle, %resume) : (!llvm.ptr, !llvm.ptr) -> ()
+  llvm.return
+}
+"""
+
+
+def fork_safe_task_scheduling(module: Any) -> bool:
+    """Make the tasks a lowered module hands MLIR's async runtime run in a forked child
+    too (see ``_FORK_SAFE_SCHEDULING``); return whether the module schedules any."""
+    from mlir import ir
+
+    calls: list[Any] = []
+    declared: set[str] = set()
+
+    def visit(op: Any) -> Any:
+        if op.name == "llvm.call" and "callee" in op.attributes and \
+                ir.FlatSymbolRefAttr(op.attributes["callee"]).value == _EXECUTE:
+            calls.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if not calls:
+        return False
+    for op in module.body.operations:
+        if "sym_name" in op.attributes:
+            declared.add(ir.StringAttr(op.attributes["sym_name"]).value)
+    with module.context, ir.Location.unknown():
+        target = ir.FlatSymbolRefAttr.get(_FORK_SAFE_EXECUTE)
+        for op in calls:
+            op.attributes["callee"] = target
+        extra = ir.Module.parse(_FORK_SAFE_SCHEDULING)
+        for op in list(extra.body.operations):
+            if ir.StringAttr(op.attributes["sym_name"]).value in declared:
+                continue  # declared by the module already (malloc, free, ...)
+            op.operation.detach_from_parent()
+            module.body.append(op)
+    return True
+
+
+def parallel_hooks(threads: int) -> dict[str, Callable[[Any], object]]:
+    """What runs between the passes of the default pipeline for ``parallel=True`` on
+    ``threads`` threads (see :func:`pymlirjit.pipeline.lower`): before
+    ``async-parallel-for``, and once the async runtime's calls exist."""
+    def make_tasks(module: Any) -> None:
+        clamp_upper_bounds(module)
+        split_for_threads(module, threads)
+        serialize_nested_parallel_loops(module)
+
+    return {"async-parallel-for": make_tasks,
+            "reconcile-unrealized-casts": fork_safe_task_scheduling}

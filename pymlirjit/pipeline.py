@@ -14,7 +14,7 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
 from typing import Any, TypeVar
 
@@ -312,18 +312,20 @@ def _parse(source: str, context: Any, filename: str) -> Any:
 
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           filename: str = "<source>",
-          before: Callable[[Any, str], str] | None = None) -> Any:
+          before: Callable[[Any, str], str] | None = None,
+          hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
     """Run ``pipeline`` (the default one if ``None``; :data:`SPARSE_PIPELINE` instead
     for a module with sparse tensors) on ``module`` in place; return it.
 
     ``filename`` names the source in the locations of diagnostics. ``before(module,
     pipeline)``, if given, runs first (on the same large stack: the optimizing passes of
-    :mod:`pymlirjit.optimize`) and returns the pipeline to run.
+    :mod:`pymlirjit.optimize`) and returns the pipeline to run. ``hooks`` maps the name
+    of a top-level pass to a function run on the module just before that pass.
     """
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None) and _uses_sparse_tensors(module):
         text = normalize_pipeline(SPARSE_PIPELINE)
-    return _on_large_stack(lambda: _lower(module, text, filename, before))
+    return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}))
 
 
 #: The default pipeline of a module with sparse tensors: MLIR's sparsifier, which also
@@ -337,7 +339,8 @@ def _uses_sparse_tensors(module: Any) -> bool:
 
 
 def _lower(module: Any, text: str, filename: str,
-           before: Callable[[Any, str], str] | None = None) -> Any:
+           before: Callable[[Any, str], str] | None = None,
+           hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -347,7 +350,11 @@ def _lower(module: Any, text: str, filename: str,
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        for stage in _stages(text):
+        hooks = hooks or {}
+        for stage in _stages(text, (_MEMREF_LOWERING, *hooks)):
+            hook = hooks.get(_first_pass(stage))
+            if hook is not None:
+                hook(module)
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_async_declarations(module)
@@ -398,18 +405,29 @@ def _run_passes(passes: Any, module: Any, filename: str) -> None:
 _MEMREF_LOWERING = "finalize-memref-to-llvm"
 
 
-def _stages(pipeline: str) -> list[str]:
-    """``pipeline``, split before a top-level memref lowering pass (so that what
-    bufferization produced can be checked before it is lowered)."""
+def _stages(pipeline: str, at: Sequence[str] = (_MEMREF_LOWERING,)) -> list[str]:
+    """``pipeline``, split before the first top-level pass named in ``at`` (by default
+    the memref lowering, so that what bufferization produced can be checked before it
+    is lowered), and so on after it."""
     depth = 0
     for i, char in enumerate(pipeline):
         if char in "({":
             depth += 1
         elif char in ")}":
             depth -= 1
-        elif char == "," and depth == 1 and pipeline.startswith(_MEMREF_LOWERING, i + 1):
-            return [pipeline[:i] + ")", "builtin.module(" + pipeline[i + 1:]]
+        elif char == "," and depth == 1 and _first_pass(pipeline[i + 1:]) in at:
+            rest = "builtin.module(" + pipeline[i + 1:]
+            return [pipeline[:i] + ")",
+                    *_stages(rest, tuple(n for n in at if n != _first_pass(rest)))]
     return [pipeline]
+
+
+def _first_pass(pipeline: str) -> str:
+    """The name of the first pass of ``pipeline`` (``builtin.module(`` skipped)."""
+    if pipeline.startswith("builtin.module("):
+        pipeline = pipeline[len("builtin.module("):]
+    match = _PASS_NAME.match(pipeline)
+    return match.group() if match else ""
 
 
 #: Memory operations, by the index of their memref operand.

@@ -9,6 +9,7 @@ names and makes tensor arguments read-only; it returns a :class:`PreparedModule`
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import ffi
+from . import optimize as optimizing
 from .abi import (
     CIFACE_PREFIX,
     RESERVED_PREFIX,
@@ -59,24 +61,30 @@ class CompileOptions:
     shared_libs: tuple[str, ...]
     #: Fast-math flags on float ops (numba's ``fastmath=True``).
     fastmath: bool = False
-    #: Room for numba's ``parallel=True`` (not used yet).
+    #: Loops run on several threads (numba's ``parallel=True``; see
+    #: :func:`pymlirjit.optimize.with_parallel_loops`).
     parallel: bool = False
+    #: How many threads a parallel loop is split for (``PYMLIRJIT_NUM_THREADS``, read by
+    #: :meth:`resolved` when a parallel module compiles; 0 until then).
+    threads: int = 0
 
     @classmethod
     def make(cls, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
-             shared_libs: Iterable[str] = (), fastmath: bool = False) -> CompileOptions:
+             shared_libs: Iterable[str] = (), fastmath: bool = False,
+             parallel: bool = False) -> CompileOptions:
         """Options from any accepted spelling, checked (``pipeline=None``: the default
         pipeline; libraries by path or by runtime library name)."""
         return cls(normalize_pipeline(pipeline), check_opt_level(opt_level),
                    tuple(runtime_library(str(p)) for p in shared_libs),
-                   _check_flag("fastmath", fastmath))
+                   _check_flag("fastmath", fastmath), _check_flag("parallel", parallel))
 
     def replace(self, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None,
                 shared_libs: Iterable[str] | None = None,
-                fastmath: bool | None = None) -> CompileOptions:
+                fastmath: bool | None = None, parallel: bool | None = None) -> CompileOptions:
         """These options with those given (not ``None``) instead, checked."""
-        if pipeline is None and opt_level is None and shared_libs is None and fastmath is None:
+        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
+                and parallel is None):
             return self
         return CompileOptions(
             self.pipeline if pipeline is None else normalize_pipeline(pipeline),
@@ -84,19 +92,32 @@ class CompileOptions:
             self.shared_libs if shared_libs is None
             else tuple(runtime_library(str(p)) for p in shared_libs),
             self.fastmath if fastmath is None else _check_flag("fastmath", fastmath),
-            self.parallel)
+            self.parallel if parallel is None else _check_flag("parallel", parallel))
+
+    def resolved(self) -> CompileOptions:
+        """These options with :attr:`threads` from ``PYMLIRJIT_NUM_THREADS`` if parallel."""
+        if not self.parallel and not self.threads:
+            return self
+        return dataclasses.replace(self, threads=optimizing.thread_count() if self.parallel else 0)
 
     @property
     def pipeline_key(self) -> str:
         """The pipeline with the flags that change the code it makes (a cache key)."""
         flags = "".join(f" +{name}" for name in ("fastmath", "parallel") if getattr(self, name))
-        return self.pipeline + flags + (vector_library_tag() if self.fastmath else "")
+        return (self.pipeline + flags + (f"={self.threads}" if self.parallel else "")
+                + (vector_library_tag() if self.fastmath else ""))
 
     @property
     def tiles_linalg(self) -> bool:
         """Whether linalg ops are tiled and vectorized: at ``opt_level=3`` with the
         default pipeline (a pipeline given by the user is run as written)."""
         return self.opt_level >= 3 and self.pipeline == normalize_pipeline(None)
+
+    @property
+    def parallel_loops(self) -> bool:
+        """``parallel=True``, more than one thread and the default pipeline (not a user's)."""
+        return (self.parallel and self.threads > 1
+                and self.pipeline == normalize_pipeline(None))
 
 
 def _check_flag(name: str, value: object) -> bool:
@@ -262,13 +283,17 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     returns ``prepared``."""
     def optimize_first(module: Any, pipeline: str) -> str:
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
-                           filename=prepared.filename)
+                           filename=prepared.filename, parallel=options.parallel_loops)
         if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
             use_vector_library(module)
+        if options.parallel_loops:
+            pipeline = optimizing.with_parallel_loops(pipeline, options.threads)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
     lower_module(prepared.module, options.pipeline, prepared.filename,
-                 optimize_first if options.fastmath or options.tiles_linalg else None)
+                 optimize_first if options.fastmath or options.tiles_linalg
+                 or options.parallel_loops else None,
+                 optimizing.parallel_hooks(options.threads) if options.parallel_loops else None)
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)

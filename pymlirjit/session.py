@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
+from .asyncruntime import claim_task_pool
 from .cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
 from .callbacks import (
     Callback,
@@ -96,8 +97,9 @@ class Session:
     ``pipeline`` (a pass pipeline string or list of passes; default
     :data:`pymlirjit.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
     are defaults for :meth:`compile`, held as one frozen
-    :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`), as is ``fastmath``
-    (fast-math flags on float ops, see :mod:`pymlirjit.optimize`). ``callbacks`` is
+    :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`), as are ``fastmath``
+    (fast-math flags on float ops, see :mod:`pymlirjit.optimize`) and ``parallel``
+    (loops on several threads, see ``docs/threads.md``). ``callbacks`` is
     this session's registry:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
@@ -110,12 +112,13 @@ class Session:
     def __init__(self, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
                  shared_libs: Iterable[str] = (), *,
                  registry: CallbackRegistry | None = None,
-                 cache_dir: str | Path | None = None, fastmath: bool = False) -> None:
+                 cache_dir: str | Path | None = None, fastmath: bool = False,
+                 parallel: bool = False) -> None:
         self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
                                        else NullCache())
         self._disk_hits = 0
         self._rejected: Counter[str] = Counter()
-        self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath)
+        self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath, parallel)
         self.callbacks = registry if registry is not None else CallbackRegistry()
         self._cache: dict[tuple[_ModuleKey, tuple[Callback | None, ...]], CompiledModule] = {}
         self._declared: dict[_ModuleKey, tuple[str, ...]] = {}
@@ -196,13 +199,14 @@ class Session:
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
                 callbacks: Iterable[Callback] = (), cache: bool | None = None,
                 options: CompileOptions | None = None,
-                fastmath: bool | None = None) -> CompiledModule:
+                fastmath: bool | None = None, parallel: bool | None = None) -> CompiledModule:
         """Compile ``source`` (MLIR text, a path to a ``.mlir`` file, or a module built
         in Python: see :func:`pymlirjit.prepare.built_text`), or return the cached module
         compiled from the same source text, options and callbacks.
 
         ``options`` replaces the session's (:attr:`options`); ``pipeline``,
-        ``opt_level``, ``shared_libs`` and ``fastmath``, where given, replace those.
+        ``opt_level``, ``shared_libs``, ``fastmath`` and ``parallel``, where given,
+        replace those.
         ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
         ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
         """
@@ -212,7 +216,7 @@ class Session:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks must be @callback functions, got {cb!r}")
         chosen = (self.options if options is None else options).replace(
-            pipeline, opt_level, shared_libs, fastmath)
+            pipeline, opt_level, shared_libs, fastmath, parallel).resolved()
         key = _ModuleKey(text, chosen, explicit)
         with self._lock:  # memory -> store -> compile -> store
             declared = self._declared.get(key)
@@ -224,6 +228,8 @@ class Session:
                     return cached
             self._misses += 1
             module, declared = self._compile_or_load(key, filename, self._disk_cache(cache))
+            if chosen.parallel_loops:
+                claim_task_pool(module.engine)
             attach_native_entries(module)
             set_origin(module, _FunctionOrigin(weakref.ref(self), key))
             full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))
