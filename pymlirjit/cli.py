@@ -100,6 +100,8 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                                        "-O0 to -O3 as in mlir-runner)")
     run.add_argument("--fastmath", action="store_true",
                      help="fast-math flags on float ops (reductions vectorize)")
+    run.add_argument("--boundscheck", action="store_true",
+                     help="out-of-bounds memref accesses raise IndexError")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
                      help="save the array result (repeat for several array results)")
     run.add_argument("--time", action="store_true",
@@ -298,7 +300,7 @@ def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
     try:
         module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
                                  shared_libs=shared_libs, callbacks=callbacks,
-                                 fastmath=args.fastmath)
+                                 fastmath=args.fastmath, boundscheck=args.boundscheck)
         return module, session.disk_cache is not None and session.disk_cache.hits > 0
     except LinkError as exc:
         if not exc.missing:

@@ -54,7 +54,8 @@ class Kernel(NativeCallable):
                  callbacks: Iterable[Callback] | None = None,
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
-                 cache: bool | None = None, fastmath: bool | None = None) -> None:
+                 cache: bool | None = None, fastmath: bool | None = None,
+                 boundscheck: bool | None = None) -> None:
         if not isinstance(source, (str, Path)) and not callable(source):
             source = built_text(source)  # a module built in Python: its text, once
         self.__wrapped__ = stub
@@ -68,6 +69,7 @@ class Kernel(NativeCallable):
         self._pipeline = pipeline
         self._opt_level = opt_level
         self._fastmath = fastmath
+        self._boundscheck = boundscheck
         self._shared_libs = None if shared_libs is None else tuple(shared_libs)
         self._callbacks = tuple(callbacks or ())
         self._cache = cache
@@ -107,7 +109,8 @@ class Kernel(NativeCallable):
             default_registry().watch(self)
             if self._options is None:
                 self._options = session.options.replace(self._pipeline, self._opt_level,
-                                                        self._shared_libs, self._fastmath)
+                                                        self._shared_libs, self._fastmath,
+                                                        boundscheck=self._boundscheck)
             source = self.source if isinstance(self.source, (str, Path)) else self.mlir
             try:
                 module: CompiledModule = session.compile(
@@ -320,7 +323,7 @@ class GenericKernel(GenericDispatch, Kernel):
                                                    self.__doc__, stub[1])
         kernel = BoundKernel(stand_in, text, self.name, t._pipeline, t._opt_level,
                              t._callbacks, t._shared_libs, t._session, t.release_gil,
-                             t._cache, t._fastmath)
+                             t._cache, t._fastmath, t._boundscheck)
         kernel.binding, kernel.generic = binding, self
         return kernel
 
@@ -444,7 +447,8 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
                 callbacks: Iterable[Callback] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
                 release_gil: bool | None = None, cache: bool | None = None,
-                fastmath: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
+                fastmath: bool | None = None,
+                boundscheck: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
     """Turn the MLIR function named like the decorated stub (or ``name``) into a
     Python callable. The stub's body is unused; its annotations, where present, are
     checked against the MLIR signature. Compilation happens on first call.
@@ -461,9 +465,13 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     ``fastmath=True`` (numba's name) puts fast-math flags on float ops, so that float
     reductions vectorize (``None``: the session's setting). ``opt_level=3`` with the
     default pipeline also tiles and vectorizes ``linalg.matmul`` for the host CPU.
+
+    ``boundscheck=True`` (numba's name) makes out-of-bounds memref accesses and invalid
+    subviews raise ``IndexError`` naming the kernel and line (``None``: the session's
+    setting); integer division by zero raises ``ZeroDivisionError`` in any case.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
         return _generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
                                          opt_level, callbacks, shared_libs, session,
-                                         release_gil, cache, fastmath))
+                                         release_gil, cache, fastmath, boundscheck))
     return decorate

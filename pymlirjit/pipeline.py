@@ -310,19 +310,25 @@ def _parse(source: str, context: Any, filename: str) -> Any:
 
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           filename: str = "<source>",
-          before: Callable[[Any, str], str] | None = None) -> Any:
+          before: Callable[[Any, str], str] | None = None,
+          before_scf_lowering: Callable[[Any], None] | None = None) -> Any:
     """Run ``pipeline`` (the default one if ``None``) on ``module`` in place; return it.
 
     ``filename`` names the source in the locations of diagnostics. ``before(module,
     pipeline)``, if given, runs first (on the same large stack: the optimizing passes of
     :mod:`pymlirjit.optimize`) and returns the pipeline to run.
+    ``before_scf_lowering(module)``, if given, runs before the pipeline's first top-level
+    ``convert-scf-to-cf`` (after bufferization: the checks of :mod:`pymlirjit.checks`),
+    or before the whole pipeline if it has none.
     """
     text = normalize_pipeline(pipeline)
-    return _on_large_stack(lambda: _lower(module, text, filename, before))
+    return _on_large_stack(lambda: _lower(module, text, filename, before,
+                                          before_scf_lowering))
 
 
 def _lower(module: Any, text: str, filename: str,
-           before: Callable[[Any, str], str] | None = None) -> Any:
+           before: Callable[[Any, str], str] | None = None,
+           before_scf_lowering: Callable[[Any], None] | None = None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -332,7 +338,16 @@ def _lower(module: Any, text: str, filename: str,
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        for stage in _stages(text):
+        stages = _stages(text)
+        if before_scf_lowering is not None:
+            split = [part for stage in stages for part in _stages(stage, _SCF_LOWERING)]
+            at = next((i for i, stage in enumerate(split)
+                       if stage.startswith(f"builtin.module({_SCF_LOWERING}")), 0)
+            stages = [*split[:at], before_scf_lowering, *split[at:]]
+        for stage in stages:
+            if not isinstance(stage, str):
+                stage(module)
+                continue
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_async_declarations(module)
@@ -381,18 +396,19 @@ def _run_passes(passes: Any, module: Any, filename: str) -> None:
 
 
 _MEMREF_LOWERING = "finalize-memref-to-llvm"
+_SCF_LOWERING = "convert-scf-to-cf"
 
 
-def _stages(pipeline: str) -> list[str]:
+def _stages(pipeline: str, before: str = _MEMREF_LOWERING) -> list[str]:
     """``pipeline``, split before a top-level memref lowering pass (so that what
-    bufferization produced can be checked before it is lowered)."""
+    bufferization produced can be checked before it is lowered), or ``before``."""
     depth = 0
     for i, char in enumerate(pipeline):
         if char in "({":
             depth += 1
         elif char in ")}":
             depth -= 1
-        elif char == "," and depth == 1 and pipeline.startswith(_MEMREF_LOWERING, i + 1):
+        elif char == "," and depth == 1 and pipeline.startswith(before, i + 1):
             return [pipeline[:i] + ")", "builtin.module(" + pipeline[i + 1:]]
     return [pipeline]
 

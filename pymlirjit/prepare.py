@@ -9,6 +9,7 @@ names and makes tensor arguments read-only; it returns a :class:`PreparedModule`
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from .abi import (
     kernel_shim,
 )
 from .callbacks import Callback
+from .checks import FAIL_SIGNATURE, FAIL_SYMBOL, insert_checks, raise_failure
 from .errors import Diagnostic, MLIRError, SignatureError
 from .optimize import optimize, with_vector_lowering
 from .pipeline import (
@@ -40,7 +42,8 @@ from .pipeline import lower as lower_module
 from .signature import Signature, as_signature, from_func_op
 from .types import ScalarType, TensorType
 
-__all__ = ["CompileOptions", "PreparedModule", "built_text", "lower", "prepare"]
+__all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "built_text",
+           "fail_callback", "lower", "prepare"]
 
 
 
@@ -58,22 +61,28 @@ class CompileOptions:
     fastmath: bool = False
     #: Room for numba's ``parallel=True`` (not used yet).
     parallel: bool = False
+    #: Out-of-bounds memref accesses raise IndexError (numba's ``boundscheck=True``).
+    boundscheck: bool = False
 
     @classmethod
     def make(cls, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
-             shared_libs: Iterable[str] = (), fastmath: bool = False) -> CompileOptions:
+             shared_libs: Iterable[str] = (), fastmath: bool = False, *,
+             boundscheck: bool = False) -> CompileOptions:
         """Options from any accepted spelling, checked (``pipeline=None``: the default
         pipeline; libraries by path or by runtime library name)."""
         return cls(normalize_pipeline(pipeline), check_opt_level(opt_level),
                    tuple(runtime_library(str(p)) for p in shared_libs),
-                   _check_flag("fastmath", fastmath))
+                   _check_flag("fastmath", fastmath),
+                   boundscheck=_check_flag("boundscheck", boundscheck))
 
     def replace(self, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None,
                 shared_libs: Iterable[str] | None = None,
-                fastmath: bool | None = None) -> CompileOptions:
+                fastmath: bool | None = None, *,
+                boundscheck: bool | None = None) -> CompileOptions:
         """These options with those given (not ``None``) instead, checked."""
-        if pipeline is None and opt_level is None and shared_libs is None and fastmath is None:
+        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
+                and boundscheck is None):
             return self
         return CompileOptions(
             self.pipeline if pipeline is None else normalize_pipeline(pipeline),
@@ -81,12 +90,15 @@ class CompileOptions:
             self.shared_libs if shared_libs is None
             else tuple(runtime_library(str(p)) for p in shared_libs),
             self.fastmath if fastmath is None else _check_flag("fastmath", fastmath),
-            self.parallel)
+            self.parallel,
+            self.boundscheck if boundscheck is None
+            else _check_flag("boundscheck", boundscheck))
 
     @property
     def pipeline_key(self) -> str:
         """The pipeline with the flags that change the code it makes (a cache key)."""
-        flags = "".join(f" +{name}" for name in ("fastmath", "parallel") if getattr(self, name))
+        flags = "".join(f" +{name}" for name in ("fastmath", "parallel", "boundscheck")
+                        if getattr(self, name))
         return self.pipeline + flags
 
     @property
@@ -262,12 +274,33 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
                            filename=prepared.filename)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
+    inserted: list[int] = []
+
+    def add_checks(module: Any) -> None:
+        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
+                                      filename=prepared.filename))
+
     lower_module(prepared.module, options.pipeline, prepared.filename,
-                 optimize_first if options.fastmath or options.tiles_linalg else None)
+                 optimize_first if options.fastmath or options.tiles_linalg else None,
+                 add_checks)
+    if any(inserted):  # the checks record failures through a built-in callback
+        prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
+            fail_callback())
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     return prepared
+
+
+@functools.cache
+def fail_callback() -> Callback:
+    """The built-in callback checked code calls to raise (see :mod:`pymlirjit.checks`)."""
+    return Callback(raise_failure, FAIL_SIGNATURE, name=FAIL_SYMBOL)
+
+
+def builtin_callbacks() -> dict[str, Callback]:
+    """The callbacks a prepared module may link without declaring them, by name."""
+    return {FAIL_SYMBOL: fail_callback()}
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
