@@ -22,12 +22,16 @@ module loaded from the disk cache in another process raises the same ones.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FAIL_SIGNATURE", "FAIL_SYMBOL", "insert_checks", "raise_failure"]
+from .abi import defined_function_symbol
+
+__all__ = ["FAIL_SIGNATURE", "FAIL_SYMBOL", "insert_checks", "raise_failure",
+           "register_source", "source_id"]
 
 #: The runtime symbol checked code calls to record a failure (a reserved name).
 FAIL_SYMBOL = "__pymlirjit_fail"
@@ -40,10 +44,44 @@ _EXCEPTIONS: dict[int, type[Exception]] = {
     _ZERO_DIVISION: ZeroDivisionError, _INDEX: IndexError, _ASSERTION: AssertionError}
 
 
+def source_id(text: str) -> str:
+    """A short name of the MLIR source ``text`` (messages carry it)."""
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+# source id -> (definition site, text) of inline sources, registered by kernels, so
+# that a message names the Python line rather than the MLIR line.
+_sources: dict[str, tuple[Any, str]] = {}
+_SEPARATOR = "\x1f"
+_MLIR_LINE = re.compile(r"\(MLIR line (\d+)\)")
+
+
+def register_source(text: str, site: Any) -> None:
+    """Let failures in code compiled from the inline MLIR ``text`` name the Python file
+    and line where it sits (``site``: a :class:`~pymlirjit.sourcelines.Site`)."""
+    _sources[source_id(text)] = (site, text)
+
+
+def _on_python_line(text: str) -> str:
+    source, _, text = text.rpartition(_SEPARATOR)
+    found = _sources.get(source)
+    match = _MLIR_LINE.search(text)
+    if found is None or match is None:
+        return text
+    from .sourcelines import python_place
+
+    try:
+        place = python_place(found[0], found[1], int(match[1]))
+    except Exception:  # a file that changed or vanished: the MLIR line says enough
+        place = None
+    return text if place is None else f"{text[:match.start()]}({place}){text[match.end():]}"
+
+
 def raise_failure(kind: int, message: int, dim: int, index: int, size: int) -> None:
     """Raise the exception a check of compiled code recorded: ``message`` is the address
     of its NUL-terminated text (a constant of the module)."""
     text = ctypes.string_at(message).decode(errors="replace") if message else "check failed"
+    text = _on_python_line(text)
     if kind == _INDEX:
         text = text.replace("{detail}", f"index {index} is out of bounds for dimension "
                                         f"{dim} of size {size}")
@@ -65,9 +103,11 @@ _INLINE_LOCATION = re.compile(r'^loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d
 class _Rewriter:
     module: Any
     filename: str
-    describe: Callable[[str], str] | None
+    source: str
     inserted: int = 0
     messages: int = 0
+    safe_divisors: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    checked_divisors: set[tuple[Any, Any]] = field(default_factory=set)
 
     # -- small builders -------------------------------------------------------------------
 
@@ -104,10 +144,6 @@ class _Rewriter:
     def where(self, op: Any) -> str:
         """Where ``op`` sits, for a message: its function and source location."""
         text = str(op.location)
-        if self.describe is not None:
-            described = self.describe(text)
-            if described:
-                return described
         match = _INLINE_LOCATION.match(text)
         if match is None:
             return self.function_of(op)
@@ -123,7 +159,8 @@ class _Rewriter:
         function = _function(op)
         if function is None:
             return "compiled code"
-        return "@" + ir.StringAttr(function.attributes["sym_name"]).value
+        name = ir.StringAttr(function.attributes["sym_name"]).value
+        return "@" + name.removeprefix(defined_function_symbol(""))  # the name given
 
     def message(self, text: str) -> Any:
         """An i64 holding the address of a module constant holding ``text``."""
@@ -131,7 +168,7 @@ class _Rewriter:
 
         self.messages += 1
         name = f"{FAIL_SYMBOL}_message_{self.messages}"
-        data = text.encode() + b"\0"
+        data = f"{self.source}{_SEPARATOR}{text}".encode() + b"\0"
         escaped = "".join(chr(b) if chr(b).isalnum() or chr(b) in " .,:;()@_-[]" else
                           f"\\{b:02X}" for b in data)
         global_ = ir.Operation.parse(
@@ -178,24 +215,39 @@ class _Rewriter:
         from mlir import ir
         from mlir.dialects import arith
 
-        divisor = op.operands[1]
+        dividend, divisor = op.operands[0], op.operands[1]
         type_ = divisor.type
         element = type_.element_type if isinstance(type_, ir.VectorType) else type_
         if isinstance(type_, ir.VectorType) and type_.scalable:
             return  # no splat constants of a scalable type here: left unchecked
         width = 64 if isinstance(element, ir.IndexType) else ir.IntegerType(element).width
+        known = _constant(divisor)
+        if known is not None and known != 0 and not (signed and known in (-1, (1 << width) - 1)):
+            return  # cannot trap (x / 2, the common case): nothing to check
+        block = op.operation.block
+        # A quotient and a remainder of the same operands (x / y, x % y) share their
+        # safe divisor, so that LLVM still computes both with one division; only the
+        # first division by a value in a block records the failure (the first one wins).
+        key = (block, dividend, divisor, signed)
+        safe = self.safe_divisors.get(key)
+        if safe is not None:
+            op.operands[1] = safe
+            return
         with ir.InsertionPoint(op), op.location:
             zero = arith.CmpIOp(arith.CmpIPredicate.eq, divisor, self.constant(0, type_)).result
             bad = zero
             if signed and width > 1:
                 minimum = self.constant(-(1 << (width - 1)), type_)
                 overflow = arith.AndIOp(
-                    arith.CmpIOp(arith.CmpIPredicate.eq, op.operands[0], minimum).result,
+                    arith.CmpIOp(arith.CmpIPredicate.eq, dividend, minimum).result,
                     arith.CmpIOp(arith.CmpIPredicate.eq, divisor,
                                  self.constant(-1, type_)).result).result
                 bad = arith.OrIOp(zero, overflow).result
             safe = arith.SelectOp(bad, self.constant(1, type_), divisor).result
-            op.operands[1] = safe
+            op.operands[1] = self.safe_divisors[key] = safe
+            if (block, divisor) in self.checked_divisors:
+                return
+            self.checked_divisors.add((block, divisor))
             self.if_failed(self.any(zero),
                            lambda: self.fail(_ZERO_DIVISION, f"integer division or modulo "
                                              f"by zero in {self.where(op)}"))
@@ -378,6 +430,21 @@ def _function(op: Any) -> Any:
     return parent
 
 
+def _constant(value: Any) -> int | None:
+    """The integer ``value`` always holds (a constant, or a splat vector constant)."""
+    from mlir import ir
+
+    owner = value.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)) or owner.name != "arith.constant":
+        return None
+    attr = owner.attributes["value"]
+    if isinstance(attr, ir.IntegerAttr):
+        return int(attr.value)
+    if isinstance(attr, ir.DenseIntElementsAttr) and attr.is_splat:
+        return int(ir.IntegerAttr(attr.get_splat_value()).value)
+    return None
+
+
 def _zero_attribute(type_: Any) -> Any:
     from mlir import ir
 
@@ -389,14 +456,14 @@ def _zero_attribute(type_: Any) -> Any:
 
 
 def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
-                  describe: Callable[[str], str] | None = None) -> int:
+                  source: str = "") -> int:
     """Add the checks of checked mode to ``module`` (see the module's docstring), which
     must still hold ``scf`` and ``memref`` ops; returns how many failure calls it added
-    (0: the module needs no failure callback, and none is declared). ``describe(loc)``
-    may name a location for messages (such as a Python file and line)."""
+    (0: the module needs no failure callback, and none is declared). ``source`` is the
+    :func:`source_id` of the module's text (for :func:`register_source`)."""
     from mlir import ir
 
-    rewriter = _Rewriter(module, filename, describe)
+    rewriter = _Rewriter(module, filename, source)
     divisions: list[tuple[Any, bool]] = []
     assertions: list[Any] = []
     accesses: list[Any] = []

@@ -34,6 +34,7 @@ from .generic import GenericDispatch, describe, free_aliases
 from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
+from .checks import register_source
 from .sourcelines import definition_site, located_mlir_error
 from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
@@ -120,6 +121,8 @@ class Kernel(NativeCallable):
                 text = source if isinstance(source, str) else None
                 raise located_mlir_error(exc, f"@mlir_kernel {self.name!r}",
                                          self.__dict__.get("_site"), text) from None
+            if isinstance(source, str) and self.__dict__.get("_site") is not None:
+                register_source(source, self._site)  # failures then name its Python line
             try:
                 function = module[self.name]
             except KeyError as exc:

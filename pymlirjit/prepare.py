@@ -28,7 +28,7 @@ from .abi import (
     kernel_shim,
 )
 from .callbacks import Callback
-from .checks import FAIL_SIGNATURE, FAIL_SYMBOL, insert_checks, raise_failure
+from .checks import FAIL_SIGNATURE, FAIL_SYMBOL, insert_checks, raise_failure, source_id
 from .errors import Diagnostic, MLIRError, SignatureError
 from .optimize import optimize, with_vector_lowering
 from .pipeline import (
@@ -136,6 +136,8 @@ class PreparedModule:
     declared: tuple[str, ...]
     uncallable: dict[str, str] = field(default_factory=dict)
     runtime_libs: tuple[str, ...] = ()
+    #: The :func:`~pymlirjit.checks.source_id` of the text (messages of checks name it).
+    source: str = ""
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -263,7 +265,7 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                 op.operation.detach_from_parent()
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
-                          tuple(declared), uncallable)
+                          tuple(declared), uncallable, source=source_id(text))
 
 
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
@@ -278,7 +280,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
 
     def add_checks(module: Any) -> None:
         inserted.append(insert_checks(module, boundscheck=options.boundscheck,
-                                      filename=prepared.filename))
+                                      filename=prepared.filename, source=prepared.source))
 
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg else None,
