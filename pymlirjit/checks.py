@@ -280,9 +280,14 @@ class _Rewriter:
             failed = arith.XOrIOp(op.operands[0],
                                   self.constant(1, ir.IntegerType.get_signless(1))).result
             where = self.where(op)
+            if verification:  # MLIR's: "ERROR: ...\n<op>\n^ <reason>\nLocation: ..."
+                reason = next((line[2:] for line in text.splitlines()
+                               if line.startswith("^ ")), "invalid operation")
+                message = f"runtime op verification failed in {where}: {reason}"
+            else:
+                message = f"{text} (in {where})" if text else f"assertion failed in {where}"
             self.if_failed(failed, lambda: self.fail(
-                _INDEX if verification else _ASSERTION,
-                f"{text} (in {where})" if text else f"assertion failed in {where}"))
+                _INDEX if verification else _ASSERTION, message))
         op.erase()
 
 

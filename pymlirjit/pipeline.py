@@ -319,7 +319,8 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     :mod:`pymlirjit.optimize`) and returns the pipeline to run.
     ``before_scf_lowering(module)``, if given, runs before the pipeline's first top-level
     ``convert-scf-to-cf`` (after bufferization: the checks of :mod:`pymlirjit.checks`),
-    or before the whole pipeline if it has none.
+    and not at all if it has none (a pipeline that leaves ``scf`` alone could not lower
+    what the hook adds).
     """
     text = normalize_pipeline(pipeline)
     return _on_large_stack(lambda: _lower(module, text, filename, before,
@@ -338,12 +339,13 @@ def _lower(module: Any, text: str, filename: str,
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        stages = _stages(text)
+        stages: list[str | Callable[[Any], None]] = list(_stages(text))
         if before_scf_lowering is not None:
             split = [part for stage in stages for part in _stages(stage, _SCF_LOWERING)]
             at = next((i for i, stage in enumerate(split)
-                       if stage.startswith(f"builtin.module({_SCF_LOWERING}")), 0)
-            stages = [*split[:at], before_scf_lowering, *split[at:]]
+                       if stage.startswith(f"builtin.module({_SCF_LOWERING}")), None)
+            if at is not None:
+                stages = [*split[:at], before_scf_lowering, *split[at:]]
         for stage in stages:
             if not isinstance(stage, str):
                 stage(module)
