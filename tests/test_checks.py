@@ -148,7 +148,7 @@ def test_vector_division_by_zero_raises_if_any_lane_divides_by_zero() -> None:
     assert rows[1][1:] == ["ZeroDivisionError",
                            "integer division or modulo by zero in @vdiv (MLIR line 9)"]
     assert rows[2][1:] == ["ZeroDivisionError",
-                           "integer division or modulo by zero in @vdiv (MLIR line 15)"]
+                           "integer division or modulo by zero in @vdiv (MLIR line 14)"]
     assert rows[3] == [str([x // 3 for x in range(10, 14)] + [x % 3 for x in range(14, 18)])]
 
 
