@@ -109,30 +109,19 @@ class _Rewriter:
     safe_divisors: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     checked_divisors: set[tuple[Any, Any]] = field(default_factory=set)
 
-    # -- small builders -------------------------------------------------------------------
-
     def constant(self, value: int, type_: Any) -> Any:
+        """``value`` as a constant of ``type_`` (an integer, index or float type, or a
+        vector of one); a poison value of other types (a zero where a load is skipped)."""
         from mlir import ir
         from mlir.dialects import arith
 
-        if isinstance(type_, ir.VectorType):
-            element = type_.element_type
-            attr: Any = ir.DenseElementsAttr.get_splat(type_, ir.IntegerAttr.get(element, value))
-        else:
-            attr = ir.IntegerAttr.get(type_, value)
-        return arith.ConstantOp(type_, attr).result
-
-    def zero(self, type_: Any) -> Any:
-        """A zero of ``type_`` (a poison value of types without a zero constant here)."""
-        from mlir import ir
-        from mlir.dialects import arith
-
-        element = type_.element_type if isinstance(type_, ir.VectorType) else type_
-        attr = _zero_attribute(element)
-        if attr is None or (isinstance(type_, ir.VectorType) and type_.scalable):
+        vector = isinstance(type_, ir.VectorType)
+        element = type_.element_type if vector else type_
+        attr = _scalar_attribute(element, value)
+        if attr is None or (vector and type_.scalable):
             return ir.Operation.create("ub.poison", results=[type_], attributes={
                 "value": ir.Attribute.parse("#ub.poison")}).result
-        if isinstance(type_, ir.VectorType):
+        if vector:
             attr = ir.DenseElementsAttr.get_splat(type_, attr)
         return arith.ConstantOp(type_, attr).result
 
@@ -159,7 +148,7 @@ class _Rewriter:
         function = _function(op)
         if function is None:
             return "compiled code"
-        name = ir.StringAttr(function.attributes["sym_name"]).value
+        name: str = ir.StringAttr(function.attributes["sym_name"]).value
         return "@" + name.removeprefix(defined_function_symbol(""))  # the name given
 
     def message(self, text: str) -> Any:
@@ -190,13 +179,9 @@ class _Rewriter:
 
         i64 = ir.IntegerType.get_signless(64)
 
-        def as_i64(value: Any) -> Any:
-            if value is None:
-                return self.constant(0, i64)
-            return arith.IndexCastOp(i64, value).result
-
         args = [self.constant(kind, ir.IntegerType.get_signless(32)), self.message(text),
-                as_i64(dim), as_i64(index), as_i64(size)]
+                *(self.constant(0, i64) if value is None else arith.IndexCastOp(i64, value).result
+                  for value in (dim, index, size))]
         func.CallOp([], ir.FlatSymbolRefAttr.get(FAIL_SYMBOL), args)
         self.inserted += 1
 
@@ -208,8 +193,6 @@ class _Rewriter:
         with ir.InsertionPoint(branch.then_block):
             then()
             scf.YieldOp([])
-
-    # -- divisions ------------------------------------------------------------------------
 
     def division(self, op: Any, signed: bool) -> None:
         from mlir import ir
@@ -268,8 +251,6 @@ class _Rewriter:
                                        flags).result
         return vector.ReductionOp(ir.IntegerType.get_signless(1), "or", flags).result
 
-    # -- cf.assert ------------------------------------------------------------------------
-
     def assertion(self, op: Any) -> None:
         from mlir import ir
         from mlir.dialects import arith
@@ -290,8 +271,6 @@ class _Rewriter:
                 _INDEX if verification else _ASSERTION, message))
         op.erase()
 
-
-    # -- bounds ---------------------------------------------------------------------------
 
     def dim(self, memref_value: Any, d: int) -> Any:
         from mlir import ir
@@ -334,10 +313,8 @@ class _Rewriter:
         operands = iter(op.operands[1:])
 
         def mixed(name: str) -> list[Any]:
-            values = []
-            for value in ir.DenseI64ArrayAttr(attributes[name]):
-                values.append(next(operands) if value == dynamic else self.index(value))
-            return values
+            return [next(operands) if value == dynamic else self.index(value)
+                    for value in ir.DenseI64ArrayAttr(attributes[name])]
 
         with ir.InsertionPoint(op), op.location:
             offsets, sizes, strides = (mixed("static_offsets"), mixed("static_sizes"),
@@ -352,9 +329,7 @@ class _Rewriter:
                     arith.CmpIOp(arith.CmpIPredicate.ult, last, extent).result).result
                 empty = arith.CmpIOp(arith.CmpIPredicate.eq, size, self.index(0)).result
                 checks.append((d, arith.OrIOp(empty, inside).result, last, extent))
-            ok = checks[0][1] if checks else None
-            for check in checks[1:]:
-                ok = arith.AndIOp(ok, check[1]).result
+            ok = _all_of([check[1] for check in checks])
             if ok is None:
                 return
             where = self.where(op)
@@ -406,9 +381,7 @@ class _Rewriter:
                     inside = arith.AndIOp(inside, arith.CmpIOp(
                         arith.CmpIPredicate.uge, room, self.index(lanes[lane])).result).result
                 checks.append((d, inside, index, extent))
-            ok = checks[0][1] if checks else None
-            for check in checks[1:]:
-                ok = arith.AndIOp(ok, check[1]).result
+            ok = _all_of([check[1] for check in checks])
             if flag is not None:
                 clear = self.not_flagged(flag)
                 ok = clear if ok is None else arith.AndIOp(ok, clear).result
@@ -425,7 +398,17 @@ class _Rewriter:
             with ir.InsertionPoint(branch.else_block):
                 if checks:
                     self.fail_at(checks, text)
-                scf.YieldOp([self.zero(t) for t in results])
+                scf.YieldOp([self.constant(0, t) for t in results])
+
+
+def _all_of(conditions: list[Any]) -> Any:
+    """The i1 ``and`` of ``conditions`` (None if there are none)."""
+    from mlir.dialects import arith
+
+    result = conditions[0] if conditions else None
+    for condition in conditions[1:]:
+        result = arith.AndIOp(result, condition).result
+    return result
 
 
 def _function(op: Any) -> Any:
@@ -450,13 +433,13 @@ def _constant(value: Any) -> int | None:
     return None
 
 
-def _zero_attribute(type_: Any) -> Any:
+def _scalar_attribute(type_: Any, value: int) -> Any:
     from mlir import ir
 
     if isinstance(type_, (ir.IntegerType, ir.IndexType)):
-        return ir.IntegerAttr.get(type_, 0)
+        return ir.IntegerAttr.get(type_, value)
     if isinstance(type_, ir.FloatType):
-        return ir.FloatAttr.get(type_, 0.0)
+        return ir.FloatAttr.get(type_, float(value))
     return None
 
 

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
 from .callbacks import Callback, default_registry, importable, interned, pickle_token
+from .checks import register_source
 from .errors import MLIRError, SignatureError
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
 from .signature import Signature, annotations_of
-from .checks import register_source
 from .sourcelines import definition_site, located_mlir_error
 from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry

@@ -339,9 +339,10 @@ def _lower(module: Any, text: str, filename: str,
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        stages: list[str | Callable[[Any], None]] = list(_stages(text))
+        passes = _stages(text)
+        stages: list[str | Callable[[Any], None]] = list(passes)
         if before_scf_lowering is not None:
-            split = [part for stage in stages for part in _stages(stage, _SCF_LOWERING)]
+            split = [part for stage in passes for part in _stages(stage, _SCF_LOWERING)]
             at = next((i for i, stage in enumerate(split)
                        if stage.startswith(f"builtin.module({_SCF_LOWERING}")), None)
             if at is not None:

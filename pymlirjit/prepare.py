@@ -42,8 +42,8 @@ from .pipeline import lower as lower_module
 from .signature import Signature, as_signature, from_func_op
 from .types import ScalarType, TensorType
 
-__all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "built_text",
-           "fail_callback", "lower", "prepare"]
+__all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "built_text", "lower",
+           "prepare"]
 
 
 
@@ -81,8 +81,7 @@ class CompileOptions:
                 fastmath: bool | None = None, *,
                 boundscheck: bool | None = None) -> CompileOptions:
         """These options with those given (not ``None``) instead, checked."""
-        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
-                and boundscheck is None):
+        if all(v is None for v in (pipeline, opt_level, shared_libs, fastmath, boundscheck)):
             return self
         return CompileOptions(
             self.pipeline if pipeline is None else normalize_pipeline(pipeline),
@@ -90,8 +89,7 @@ class CompileOptions:
             self.shared_libs if shared_libs is None
             else tuple(runtime_library(str(p)) for p in shared_libs),
             self.fastmath if fastmath is None else _check_flag("fastmath", fastmath),
-            self.parallel,
-            self.boundscheck if boundscheck is None
+            self.parallel, self.boundscheck if boundscheck is None
             else _check_flag("boundscheck", boundscheck))
 
     @property
@@ -136,8 +134,7 @@ class PreparedModule:
     declared: tuple[str, ...]
     uncallable: dict[str, str] = field(default_factory=dict)
     runtime_libs: tuple[str, ...] = ()
-    #: The :func:`~pymlirjit.checks.source_id` of the text (messages of checks name it).
-    source: str = ""
+    source: str = ""  # the text's checks.source_id (messages of checks carry it)
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -276,18 +273,15 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
                            filename=prepared.filename)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
-    inserted: list[int] = []
-
-    def add_checks(module: Any) -> None:
-        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
-                                      filename=prepared.filename, source=prepared.source))
-
+    inserted: list[int] = []  # failure calls the checks added (pymlirjit.checks)
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg else None,
-                 add_checks)
-    if any(inserted):  # the checks record failures through a built-in callback
+                 lambda module: inserted.append(insert_checks(
+                     module, boundscheck=options.boundscheck, filename=prepared.filename,
+                     source=prepared.source)))
+    if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
-            fail_callback())
+            builtin_callbacks()[FAIL_SYMBOL])
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
@@ -295,14 +289,10 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
 
 
 @functools.cache
-def fail_callback() -> Callback:
-    """The built-in callback checked code calls to raise (see :mod:`pymlirjit.checks`)."""
-    return Callback(raise_failure, FAIL_SIGNATURE, name=FAIL_SYMBOL)
-
-
 def builtin_callbacks() -> dict[str, Callback]:
-    """The callbacks a prepared module may link without declaring them, by name."""
-    return {FAIL_SYMBOL: fail_callback()}
+    """The callbacks a lowered module may link without declaring them, by name: the one
+    checked code calls to raise (see :mod:`pymlirjit.checks`)."""
+    return {FAIL_SYMBOL: Callback(raise_failure, FAIL_SIGNATURE, name=FAIL_SYMBOL)}
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:

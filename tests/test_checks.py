@@ -101,7 +101,7 @@ def test_every_integer_division_by_zero_raises_and_the_session_stays_usable() ->
 
 
 def test_signed_minimum_divided_by_minus_one_wraps_instead_of_trapping() -> None:
-    rows = run_isolated(f"""
+    rows = run_isolated("""
         m = Session().compile(DIVISIONS)
         for name in ("divsi", "ceildivsi"):
             say(name, *outcome(m[name], -2**63, -1))
@@ -133,7 +133,7 @@ func.func @vdiv(%a: memref<8xi32>, %b: memref<8xi32>, %out: memref<8xi32>) {
 
 
 def test_vector_division_by_zero_raises_if_any_lane_divides_by_zero() -> None:
-    rows = run_isolated(f"""
+    rows = run_isolated("""
         m = Session().compile(VECTOR_DIVISION)
         a = np.arange(10, 18, dtype=np.int32)
         out = np.zeros(8, np.int32)
@@ -298,7 +298,7 @@ func.func @below(%x: i64, %limit: i64) -> i64 {
 
 
 def test_a_failing_cf_assert_raises_assertion_error_with_its_message() -> None:
-    rows = run_isolated(f"""
+    rows = run_isolated("""
         m = Session().compile(ASSERTS)
         say(*outcome(m.below, 5, 3))
         say(*outcome(m.below, 1, 3))
