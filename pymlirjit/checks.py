@@ -266,7 +266,7 @@ class _Rewriter:
                                if line.startswith("^ ")), "invalid operation")
                 message = f"runtime op verification failed in {where}: {reason}"
             else:
-                message = f"{text} (in {where})" if text else f"assertion failed in {where}"
+                message = f"{text}, in {where}" if text else f"assertion failed in {where}"
             self.if_failed(failed, lambda: self.fail(
                 _INDEX if verification else _ASSERTION, message))
         op.erase()

@@ -303,7 +303,7 @@ def test_a_failing_cf_assert_raises_assertion_error_with_its_message() -> None:
         say(*outcome(m.below, 5, 3))
         say(*outcome(m.below, 1, 3))
     """, ASSERTS=ASSERTS)
-    assert rows == [["AssertionError", "x must be below the limit (in @below (MLIR line 4))"],
+    assert rows == [["AssertionError", "x must be below the limit, in @below (MLIR line 4)"],
                     ["ok", "1"]]
 
 
