@@ -201,8 +201,9 @@ class _Rewriter:
         dividend, divisor = op.operands[0], op.operands[1]
         type_ = divisor.type
         element = type_.element_type if isinstance(type_, ir.VectorType) else type_
-        if isinstance(type_, ir.VectorType) and type_.scalable:
-            return  # no splat constants of a scalable type here: left unchecked
+        if (isinstance(type_, ir.VectorType) and type_.scalable) or not isinstance(
+                element, (ir.IntegerType, ir.IndexType)):
+            return  # a scalable vector or a tensor (a pipeline without bufferization)
         width = 64 if isinstance(element, ir.IndexType) else ir.IntegerType(element).width
         known = _constant(divisor)
         if known is not None and known != 0 and not (signed and known in (-1, (1 << width) - 1)):

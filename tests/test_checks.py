@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from pymlirjit import Session, mlir_kernel
-from pymlirjit.checks import FAIL_SYMBOL
-from pymlirjit.pipeline import DEFAULT_PIPELINE
+from pymlirjit.checks import FAIL_SYMBOL, insert_checks
+from pymlirjit.pipeline import DEFAULT_PIPELINE, new_context, parse_module
 from pymlirjit.prepare import CompileOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -275,6 +275,20 @@ def test_a_quotient_and_remainder_share_one_check(session: Session) -> None:
     module = session.compile(LOOP)
     # One failure call for the two divisions by %y (the first failure wins anyway).
     assert module.lowered_mlir.count(f"@_mlir_ciface_{FAIL_SYMBOL}(") == 2  # call + decl
+
+
+def test_insert_checks_counts_its_failure_calls_and_leaves_tensors_alone() -> None:
+    scalar = parse_module(DIVISIONS, new_context())
+    assert insert_checks(scalar, boundscheck=False) == len(OPS)
+    assert str(scalar).count(f"func.func private @{FAIL_SYMBOL}(") == 1
+    # Before bufferization (a pipeline that never bufferizes): nothing to check yet.
+    tensors = parse_module("""
+    func.func @t(%a: tensor<4xi32>, %b: tensor<4xi32>) -> tensor<4xi32> {
+      %r = arith.divui %a, %b : tensor<4xi32>
+      return %r : tensor<4xi32>
+    }""", new_context())
+    assert insert_checks(tensors, boundscheck=True) == 0
+    assert FAIL_SYMBOL not in str(tensors)
 
 
 def test_a_pipeline_without_scf_lowering_is_run_as_written(session: Session) -> None:
