@@ -516,3 +516,37 @@ def test_cli_run_boundscheck(tmp_path: Path) -> None:
     assert failed.stderr == (f"pymlirjit: error: IndexError: memref.load in @main "
                              f"({source}:2): index 3 is out of bounds for dimension 0 of "
                              f"size 3\n")
+
+
+@pytest.mark.parametrize("shared_libs", [(), ("mlir_c_runner_utils",)],
+                         ids=["unwinding", "running-on"])
+def test_failing_calls_leak_nothing(shared_libs: tuple[str, ...]) -> None:
+    rows = run_isolated("""
+        import gc
+        from tests.conftest import rss_bytes
+
+        m = Session(boundscheck=True, shared_libs=shared_libs).compile('''
+        func.func @f(%a: memref<?xi64>, %i: index, %b: i64) -> i64 {
+          %x = memref.load %a[%i] : memref<?xi64>
+          %q = arith.divsi %x, %b : i64
+          return %q : i64
+        }''')
+        a = np.ones(10, np.int64)
+
+        def fail(times):
+            for _ in range(times):
+                for args, error in (((a, 0, 0), ZeroDivisionError), ((a, 10, 1), IndexError)):
+                    try:
+                        m.f(*args)
+                    except error:
+                        pass
+            gc.collect()
+
+        fail(2000)
+        before = rss_bytes()
+        fail(20000)
+        say(rss_bytes() - before, m.f(a, 9, 1))
+    """, cwd=ROOT, shared_libs=shared_libs)
+    grown, value = rows[0]
+    assert int(grown) < 2 << 20, f"{int(grown) >> 10} KiB more after 40,000 failing calls"
+    assert value == "1"
