@@ -96,6 +96,8 @@ _DIVISIONS = {"arith.divsi": True, "arith.remsi": True, "arith.ceildivsi": True,
 _ACCESSES = {"memref.load": (0, 1), "memref.store": (1, 2), "vector.load": (0, 1),
              "vector.store": (1, 2)}
 
+#: Bytes spelled as themselves in an MLIR string (others as ``\\XX``: one byte each).
+_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;()@_-[]")
 _INLINE_LOCATION = re.compile(r'^loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)')
 
 
@@ -158,8 +160,7 @@ class _Rewriter:
         self.messages += 1
         name = f"{FAIL_SYMBOL}_message_{self.messages}"
         data = f"{self.source}{_SEPARATOR}{text}".encode() + b"\0"
-        escaped = "".join(chr(b) if chr(b).isalnum() or chr(b) in " .,:;()@_-[]" else
-                          f"\\{b:02X}" for b in data)
+        escaped = "".join(chr(b) if b in _PLAIN else f"\\{b:02X}" for b in data)
         global_ = ir.Operation.parse(
             f'llvm.mlir.global internal constant @{name}("{escaped}") '
             f'{{addr_space = 0 : i32}} : !llvm.array<{len(data)} x i8>')

@@ -308,6 +308,10 @@ func.func @below(%x: i64, %limit: i64) -> i64 {
   cf.assert %ok, "x must be below the limit"
   return %x : i64
 }
+func.func @holds(%ok: i1) {
+  cf.assert %ok, "« ça » \\"tient\\" \\\\ ✓"
+  return
+}
 """
 
 
@@ -316,9 +320,11 @@ def test_a_failing_cf_assert_raises_assertion_error_with_its_message() -> None:
         m = Session().compile(ASSERTS)
         say(*outcome(m.below, 5, 3))
         say(*outcome(m.below, 1, 3))
+        say(*outcome(m.holds, False))
     """, ASSERTS=ASSERTS)
     assert rows == [["AssertionError", "x must be below the limit, in @below (MLIR line 4)"],
-                    ["ok", "1"]]
+                    ["ok", "1"],
+                    ["AssertionError", '« ça » "tient" \\ ✓, in @holds (MLIR line 8)']]
 
 
 def test_runtime_verification_failures_raise_index_error() -> None:
