@@ -237,7 +237,8 @@ def _record(address: int, error: BaseException, name: str) -> None:
             if address in _errors:
                 return
             _errors[address] = error
-        _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
+        if not name.startswith("__pymlirjit_"):  # pymlirjit's own (checks) say where
+            _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
     except BaseException:  # see the docstring
         pass
 

@@ -107,6 +107,8 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                      help="where -dump-object-file writes")
     run.add_argument("--parallel", action="store_true",
                      help="parallel loops on several threads (PYMLIRJIT_NUM_THREADS caps them)")
+    run.add_argument("--boundscheck", action="store_true",
+                     help="out-of-bounds memref accesses raise IndexError")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
                      help="save the array result (repeat for several array results)")
     run.add_argument("--time", action="store_true",
@@ -317,7 +319,8 @@ def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
     try:
         module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
                                  shared_libs=shared_libs, callbacks=callbacks,
-                                 fastmath=args.fastmath, parallel=args.parallel)
+                                 fastmath=args.fastmath, parallel=args.parallel,
+                                 boundscheck=args.boundscheck)
         return module, session.disk_cache is not None and session.disk_cache.hits > 0
     except LinkError as exc:
         if not exc.missing:

@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
 from .callbacks import Callback, default_registry, importable, interned, pickle_token
+from .checks import register_source
 from .errors import MLIRError, SignatureError
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .prepare import built_text
-from .session import _SYMBOL_REFERENCE, CompiledModule, CompileOptions, Session, default_session
+from .options import CompileOptions, OptionOverrides
+from .session import _SYMBOL_REFERENCE, CompiledModule, Session, default_session
 from .signature import Signature, annotations_of
 from .sourcelines import definition_site, located_mlir_error
 from .types import Type, to_type
@@ -55,7 +57,8 @@ class Kernel(NativeCallable):
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
                  cache: bool | None = None, fastmath: bool | None = None,
-                 parallel: bool | None = None) -> None:
+                 parallel: bool | None = None,
+                 boundscheck: bool | None = None) -> None:
         if not isinstance(source, (str, Path)) and not callable(source):
             source = built_text(source)  # a module built in Python: its text, once
         self.__wrapped__ = stub
@@ -66,11 +69,9 @@ class Kernel(NativeCallable):
         self.__name__ = name
         self.name = name
         self.source = source
-        self._pipeline = pipeline
-        self._opt_level = opt_level
-        self._fastmath = fastmath
-        self._parallel = parallel
-        self._shared_libs = None if shared_libs is None else tuple(shared_libs)
+        self._overrides = OptionOverrides.of(pipeline, opt_level, shared_libs,
+                                             fastmath=fastmath, parallel=parallel,
+                                             boundscheck=boundscheck)
         self._callbacks = tuple(callbacks or ())
         self._cache = cache
         self._session = session
@@ -108,9 +109,7 @@ class Kernel(NativeCallable):
             session.callbacks.watch(self)
             default_registry().watch(self)
             if self._options is None:
-                self._options = session.options.replace(self._pipeline, self._opt_level,
-                                                        self._shared_libs, self._fastmath,
-                                                        self._parallel)
+                self._options = session.options.overridden(self._overrides)
             source = self.source if isinstance(self.source, (str, Path)) else self.mlir
             try:
                 module: CompiledModule = session.compile(
@@ -120,6 +119,8 @@ class Kernel(NativeCallable):
                 text = source if isinstance(source, str) else None
                 raise located_mlir_error(exc, f"@mlir_kernel {self.name!r}",
                                          self.__dict__.get("_site"), text) from None
+            if isinstance(source, str) and self.__dict__.get("_site") is not None:
+                register_source(source, self._site)  # failures then name its Python line
             try:
                 function = module[self.name]
             except KeyError as exc:
@@ -194,8 +195,7 @@ class Kernel(NativeCallable):
                 stub.__name__, self.__qualname__, self.__module__, self.__doc__,
                 tuple(inspect.signature(stub).parameters))
             text = self.mlir
-            fixed = pickle.dumps((text, self.name, self._pipeline, self._opt_level,
-                                  self._shared_libs, self._cache, stand_in))
+            fixed = pickle.dumps((text, self.name, self._overrides, self._cache, stand_in))
             parts = self.__dict__["_pickled_parts"] = (
                 fixed, sorted(set(_SYMBOL_REFERENCE.findall(text))))
         fixed, symbols = parts
@@ -321,9 +321,9 @@ class GenericKernel(GenericDispatch, Kernel):
         t = self._template
         stand_in = None if stub is None else _Stub(stub[0], self.__qualname__, self.__module__,
                                                    self.__doc__, stub[1])
-        kernel = BoundKernel(stand_in, text, self.name, t._pipeline, t._opt_level,
-                             t._callbacks, t._shared_libs, t._session, t.release_gil,
-                             t._cache, t._fastmath, t._parallel)
+        kernel = BoundKernel(stand_in, text, self.name, callbacks=t._callbacks,
+                             session=t._session, release_gil=t.release_gil, cache=t._cache,
+                             **t._overrides.given())
         kernel.binding, kernel.generic = binding, self
         return kernel
 
@@ -390,9 +390,9 @@ def _generic_or_kernel(template: Kernel) -> Kernel:
 def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
                      session: Session | None, release_gil: bool | None) -> Kernel:
     def make() -> Kernel:
-        source, name, pipeline, opt_level, shared_libs, cache, stub = pickle.loads(fixed)
-        return Kernel(stub, source, name, pipeline, opt_level, callbacks, shared_libs, session,
-                      release_gil, cache)
+        source, name, overrides, cache, stub = pickle.loads(fixed)
+        return Kernel(stub, source, name, callbacks=callbacks, session=session,
+                      release_gil=release_gil, cache=cache, **overrides.given())
     return interned(token, make)  # type: ignore[no-any-return]
 
 
@@ -448,7 +448,8 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
                 release_gil: bool | None = None, cache: bool | None = None,
                 fastmath: bool | None = None,
-                parallel: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
+                parallel: bool | None = None,
+                boundscheck: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
     """Turn the MLIR function named like the decorated stub (or ``name``) into a
     Python callable. The stub's body is unused; its annotations, where present, are
     checked against the MLIR signature. Compilation happens on first call.
@@ -469,9 +470,14 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     ``parallel=True`` (numba's name) runs ``scf.parallel``, ``scf.forall`` and linalg's
     parallel dimensions on several threads of MLIR's async runtime (default pipeline;
     ``PYMLIRJIT_NUM_THREADS`` caps them; see ``docs/threads.md``).
+
+    ``boundscheck=True`` (numba's name) makes out-of-bounds memref accesses and invalid
+    subviews raise ``IndexError`` naming the kernel and line (``None``: the session's
+    setting); integer division by zero raises ``ZeroDivisionError`` in any case.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
         return _generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
                                          opt_level, callbacks, shared_libs, session,
-                                         release_gil, cache, fastmath, parallel))
+                                         release_gil, cache, fastmath, parallel,
+                                         boundscheck))
     return decorate

@@ -36,7 +36,8 @@ from .errors import LinkError, SignatureError
 from .function import CompiledFunction
 from .objectfile import ObjectEngine
 from .pipeline import runtime_library, runtime_library_defining
-from .prepare import CompileOptions, PreparedModule
+from .options import CompileOptions
+from .prepare import PreparedModule
 from .relocation import (
     ARRAY_FROM_DESCR,
     FINISH_CALL,

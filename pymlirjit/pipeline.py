@@ -320,7 +320,8 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     ``filename`` names the source in the locations of diagnostics. ``before(module,
     pipeline)``, if given, runs first (on the same large stack: the optimizing passes of
     :mod:`pymlirjit.optimize`) and returns the pipeline to run. ``hooks`` maps the name
-    of a top-level pass to a function run on the module just before that pass.
+    of a top-level pass to a function run on the module just before that pass's first
+    top-level occurrence (and not at all if the pipeline has none).
     """
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None) and _uses_sparse_tensors(module):

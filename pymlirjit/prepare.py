@@ -9,10 +9,10 @@ names and makes tensor arguments read-only; it returns a :class:`PreparedModule`
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,100 +30,23 @@ from .abi import (
     kernel_shim,
 )
 from .callbacks import Callback
+from .checks import FAIL_SIGNATURE, FAIL_SYMBOL, insert_checks, raise_failure, source_id
 from .errors import Diagnostic, MLIRError, SignatureError
 from .optimize import optimize, with_vector_lowering
+from .options import CompileOptions
+from .pipeline import lower as lower_module
 from .pipeline import (
-    check_opt_level,
     new_context,
-    normalize_pipeline,
     parse_module,
     runtime_library,
 )
-from .pipeline import lower as lower_module
 from .signature import Signature, as_signature, from_func_op
 from .types import ScalarType, TensorType
-from .vectormath import cache_tag as vector_library_tag
 from .vectormath import use_vector_library
 
-__all__ = ["CompileOptions", "PreparedModule", "built_text", "lower", "prepare"]
+__all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "built_text", "lower",
+           "prepare"]
 
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """How a module is compiled: the pass ``pipeline`` (normalized), ``opt_level`` and
-    the ``shared_libs`` its code may call (resolved paths). Immutable: with the source
-    and the explicit callbacks, it is a session's in-memory cache key, and the input of
-    the disk cache's key."""
-
-    pipeline: str
-    opt_level: int
-    shared_libs: tuple[str, ...]
-    #: Fast-math flags on float ops (numba's ``fastmath=True``).
-    fastmath: bool = False
-    #: Loops run on several threads (numba's ``parallel=True``; see
-    #: :func:`pymlirjit.optimize.with_parallel_loops`).
-    parallel: bool = False
-    #: How many threads a parallel loop is split for (``PYMLIRJIT_NUM_THREADS``, read by
-    #: :meth:`resolved` when a parallel module compiles; 0 until then).
-    threads: int = 0
-
-    @classmethod
-    def make(cls, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
-             shared_libs: Iterable[str] = (), fastmath: bool = False,
-             parallel: bool = False) -> CompileOptions:
-        """Options from any accepted spelling, checked (``pipeline=None``: the default
-        pipeline; libraries by path or by runtime library name)."""
-        return cls(normalize_pipeline(pipeline), check_opt_level(opt_level),
-                   tuple(runtime_library(str(p)) for p in shared_libs),
-                   _check_flag("fastmath", fastmath), _check_flag("parallel", parallel))
-
-    def replace(self, pipeline: str | Sequence[str] | None = None,
-                opt_level: int | None = None,
-                shared_libs: Iterable[str] | None = None,
-                fastmath: bool | None = None, parallel: bool | None = None) -> CompileOptions:
-        """These options with those given (not ``None``) instead, checked."""
-        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
-                and parallel is None):
-            return self
-        return CompileOptions(
-            self.pipeline if pipeline is None else normalize_pipeline(pipeline),
-            self.opt_level if opt_level is None else check_opt_level(opt_level),
-            self.shared_libs if shared_libs is None
-            else tuple(runtime_library(str(p)) for p in shared_libs),
-            self.fastmath if fastmath is None else _check_flag("fastmath", fastmath),
-            self.parallel if parallel is None else _check_flag("parallel", parallel))
-
-    def resolved(self) -> CompileOptions:
-        """These options with :attr:`threads` from ``PYMLIRJIT_NUM_THREADS`` if parallel."""
-        if not self.parallel and not self.threads:
-            return self
-        return dataclasses.replace(self, threads=optimizing.thread_count() if self.parallel else 0)
-
-    @property
-    def pipeline_key(self) -> str:
-        """The pipeline with the flags that change the code it makes (a cache key)."""
-        flags = "".join(f" +{name}" for name in ("fastmath", "parallel") if getattr(self, name))
-        return (self.pipeline + flags + (f"={self.threads}" if self.parallel else "")
-                + (vector_library_tag() if self.fastmath else ""))
-
-    @property
-    def tiles_linalg(self) -> bool:
-        """Whether linalg ops are tiled and vectorized: at ``opt_level=3`` with the
-        default pipeline (a pipeline given by the user is run as written)."""
-        return self.opt_level >= 3 and self.pipeline == normalize_pipeline(None)
-
-    @property
-    def parallel_loops(self) -> bool:
-        """``parallel=True``, more than one thread and the default pipeline (not a user's)."""
-        return (self.parallel and self.threads > 1
-                and self.pipeline == normalize_pipeline(None))
-
-
-def _check_flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return value
 
 
 @dataclass
@@ -148,6 +71,7 @@ class PreparedModule:
     declared: tuple[str, ...]
     uncallable: dict[str, str] = field(default_factory=dict)
     runtime_libs: tuple[str, ...] = ()
+    source: str = ""  # the text's checks.source_id (messages of checks carry it)
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -275,7 +199,7 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                 op.operation.detach_from_parent()
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
-                          tuple(declared), uncallable)
+                          tuple(declared), uncallable, source=source_id(text))
 
 
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
@@ -290,14 +214,29 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
             pipeline = optimizing.with_parallel_loops(pipeline, options.threads)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
+    inserted: list[int] = []  # failure calls the checks added (pymlirjit.checks)
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg
                  or options.parallel_loops else None,
-                 optimizing.parallel_hooks(options.threads) if options.parallel_loops else None)
+                 {**(optimizing.parallel_hooks(options.threads) if options.parallel_loops
+                     else {}),
+                  "convert-scf-to-cf": lambda module: inserted.append(insert_checks(
+                      module, boundscheck=options.boundscheck, filename=prepared.filename,
+                      source=prepared.source))})
+    if any(inserted):  # they record failures through a built-in callback
+        prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
+            builtin_callbacks()[FAIL_SYMBOL])
     _add_c_interfaces(prepared)
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     return prepared
+
+
+@functools.cache
+def builtin_callbacks() -> dict[str, Callback]:
+    """The callbacks a lowered module may link without declaring them, by name: the one
+    checked code calls to raise (see :mod:`pymlirjit.checks`)."""
+    return {FAIL_SYMBOL: Callback(raise_failure, FAIL_SIGNATURE, name=FAIL_SYMBOL)}
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:

@@ -51,7 +51,8 @@ from .module import (
     load,
 )
 from .pipeline import runtime_library
-from .prepare import CompileOptions, built_text, lower, prepare
+from .options import CompileOptions
+from .prepare import built_text, builtin_callbacks, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
            "runtime_library"]
@@ -98,8 +99,10 @@ class Session:
     :data:`pymlirjit.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
     are defaults for :meth:`compile`, held as one frozen
     :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`), as are ``fastmath``
-    (fast-math flags on float ops, see :mod:`pymlirjit.optimize`) and ``parallel``
-    (loops on several threads, see ``docs/threads.md``). ``callbacks`` is
+    (fast-math flags on float ops, see :mod:`pymlirjit.optimize`), ``parallel``
+    (loops on several threads, see ``docs/threads.md``) and ``boundscheck``
+    (out-of-bounds memref accesses raise IndexError, see :mod:`pymlirjit.checks`).
+    ``callbacks`` is
     this session's registry:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
@@ -113,12 +116,13 @@ class Session:
                  shared_libs: Iterable[str] = (), *,
                  registry: CallbackRegistry | None = None,
                  cache_dir: str | Path | None = None, fastmath: bool = False,
-                 parallel: bool = False) -> None:
+                 parallel: bool = False, boundscheck: bool = False) -> None:
         self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
                                        else NullCache())
         self._disk_hits = 0
         self._rejected: Counter[str] = Counter()
-        self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath, parallel)
+        self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath,
+                                           parallel, boundscheck)
         self.callbacks = registry if registry is not None else CallbackRegistry()
         self._cache: dict[tuple[_ModuleKey, tuple[Callback | None, ...]], CompiledModule] = {}
         self._declared: dict[_ModuleKey, tuple[str, ...]] = {}
@@ -199,14 +203,15 @@ class Session:
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
                 callbacks: Iterable[Callback] = (), cache: bool | None = None,
                 options: CompileOptions | None = None,
-                fastmath: bool | None = None, parallel: bool | None = None) -> CompiledModule:
+                fastmath: bool | None = None, parallel: bool | None = None,
+                boundscheck: bool | None = None) -> CompiledModule:
         """Compile ``source`` (MLIR text, a path to a ``.mlir`` file, or a module built
         in Python: see :func:`pymlirjit.prepare.built_text`), or return the cached module
         compiled from the same source text, options and callbacks.
 
         ``options`` replaces the session's (:attr:`options`); ``pipeline``,
-        ``opt_level``, ``shared_libs``, ``fastmath`` and ``parallel``, where given,
-        replace those.
+        ``opt_level``, ``shared_libs``, ``fastmath``, ``parallel`` and ``boundscheck``,
+        where given, replace those.
         ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
         ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
         """
@@ -216,7 +221,7 @@ class Session:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks must be @callback functions, got {cb!r}")
         chosen = (self.options if options is None else options).replace(
-            pipeline, opt_level, shared_libs, fastmath, parallel).resolved()
+            pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck).resolved()
         key = _ModuleKey(text, chosen, explicit)
         with self._lock:  # memory -> store -> compile -> store
             declared = self._declared.get(key)
@@ -257,6 +262,7 @@ class Session:
         disk_key = store.key(key.source, options.pipeline_key, options.opt_level,
                              options.shared_libs,
                              [(n, cb.signature.mlir) for n, cb in linkable.items()])
+        linkable.update(builtin_callbacks())  # linked by checked code, declared by none
         found = store.load(disk_key)
         if isinstance(found, CachedModule):
             try:

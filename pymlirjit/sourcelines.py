@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 from .errors import Diagnostic, MLIRError
 
-__all__ = ["Site", "definition_site", "located_mlir_error", "located_type_error", "short_path"]
+__all__ = ["Site", "definition_site", "located_mlir_error", "located_type_error",
+           "python_place", "short_path"]
 
 #: MLIR's name for inline text (pymlirjit's Session names it so).
 INLINE = "<source>"
@@ -148,6 +149,16 @@ class _Mapper:
 
 def _where(filename: str, line: int, column: int | None) -> str:
     return f"{short_path(filename)}:{line}" + ("" if column is None else f":{column}")
+
+
+def python_place(site: Site | None, text: str, line: int) -> str | None:
+    """``file:line`` of the Python file where line ``line`` of the inline MLIR ``text``
+    (a string constant in the decorator at ``site``) sits, or ``None``."""
+    found = None if site is None else _literal(site, text)
+    if site is None or found is None or found[1] is None:
+        return None
+    place = _Mapper(found[0], found[1], text)(line, 1)
+    return None if place is None else _where(site.filename, place[0], None)
 
 
 def located_mlir_error(error: MLIRError, what: str, site: Site | None,

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
 FLOORS: list[set[str]] = [
     {"errors", "types", "_version", "ffi", "callframe", "vectorcall"},
     {"typing", "signature", "pipeline", "optimize", "convert", "memref", "abi", "relocation",
-     "privatefiles", "llvmir", "sourcelines", "vectormath"},
+     "privatefiles", "llvmir", "sourcelines", "vectormath", "checks", "options"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
      "native.halffloat", "native.results", "native.trampoline"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},

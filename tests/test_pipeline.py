@@ -957,3 +957,20 @@ func.func @stored() -> index {
 def test_lower_affine_runs_before_scf_to_cf() -> None:
     stages = list(DEFAULT_PIPELINE)
     assert stages.index("lower-affine") < stages.index("convert-scf-to-cf")
+
+
+def test_the_hook_before_scf_lowering_sees_bufferized_loops_and_scf() -> None:
+    seen: list[str] = []
+    source = """
+    func.func @double(%a: tensor<4xf32>) -> tensor<4xf32> {
+      %r = arith.addf %a, %a : tensor<4xf32>
+      return %r : tensor<4xf32>
+    }"""
+    lower(parse_module(source, new_context()),
+          hooks={"convert-scf-to-cf": lambda module: seen.append(str(module))})
+    assert len(seen) == 1
+    assert "scf.for" in seen[0] and "memref.load" in seen[0] and "tensor<" not in seen[0]
+    # A pipeline without convert-scf-to-cf never calls it (it could not lower scf.if).
+    lower(parse_module("func.func @f() { return }", new_context()),
+          ["convert-func-to-llvm"], hooks={"convert-scf-to-cf": lambda module: seen.append("again")})
+    assert len(seen) == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pymlirjit import MLIRError, Session, SignatureError, callback, f64, mlir_kernel
-from pymlirjit.sourcelines import definition_site, short_path
+from pymlirjit.sourcelines import definition_site, python_place, short_path
 
 HERE = short_path(__file__)
 
@@ -178,3 +178,17 @@ def test_a_tensor_in_a_callback_signature_string_points_at_the_string() -> None:
         def takes_tensor(t: object) -> None: ...
     line, column = _position('"(tensor<4xf32>)' + ' -> ()"')
     assert str(caught.value).startswith(f"@callback 'takes_tensor' ({HERE}:{line}:{column})")
+
+
+def test_python_place_names_the_file_line_of_an_mlir_line(session: Session) -> None:
+    @mlir_kernel(source=SHARED_SOURCE, session=session)
+    def shared(a: f64) -> f64: ...
+
+    site = definition_site(shared.__wrapped__)
+    line = SHARED_SOURCE.splitlines().index(
+        next(t for t in SHARED_SOURCE.splitlines() if "%undeclared" in t)) + 1
+    assert python_place(site, SHARED_SOURCE, line) == (
+        f"{short_path(__file__)}:{_position('%undeclared' + '_shared')[0]}")
+    computed = "func.func @" + "elsewhere() { return }"  # in no string constant of the file
+    assert python_place(site, computed, 1) is None
+    assert python_place(None, SHARED_SOURCE, line) is None

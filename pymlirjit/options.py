@@ -1,0 +1,134 @@
+"""Compile options in one place: :class:`CompileOptions` (how a module is compiled, checked
+and frozen) and :class:`OptionOverrides` (what a kernel or a call sets, the rest left to
+its session).
+
+Every option lives here once: a session's defaults, a kernel's overrides, a compile call's
+keywords, the cache key and a kernel pickled by value all go through these two classes,
+so an option added here reaches each of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import optimize as optimizing
+from .pipeline import check_opt_level, normalize_pipeline, runtime_library
+from .vectormath import cache_tag as vector_library_tag
+
+__all__ = ["FLAGS", "CompileOptions", "OptionOverrides"]
+
+#: The boolean options, by name: each changes the code made, so each is in the cache key.
+FLAGS = ("fastmath", "parallel", "boundscheck")
+
+
+@dataclass(frozen=True)
+class OptionOverrides:
+    """The compile options a kernel (or one compile call) sets; ``None`` leaves an option
+    to the session. Unchecked until :meth:`CompileOptions.overridden` applies them."""
+
+    pipeline: str | Sequence[str] | None = None
+    opt_level: int | None = None
+    shared_libs: tuple[str, ...] | None = None
+    #: Fast-math flags on float ops (numba's ``fastmath=True``).
+    fastmath: bool | None = None
+    #: Loops on several threads (numba's ``parallel=True``).
+    parallel: bool | None = None
+    #: Out-of-bounds memref accesses raise IndexError (numba's ``boundscheck=True``).
+    boundscheck: bool | None = None
+
+    @classmethod
+    def of(cls, pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
+           shared_libs: Iterable[str] | None = None, **flags: bool | None) -> OptionOverrides:
+        """Overrides from the keywords of ``mlir_kernel`` and ``Session.compile``."""
+        return cls(pipeline, opt_level, None if shared_libs is None else tuple(shared_libs),
+                   **flags)
+
+    def given(self) -> dict[str, Any]:
+        """The options set (not ``None``), by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a module is compiled: the pass ``pipeline`` (normalized), ``opt_level``, the
+    ``shared_libs`` its code may call (resolved paths) and the :data:`FLAGS`. Immutable:
+    with the source and the explicit callbacks, it is a session's in-memory cache key,
+    and the input of the disk cache's key."""
+
+    pipeline: str
+    opt_level: int
+    shared_libs: tuple[str, ...]
+    #: Fast-math flags on float ops (numba's ``fastmath=True``).
+    fastmath: bool = False
+    #: Loops run on several threads (numba's ``parallel=True``; see
+    #: :func:`pymlirjit.optimize.with_parallel_loops`).
+    parallel: bool = False
+    #: Out-of-bounds memref accesses raise IndexError (numba's ``boundscheck=True``).
+    boundscheck: bool = False
+    #: How many threads a parallel loop is split for (``PYMLIRJIT_NUM_THREADS``, read by
+    #: :meth:`resolved` when a parallel module compiles; 0 until then).
+    threads: int = 0
+
+    @classmethod
+    def make(cls, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
+             shared_libs: Iterable[str] = (), fastmath: bool = False,
+             parallel: bool = False, boundscheck: bool = False) -> CompileOptions:
+        """Options from any accepted spelling, checked (``pipeline=None``: the default
+        pipeline; libraries by path or by runtime library name)."""
+        return cls(normalize_pipeline(None), 2, ()).overridden(OptionOverrides.of(
+            pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
+            boundscheck=boundscheck))
+
+    def replace(self, pipeline: str | Sequence[str] | None = None,
+                opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
+                fastmath: bool | None = None, parallel: bool | None = None,
+                boundscheck: bool | None = None) -> CompileOptions:
+        """These options with those given (not ``None``) instead, checked."""
+        return self.overridden(OptionOverrides.of(
+            pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
+            boundscheck=boundscheck))
+
+    def overridden(self, overrides: OptionOverrides) -> CompileOptions:
+        """These options with ``overrides`` applied, checked."""
+        given = overrides.given()
+        if not given:
+            return self
+        if "pipeline" in given:
+            given["pipeline"] = normalize_pipeline(given["pipeline"])
+        if "opt_level" in given:
+            given["opt_level"] = check_opt_level(given["opt_level"])
+        if "shared_libs" in given:
+            given["shared_libs"] = tuple(runtime_library(str(p)) for p in given["shared_libs"])
+        for name in FLAGS:
+            if name in given and not isinstance(given[name], bool):
+                raise TypeError(f"{name} must be True or False, got {given[name]!r}")
+        return dataclasses.replace(self, **given)
+
+    def resolved(self) -> CompileOptions:
+        """These options with :attr:`threads` from ``PYMLIRJIT_NUM_THREADS`` if parallel."""
+        if not self.parallel and not self.threads:
+            return self
+        return dataclasses.replace(self, threads=optimizing.thread_count() if self.parallel else 0)
+
+    @property
+    def pipeline_key(self) -> str:
+        """The pipeline with the flags that change the code it makes (a cache key)."""
+        flags = "".join(f" +{name}" for name in FLAGS if getattr(self, name))
+        return (self.pipeline + flags + (f"={self.threads}" if self.parallel else "")
+                + (vector_library_tag() if self.fastmath else ""))
+
+    @property
+    def tiles_linalg(self) -> bool:
+        """Whether linalg ops are tiled and vectorized: at ``opt_level=3`` with the
+        default pipeline (a pipeline given by the user is run as written)."""
+        return self.opt_level >= 3 and self.pipeline == normalize_pipeline(None)
+
+    @property
+    def parallel_loops(self) -> bool:
+        """``parallel=True``, more than one thread and the default pipeline (not a user's)."""
+        return (self.parallel and self.threads > 1
+                and self.pipeline == normalize_pipeline(None))

@@ -1,0 +1,558 @@
+"""Checked mode (pymlirjit.checks): division by zero, cf.assert and boundscheck raise.
+
+Before checked mode each of these killed the interpreter (SIGFPE, SIGSEGV, abort) or read
+garbage, so every test that makes compiled code fail runs in a subprocess: a regression
+fails that test instead of the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pymlirjit import Session, mlir_kernel
+from pymlirjit.checks import FAIL_SYMBOL, insert_checks
+from pymlirjit.pipeline import DEFAULT_PIPELINE, new_context, parse_module
+from pymlirjit.prepare import CompileOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_isolated(code: str, cwd: Path | None = None, **values: object) -> list[list[str]]:
+    """Run ``code`` in a fresh interpreter, with ``values`` as its globals (by repr); it
+    reports with ``say(...)`` (one JSON list per line) and must exit cleanly."""
+    prelude = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        from pymlirjit import Session, mlir_kernel
+
+        def say(*values):
+            print(json.dumps([str(v) for v in values]), flush=True)
+
+        def outcome(function, *args):
+            try:
+                return ["ok", function(*args)]
+            except Exception as error:
+                return [type(error).__name__, str(error)]
+    """)
+    prelude += "".join(f"{name} = {value!r}\n" for name, value in values.items())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                            capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == "", result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+DIVISIONS = """
+func.func @divsi(%a: i64, %b: i64) -> i64 {
+  %r = arith.divsi %a, %b : i64
+  return %r : i64
+}
+func.func @divui(%a: i32, %b: i32) -> i32 {
+  %r = arith.divui %a, %b : i32
+  return %r : i32
+}
+func.func @remsi(%a: i16, %b: i16) -> i16 {
+  %r = arith.remsi %a, %b : i16
+  return %r : i16
+}
+func.func @remui(%a: i8, %b: i8) -> i8 {
+  %r = arith.remui %a, %b : i8
+  return %r : i8
+}
+func.func @ceildivsi(%a: i64, %b: i64) -> i64 {
+  %r = arith.ceildivsi %a, %b : i64
+  return %r : i64
+}
+func.func @floordivsi(%a: index, %b: index) -> index {
+  %r = arith.floordivsi %a, %b : index
+  return %r : index
+}
+func.func @ceildivui(%a: i64, %b: i64) -> i64 {
+  %r = arith.ceildivui %a, %b : i64
+  return %r : i64
+}
+"""
+OPS = ["divsi", "divui", "remsi", "remui", "ceildivsi", "floordivsi", "ceildivui"]
+
+
+def test_every_integer_division_by_zero_raises_and_the_session_stays_usable() -> None:
+    rows = run_isolated(f"""
+        m = Session().compile(DIVISIONS)
+        for name in {OPS!r}:
+            say(name, *outcome(m[name], 7, 0), *outcome(m[name], 7, 2))
+    """, DIVISIONS=DIVISIONS)
+    expected = {"divsi": 3, "divui": 3, "remsi": 1, "remui": 1, "ceildivsi": 4,
+                "floordivsi": 3, "ceildivui": 4}
+    assert [row[0] for row in rows] == OPS
+    for name, kind, message, ok, value in rows:
+        assert kind == "ZeroDivisionError", (name, kind, message)
+        assert message == f"integer division or modulo by zero in @{name} (MLIR line " \
+                          f"{3 + 4 * OPS.index(name)})"
+        assert (ok, int(value)) == ("ok", expected[name])
+
+
+def test_signed_minimum_divided_by_minus_one_wraps_instead_of_trapping() -> None:
+    rows = run_isolated("""
+        m = Session().compile(DIVISIONS)
+        for name in ("divsi", "ceildivsi"):
+            say(name, *outcome(m[name], -2**63, -1))
+        say("remsi", *outcome(m.remsi, -2**15, -1))
+        say("floordivsi", *outcome(m.floordivsi, -2**63, -1))
+    """, DIVISIONS=DIVISIONS)
+    assert rows == [["divsi", "ok", str(-2**63)], ["ceildivsi", "ok", str(-2**63)],
+                    ["remsi", "ok", "0"], ["floordivsi", "ok", str(-2**63)]]
+
+
+VECTOR_DIVISION = """
+func.func @vdiv(%a: memref<8xi32>, %b: memref<8xi32>, %out: memref<8xi32>) {
+  %c0 = arith.constant 0 : index
+  %c4 = arith.constant 4 : index
+  %a0 = vector.load %a[%c0] : memref<8xi32>, vector<4xi32>
+  %b0 = vector.load %b[%c0] : memref<8xi32>, vector<4xi32>
+  %a2 = vector.shape_cast %a0 : vector<4xi32> to vector<2x2xi32>
+  %b2 = vector.shape_cast %b0 : vector<4xi32> to vector<2x2xi32>
+  %q2 = arith.divsi %a2, %b2 : vector<2x2xi32>
+  %q0 = vector.shape_cast %q2 : vector<2x2xi32> to vector<4xi32>
+  vector.store %q0, %out[%c0] : memref<8xi32>, vector<4xi32>
+  %a1 = vector.load %a[%c4] : memref<8xi32>, vector<4xi32>
+  %b1 = vector.load %b[%c4] : memref<8xi32>, vector<4xi32>
+  %q1 = arith.remui %a1, %b1 : vector<4xi32>
+  vector.store %q1, %out[%c4] : memref<8xi32>, vector<4xi32>
+  return
+}
+"""
+
+
+def test_vector_division_by_zero_raises_if_any_lane_divides_by_zero() -> None:
+    rows = run_isolated("""
+        m = Session().compile(VECTOR_DIVISION)
+        a = np.arange(10, 18, dtype=np.int32)
+        out = np.zeros(8, np.int32)
+        for lane in (None, 1, 6):
+            b = np.full(8, 3, np.int32)
+            if lane is not None:
+                b[lane] = 0
+            say(lane, *outcome(m.vdiv, a, b, out))
+        say(out.tolist())
+    """, VECTOR_DIVISION=VECTOR_DIVISION)
+    assert rows[0] == ["None", "ok", "None"]
+    assert rows[1][1:] == ["ZeroDivisionError",
+                           "integer division or modulo by zero in @vdiv (MLIR line 9)"]
+    assert rows[2][1:] == ["ZeroDivisionError",
+                           "integer division or modulo by zero in @vdiv (MLIR line 14)"]
+    assert rows[3] == [str([x // 3 for x in range(10, 14)] + [x % 3 for x in range(14, 18)])]
+
+
+LOOP = """
+func.func @quotients(%a: memref<?xi64>, %b: memref<?xi64>, %n: index) -> i64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0 : i64
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> i64 {
+    %x = memref.load %a[%i] : memref<?xi64>
+    %y = memref.load %b[%i] : memref<?xi64>
+    %q = arith.divsi %x, %y : i64
+    %m = arith.remsi %x, %y : i64
+    %s = arith.addi %acc, %q : i64
+    %t = arith.addi %s, %m : i64
+    scf.yield %t : i64
+  }
+  return %r : i64
+}
+"""
+
+
+@pytest.mark.parametrize("shared_libs", [(), ("mlir_c_runner_utils",)],
+                         ids=["unwinding", "running-on"])
+def test_the_first_failure_of_a_loop_wins_whether_the_call_unwinds_or_runs_on(
+        shared_libs: tuple[str, ...]) -> None:
+    # With a shared library the call is not unwound: the kernel runs on after a failure
+    # (later divisions by zero, out-of-bounds loads) and the first failure is raised.
+    rows = run_isolated(f"""
+        m = Session(boundscheck=True, shared_libs={shared_libs!r}).compile(LOOP)
+        a = np.arange(1, 7)
+        say(*outcome(m.quotients, a, np.array([1, 1, 0, 2, 0, 1]), 9))
+        say(*outcome(m.quotients, a, np.ones(6, np.int64), 9))
+        b = np.array([1, 2, 3, 4, 5, 6])
+        say(*outcome(m.quotients, a, b, 6), int(sum(a // b + a % b)))
+    """, LOOP=LOOP)
+    assert rows[0] == ["ZeroDivisionError",
+                       "integer division or modulo by zero in @quotients (MLIR line 9)"]
+    assert rows[1] == ["IndexError", "memref.load in @quotients (MLIR line 7): index 6 is "
+                                     "out of bounds for dimension 0 of size 6"]
+    assert rows[2][0] == "ok" and rows[2][1] == rows[2][2]
+
+
+def test_division_beside_user_callbacks_and_in_generic_kernels() -> None:
+    rows = run_isolated("""
+        from pymlirjit import callback, i64
+
+        session = Session()
+
+        @callback(session=session)
+        def check(x: i64) -> i64:
+            if x < 0:
+                raise ValueError(f"negative: {x}")
+            return x
+
+        m = session.compile('''
+        func.func @f(%a: i64, %b: i64) -> i64 {
+          %c = call @check(%a) : (i64) -> i64
+          %q = arith.remsi %c, %b : i64
+          return %q : i64
+        }
+        func.func private @check(i64) -> i64
+        ''')
+        for args in [(7, 4), (7, 0), (-1, 0), (-1, 2)]:
+            say(*outcome(m.f, *args))
+
+        @mlir_kernel(session=session, source='''
+        func.func @g(%a: !T, %b: !T) -> !T {
+          %q = arith.floordivsi %a, %b : !T
+          return %q : !T
+        }''')
+        def g(a, b): ...
+
+        for args in [(7, -2), (np.int32(7), np.int32(0)), (np.int16(-7), np.int16(2))]:
+            say(*outcome(g, *args))
+    """)
+    assert rows == [["ok", "3"],
+                    ["ZeroDivisionError", "integer division or modulo by zero in @f (MLIR "
+                                          "line 4)"],
+                    ["ValueError", "negative: -1"], ["ValueError", "negative: -1"],
+                    ["ok", "-4"],
+                    ["ZeroDivisionError", "integer division or modulo by zero in @g (MLIR "
+                                          "line 3)"],
+                    ["ok", "-4"]]
+
+
+def test_tensor_division_raises_through_bufferization() -> None:
+    rows = run_isolated("""
+        m = Session().compile('''
+        func.func @t(%a: tensor<4xi32>, %b: tensor<4xi32>) -> tensor<4xi32> {
+          %r = arith.divui %a, %b : tensor<4xi32>
+          return %r : tensor<4xi32>
+        }''')
+        a = np.arange(4, 8, dtype=np.int32)
+        say(*outcome(lambda *x: m.t(*x).tolist(), a, np.full(4, 2, np.int32)))
+        say(*outcome(m.t, a, np.array([1, 2, 0, 1], np.int32)))
+    """)
+    assert rows == [["ok", "[2, 2, 3, 3]"],
+                    ["ZeroDivisionError", "integer division or modulo by zero in @t (MLIR "
+                                          "line 3)"]]
+
+
+def test_a_division_that_cannot_trap_is_left_alone(session: Session) -> None:
+    module = session.compile("""
+    func.func @half(%a: i64) -> i64 {
+      %c2 = arith.constant 2 : i64
+      %r = arith.divsi %a, %c2 : i64
+      return %r : i64
+    }""")
+    # No check, no failure callback: the kernel keeps its plain native entry.
+    assert FAIL_SYMBOL not in module.lowered_mlir
+    assert module.callbacks == {}
+    assert module.half(-9) == -4
+    checked = session.compile("""
+    func.func @by(%a: i64, %b: i64) -> i64 {
+      %r = arith.divsi %a, %b : i64
+      return %r : i64
+    }""")
+    assert FAIL_SYMBOL in checked.lowered_mlir
+    assert checked.by(-9, 2) == -4
+
+
+def test_a_quotient_and_remainder_share_one_check(session: Session) -> None:
+    module = session.compile(LOOP)
+    # One failure call for the two divisions by %y (the first failure wins anyway).
+    assert module.lowered_mlir.count(f"@_mlir_ciface_{FAIL_SYMBOL}(") == 2  # call + decl
+
+
+def test_insert_checks_counts_its_failure_calls_and_leaves_tensors_alone() -> None:
+    scalar = parse_module(DIVISIONS, new_context())
+    assert insert_checks(scalar, boundscheck=False) == len(OPS)
+    assert str(scalar).count(f"func.func private @{FAIL_SYMBOL}(") == 1
+    # Before bufferization (a pipeline that never bufferizes): nothing to check yet.
+    tensors = parse_module("""
+    func.func @t(%a: tensor<4xi32>, %b: tensor<4xi32>) -> tensor<4xi32> {
+      %r = arith.divui %a, %b : tensor<4xi32>
+      return %r : tensor<4xi32>
+    }""", new_context())
+    assert insert_checks(tensors, boundscheck=True) == 0
+    assert FAIL_SYMBOL not in str(tensors)
+
+
+def test_a_pipeline_without_scf_lowering_is_run_as_written(session: Session) -> None:
+    pipeline = ["convert-arith-to-llvm", "convert-func-to-llvm", "reconcile-unrealized-casts"]
+    module = session.compile("""
+    func.func @by(%a: i64, %b: i64) -> i64 {
+      %r = arith.divsi %a, %b : i64
+      return %r : i64
+    }""", pipeline=pipeline)
+    assert FAIL_SYMBOL not in module.lowered_mlir
+    assert module.by(9, 2) == 4
+
+
+ASSERTS = """
+func.func @below(%x: i64, %limit: i64) -> i64 {
+  %ok = arith.cmpi slt, %x, %limit : i64
+  cf.assert %ok, "x must be below the limit"
+  return %x : i64
+}
+func.func @holds(%ok: i1) {
+  cf.assert %ok, "« ça » \\"tient\\" \\\\ ✓"
+  return
+}
+"""
+
+
+def test_a_failing_cf_assert_raises_assertion_error_with_its_message() -> None:
+    rows = run_isolated("""
+        m = Session().compile(ASSERTS)
+        say(*outcome(m.below, 5, 3))
+        say(*outcome(m.below, 1, 3))
+        say(*outcome(m.holds, False))
+    """, ASSERTS=ASSERTS)
+    assert rows == [["AssertionError", "x must be below the limit, in @below (MLIR line 4)"],
+                    ["ok", "1"],
+                    ["AssertionError", '« ça » "tient" \\ ✓, in @holds (MLIR line 8)']]
+
+
+def test_runtime_verification_failures_raise_index_error() -> None:
+    rows = run_isolated(f"""
+        m = Session(pipeline=["generate-runtime-verification", *{list(DEFAULT_PIPELINE)!r}]
+                    ).compile('''
+        func.func @first(%a: memref<?xf32>) -> f32 {{
+          %b = memref.cast %a : memref<?xf32> to memref<4xf32>
+          %c0 = arith.constant 0 : index
+          %r = memref.load %b[%c0] : memref<4xf32>
+          return %r : f32
+        }}''')
+        say(*outcome(m.first, np.ones(4, np.float32)))
+        say(*outcome(m.first, np.ones(3, np.float32)))
+    """)
+    assert rows == [["ok", "1.0"],
+                    ["IndexError", "runtime op verification failed in @first (MLIR line "
+                                   "3): size mismatch of dim 0"]]
+
+
+BOUNDS = """
+func.func @load(%a: memref<?xf64>, %i: index) -> f64 {
+  %r = memref.load %a[%i] : memref<?xf64>
+  return %r : f64
+}
+func.func @store(%a: memref<4x?xf64>, %i: index, %j: index, %v: f64) {
+  memref.store %v, %a[%i, %j] : memref<4x?xf64>
+  return
+}
+func.func @fill(%a: memref<?xf64>, %n: index, %v: f64) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %i = %c0 to %n step %c1 {
+    memref.store %v, %a[%i] : memref<?xf64>
+  }
+  return
+}
+func.func @window(%a: memref<?xf64>, %offset: index, %v: f64) {
+  %w = memref.subview %a[%offset][4][1]
+      : memref<?xf64> to memref<4xf64, strided<[1], offset: ?>>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  scf.for %i = %c0 to %c4 step %c1 {
+    memref.store %v, %w[%i] : memref<4xf64, strided<[1], offset: ?>>
+  }
+  return
+}
+func.func @sum4(%a: memref<?xf32>, %i: index) -> f32 {
+  %v = vector.load %a[%i] : memref<?xf32>, vector<4xf32>
+  %s = vector.reduction <add>, %v : vector<4xf32> into f32
+  return %s : f32
+}
+"""
+
+
+@pytest.mark.parametrize("shared_libs", [(), ("mlir_c_runner_utils",)],
+                         ids=["unwinding", "running-on"])
+def test_boundscheck_raises_index_error_and_skips_the_access(
+        shared_libs: tuple[str, ...]) -> None:
+    rows = run_isolated(f"""
+        m = Session(boundscheck=True, shared_libs={shared_libs!r}).compile(BOUNDS)
+        a = np.arange(5.0)
+        say(*outcome(m.load, a, 4))
+        say(*outcome(m.load, a, 5))
+        say(*outcome(m.load, a, -1))
+        grid = np.zeros((4, 3))
+        say(*outcome(m.store, grid, 3, 2, 1.0))
+        say(*outcome(m.store, grid, 1, 3, 1.0))
+        say(*outcome(m.store, grid, 4, 0, 1.0))
+        say(grid.sum())
+        # Views of a larger array: nothing past the view may change.
+        big = np.zeros(10)
+        say(*outcome(m.fill, big[:4], 8, 1.0))
+        say(big.tolist())
+        big = np.zeros(10)
+        say(*outcome(m.window, big[:5], 1, 2.0))
+        say(*outcome(m.window, big[:5], 3, 3.0))
+        say(big.tolist())
+        f = np.arange(8, dtype=np.float32)
+        say(*outcome(m.sum4, f, 4))
+        say(*outcome(m.sum4, f, 5))
+    """, BOUNDS=BOUNDS)
+    assert rows[0] == ["ok", "4.0"]
+    assert rows[1] == ["IndexError", "memref.load in @load (MLIR line 3): index 5 is out of "
+                                     "bounds for dimension 0 of size 5"]
+    assert rows[2] == ["IndexError", "memref.load in @load (MLIR line 3): index -1 is out of "
+                                     "bounds for dimension 0 of size 5"]
+    assert rows[3] == ["ok", "None"]
+    assert rows[4] == ["IndexError", "memref.store in @store (MLIR line 7): index 3 is out "
+                                     "of bounds for dimension 1 of size 3"]
+    assert rows[5] == ["IndexError", "memref.store in @store (MLIR line 7): index 4 is out "
+                                     "of bounds for dimension 0 of size 4"]
+    assert rows[6] == ["1.0"]
+    assert rows[7] == ["IndexError", "memref.store in @fill (MLIR line 14): index 4 is out "
+                                     "of bounds for dimension 0 of size 4"]
+    assert rows[8] == [str([1.0] * 4 + [0.0] * 6)]
+    assert rows[9] == ["ok", "None"]
+    assert rows[10] == ["IndexError", "invalid memref.subview in @window (MLIR line 19): "
+                                      "index 6 is out of bounds for dimension 0 of size 5"]
+    # The invalid view was never written through, whether the call unwound or ran on.
+    assert rows[11] == [str([0.0] + [2.0] * 4 + [0.0] * 5)]
+    assert rows[12] == ["ok", "22.0"]
+    assert rows[13] == ["IndexError", "vector.load in @sum4 (MLIR line 30): index 5 is out "
+                                      "of bounds for dimension 0 of size 8"]
+
+
+def test_boundscheck_is_off_by_default_and_plumbed_like_fastmath(session: Session) -> None:
+    assert FAIL_SYMBOL not in session.compile(BOUNDS).lowered_mlir
+    checked = session.compile(BOUNDS, boundscheck=True)
+    assert FAIL_SYMBOL in checked.lowered_mlir
+    assert checked.load(np.arange(3.0), 2) == 2.0
+    assert Session(boundscheck=True).options.boundscheck
+    assert "+boundscheck" in CompileOptions.make(boundscheck=True).pipeline_key
+    assert CompileOptions.make().replace(boundscheck=True).boundscheck
+    with pytest.raises(TypeError, match="boundscheck must be True or False"):
+        CompileOptions.make(boundscheck="yes")  # type: ignore[arg-type]
+
+    @mlir_kernel(session=session, boundscheck=True, source=BOUNDS)
+    def load(a, i): ...
+
+    assert load(np.arange(3.0), 1) == 1.0
+    assert FAIL_SYMBOL in load.compile().module.lowered_mlir
+
+
+def test_messages_name_the_python_line_of_an_inline_kernel(tmp_path: Path) -> None:
+    script = tmp_path / "kernels.py"
+    script.write_text(textwrap.dedent('''
+        import numpy as np
+        from pymlirjit import mlir_kernel
+
+
+        @mlir_kernel(boundscheck=True, source="""
+        func.func @at(%a: memref<?xf64>, %i: index) -> f64 {
+          %r = memref.load %a[%i] : memref<?xf64>
+          return %r : f64
+        }
+        """)
+        def at(a, i): ...
+
+
+        @mlir_kernel(source="""
+        func.func @div(%a: i64, %b: i64) -> i64 {
+          %r = arith.divsi %a, %b : i64
+          return %r : i64
+        }
+        """)
+        def div(a, b): ...
+    '''))
+    rows = run_isolated("""
+        import kernels
+        say(*outcome(kernels.at, np.zeros(3), 3))
+        say(*outcome(kernels.div, 1, 0))
+    """, cwd=tmp_path)
+    assert rows == [["IndexError", "memref.load in @at (kernels.py:8): index 3 is out of "
+                                   "bounds for dimension 0 of size 3"],
+                    ["ZeroDivisionError", "integer division or modulo by zero in @div "
+                                          "(kernels.py:17)"]]
+
+
+def test_a_checked_module_from_the_disk_cache_raises_the_same(tmp_path: Path) -> None:
+    code = f"""
+        session = Session(cache_dir={str(tmp_path)!r}, boundscheck=True)
+        m = session.compile(LOOP)
+        a = np.arange(1, 7)
+        say(session.cache_info().disk_hits)
+        say(*outcome(m.quotients, a, np.array([1, 1, 0, 2, 0, 1]), 6))
+        say(*outcome(m.quotients, a, np.ones(6, np.int64), 7))
+        say(*outcome(m.quotients, a, np.ones(6, np.int64), 6))
+    """
+    first, second = run_isolated(code, LOOP=LOOP), run_isolated(code, LOOP=LOOP)
+    assert first[0] == ["0"] and second[0] == ["1"]
+    assert first[1:] == second[1:]
+    assert second[1][0] == "ZeroDivisionError" and second[2][0] == "IndexError"
+    assert second[3] == ["ok", "21"]
+
+
+def test_cli_run_boundscheck(tmp_path: Path) -> None:
+    source = tmp_path / "at.mlir"
+    source.write_text("func.func @main(%a: memref<?xf32>, %i: index) -> f32 {\n"
+                      "  %r = memref.load %a[%i] : memref<?xf32>\n"
+                      "  return %r : f32\n}\n")
+    np.save(tmp_path / "a.npy", np.arange(3, dtype=np.float32))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pymlirjit", "run", str(source),
+                               str(tmp_path / "a.npy"), *args], capture_output=True,
+                              text=True, timeout=300, env=env)
+
+    ok = run("2", "--boundscheck")
+    assert (ok.returncode, ok.stdout) == (0, "2.0\n"), ok.stderr
+    failed = run("3", "--boundscheck")
+    assert failed.returncode == 1
+    assert failed.stderr == (f"pymlirjit: error: IndexError: memref.load in @main "
+                             f"({source}:2): index 3 is out of bounds for dimension 0 of "
+                             f"size 3\n")
+
+
+@pytest.mark.parametrize("shared_libs", [(), ("mlir_c_runner_utils",)],
+                         ids=["unwinding", "running-on"])
+def test_failing_calls_leak_nothing(shared_libs: tuple[str, ...]) -> None:
+    rows = run_isolated("""
+        import gc
+        from tests.conftest import rss_bytes
+
+        m = Session(boundscheck=True, shared_libs=shared_libs).compile('''
+        func.func @f(%a: memref<?xi64>, %i: index, %b: i64) -> i64 {
+          %x = memref.load %a[%i] : memref<?xi64>
+          %q = arith.divsi %x, %b : i64
+          return %q : i64
+        }''')
+        a = np.ones(10, np.int64)
+
+        def fail(times):
+            for _ in range(times):
+                for args, error in (((a, 0, 0), ZeroDivisionError), ((a, 10, 1), IndexError)):
+                    try:
+                        m.f(*args)
+                    except error:
+                        pass
+            gc.collect()
+
+        fail(2000)
+        before = rss_bytes()
+        fail(20000)
+        say(rss_bytes() - before, m.f(a, 9, 1))
+    """, cwd=ROOT, shared_libs=shared_libs)
+    grown, value = rows[0]
+    assert int(grown) < 2 << 20, f"{int(grown) >> 10} KiB more after 40,000 failing calls"
+    assert value == "1"
