@@ -140,9 +140,13 @@ def finish_call(address: int) -> None:
     failed = ctypes.c_int64.from_address(address).value
     with _error_lock:
         error = _errors.pop(address, None)
-        if error is None and not failed and _foreign.record.failed:
-            failed = _foreign.record.failed
-            error = _errors.pop(_foreign.address, None)
+        if _foreign.record.failed:
+            # Also when this call failed itself: a parallel loop fails on the calling
+            # thread and on the runtime's threads alike, and the second failure of a
+            # call is ignored rather than left for the next call to raise.
+            foreign = _errors.pop(_foreign.address, None)
+            if error is None and not failed:
+                failed, error = _foreign.record.failed, foreign
             _foreign.record.failed = 0
     if error is None and failed:
         error = lost_error(failed)

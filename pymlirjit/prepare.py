@@ -215,14 +215,19 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         return with_vector_lowering(pipeline) if vectors else pipeline
 
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.checks)
+
+    def add_checks(module: Any) -> None:
+        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
+                                      filename=prepared.filename, source=prepared.source))
+
+    hooks = optimizing.parallel_hooks(options.threads) if options.parallel_loops else {}
+    # Checks go in before parallel loops are outlined as tasks (a failure then names the
+    # kernel, not the outlined function), else where memref accesses and scf still exist.
+    at = "async-parallel-for" if options.parallel_loops else "convert-scf-to-cf"
+    hooks[at] = _in_order(add_checks, hooks.get(at))
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg
-                 or options.parallel_loops else None,
-                 {**(optimizing.parallel_hooks(options.threads) if options.parallel_loops
-                     else {}),
-                  "convert-scf-to-cf": lambda module: inserted.append(insert_checks(
-                      module, boundscheck=options.boundscheck, filename=prepared.filename,
-                      source=prepared.source))})
+                 or options.parallel_loops else None, hooks)
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])
@@ -230,6 +235,15 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     return prepared
+
+
+def _in_order(*hooks: Callable[[Any], object] | None) -> Callable[[Any], None]:
+    """One pipeline hook running ``hooks`` (those not ``None``) in order."""
+    def run(module: Any) -> None:
+        for hook in hooks:
+            if hook is not None:
+                hook(module)
+    return run
 
 
 @functools.cache

@@ -556,3 +556,37 @@ def test_failing_calls_leak_nothing(shared_libs: tuple[str, ...]) -> None:
     grown, value = rows[0]
     assert int(grown) < 2 << 20, f"{int(grown) >> 10} KiB more after 40,000 failing calls"
     assert value == "1"
+
+
+PARALLEL_DIVIDE = """
+func.func @divide(%a: memref<?xi64>, %d: i64) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xi64>
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %x = memref.load %a[%i] : memref<?xi64>
+    %q = arith.divsi %x, %d : i64
+    memref.store %q, %a[%i] : memref<?xi64>
+  }
+  return
+}"""
+
+
+def test_a_failing_parallel_loop_names_the_kernel_and_fails_one_call_only() -> None:
+    # Every task fails, on the calling thread and on the runtime's: the call raises
+    # once, naming the kernel (not the function its loop was outlined to), and the
+    # next call does not raise what the other tasks recorded.
+    rows = run_isolated("""
+        import os
+        os.environ["PYMLIRJIT_NUM_THREADS"] = "2"
+        @mlir_kernel(source=SOURCE, parallel=True)
+        def divide(a: np.ndarray, d: int) -> None: ...
+        a = np.arange(10_000, dtype=np.int64)
+        for d in (2, 0, 3, 0, 5):
+            say(d, *outcome(divide, a, d))
+        say("first", a[:4].tolist())
+    """, SOURCE=PARALLEL_DIVIDE)
+    assert [row[1] for row in rows[:5]] == ["ok", "ZeroDivisionError", "ok",
+                                            "ZeroDivisionError", "ok"]
+    assert rows[1][2] == "integer division or modulo by zero in @divide (MLIR line 8)"
+    assert rows[5] == ["first", str([0, 0, 0, 0])]
