@@ -32,8 +32,8 @@ from .checks import register_source
 from .errors import MLIRError, SignatureError
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
-from .prepare import built_text
 from .options import CompileOptions, OptionOverrides
+from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, Session, default_session
 from .signature import Signature, annotations_of
 from .sourcelines import definition_site, located_mlir_error

@@ -35,8 +35,8 @@ from .engine import ExecutionEngine
 from .errors import LinkError, SignatureError
 from .function import CompiledFunction
 from .objectfile import ObjectEngine
-from .pipeline import runtime_library, runtime_library_defining
 from .options import CompileOptions
+from .pipeline import runtime_library, runtime_library_defining
 from .prepare import PreparedModule
 from .relocation import (
     ARRAY_FROM_DESCR,

@@ -50,8 +50,8 @@ from .module import (
     engine_module,
     load,
 )
-from .pipeline import runtime_library
 from .options import CompileOptions
+from .pipeline import runtime_library
 from .prepare import built_text, builtin_callbacks, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",

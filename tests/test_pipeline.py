@@ -972,5 +972,6 @@ def test_the_hook_before_scf_lowering_sees_bufferized_loops_and_scf() -> None:
     assert "scf.for" in seen[0] and "memref.load" in seen[0] and "tensor<" not in seen[0]
     # A pipeline without convert-scf-to-cf never calls it (it could not lower scf.if).
     lower(parse_module("func.func @f() { return }", new_context()),
-          ["convert-func-to-llvm"], hooks={"convert-scf-to-cf": lambda module: seen.append("again")})
+          ["convert-func-to-llvm"],
+          hooks={"convert-scf-to-cf": lambda module: seen.append("again")})
     assert len(seen) == 1
