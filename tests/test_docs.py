@@ -107,3 +107,42 @@ def test_doc_block_runs(path: Path, index: int) -> None:
         pytest.xfail(block.xfail)
     if error is not None:
         pytest.fail(f"{where} raised:\n{error}")
+
+
+# -- links ----------------------------------------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
+# An absolute local path in prose or a code span (a link to a file on one machine).
+LOCAL_PATH = re.compile(r"(?<![\w.:/])/(?:work|home|tmp|Users|root)/[\w./-]+")
+
+
+CODE = re.compile(r"^```.*?^```|`[^`\n]*`", re.MULTILINE | re.DOTALL)
+
+
+def _links(path: Path) -> list[tuple[int, str]]:
+    # Code is blanked out (keeping its newlines, for line numbers): `f(a)[i](x)` is no link.
+    text = CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), path.read_text())
+    return [(text.count("\n", 0, m.start()) + 1, m.group("target")) for m in LINK.finditer(text)]
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=[str(p.relative_to(ROOT)) for p in DOC_FILES])
+def test_relative_links_resolve_to_files_in_the_repository(path: Path) -> None:
+    broken = []
+    for line, target in _links(path):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL (http:, mailto:) or an anchor in the same file
+        file_part = target.split("#", 1)[0]
+        resolved = (path.parent / file_part).resolve()
+        if target.startswith("/") or not resolved.is_relative_to(ROOT) or not resolved.exists():
+            broken.append(f"line {line}: {target}")
+    assert not broken, f"{path.name}: links to no file of the repository: {broken}"
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=[str(p.relative_to(ROOT)) for p in DOC_FILES])
+def test_no_absolute_local_path_outside_examples_of_output(path: Path) -> None:
+    # Sample output may show a user's folder (/home/me/...); nothing may point at a file
+    # of the machine the docs were written on.
+    found = [(path.read_text().count("\n", 0, m.start()) + 1, m.group())
+             for m in LOCAL_PATH.finditer(path.read_text())
+             if not m.group().startswith("/home/me/")]
+    assert not found, f"{path.name}: absolute local paths: {found}"
