@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 from .errors import SignatureError
 from .types import (
@@ -30,8 +30,16 @@ from .types import (
     to_type,
 )
 
-__all__ = ["Parameter", "Signature", "as_signature", "decode_signature", "encode_signature",
-           "from_func_op"]
+__all__ = ["Parameter", "Signature", "argument_label", "as_signature", "check_annotation",
+           "decode_signature", "encode_signature", "from_func_op"]
+
+
+def argument_label(index: int, name: str) -> str:
+    """How errors name parameter ``index`` (from 0): ``argument 2 ('k')``, counting from
+    1, or ``argument 2`` where the name is only the positional ``arg1`` MLIR gives."""
+    if name == f"arg{index}":
+        return f"argument {index + 1}"
+    return f"argument {index + 1} ({name!r})"
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,7 @@ class Signature:
             return f"{len(self.params)} parameters versus {len(actual.params)}"
         for i, (mine, theirs) in enumerate(zip(self.params, actual.params)):
             if not _fits(mine.type, theirs.type):
-                return (f"parameter #{i} ({mine.name!r}): "
+                return (f"{argument_label(i, mine.name)}: "
                         f"{mine.type.mlir} versus {theirs.type.mlir}")
         if len(self.results) != len(actual.results):
             return f"{len(self.results)} results versus {len(actual.results)}"
@@ -105,6 +113,45 @@ class Signature:
             if not _fits(mine_r, theirs_r):
                 return f"result #{i}: {mine_r.mlir} versus {theirs_r.mlir}"
         return None
+
+
+#: Python's number types, as annotations: any width of their kind (numba's reading).
+_ANY_WIDTH = {int: "int", float: "float", complex: "complex"}
+
+
+def check_annotation(annotation: Any, actual: Type, what: str, context: str) -> None:
+    """Raise :class:`SignatureError` unless a stub's ``annotation`` admits the MLIR type
+    ``actual``; ``what`` names the parameter or result, ``context`` the MLIR signature.
+
+    ``int`` admits every integer type (``i8`` to ``i64``, ``index``), ``float`` every float
+    type, ``complex`` every complex type, ``numpy.ndarray`` (and ``Any``) every type;
+    ``Annotated[T, x]`` is read as :func:`pymlirjit.types.to_type` reads it; a memref
+    annotated without a layout admits any layout. Annotations pymlirjit does not spell
+    (documentation only) admit anything.
+    """
+    import numpy as np
+
+    from .types import to_type
+
+    base = get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+    if annotation is Any or base is np.ndarray or get_origin(base) is np.ndarray:
+        try:  # Annotated[np.ndarray, MemRef[...]] still says which memref
+            expected = to_type(annotation)
+        except TypeError:
+            return
+    elif isinstance(annotation, type) and annotation in _ANY_WIDTH:
+        if isinstance(actual, ScalarType) and actual.kind == _ANY_WIDTH[annotation]:
+            return
+        raise SignatureError(f"{what}: the stub says {annotation.__name__}, MLIR has "
+                             f"{actual.mlir} ({context})")
+    else:
+        try:
+            expected = to_type(annotation)
+        except TypeError:
+            return  # not a type pymlirjit spells (e.g. a documentation-only annotation)
+    if not _fits(expected, actual):
+        raise SignatureError(f"{what}: the stub says {expected.mlir}, MLIR has {actual.mlir} "
+                             f"({context})")
 
 
 def _fits(annotation: Type, actual: Type) -> bool:
