@@ -83,7 +83,7 @@ class Callback:
             raise TypeError(f"@callback needs a function, got {type(function).__name__}")
         self.__wrapped__ = function
         functools.update_wrapper(self, function)
-        self.name = name or function.__name__
+        self.name = name or _function_name(function)
         try:
             self.signature = as_signature(signature, function)
             for i, t in enumerate((*self.signature.param_types, *self.signature.results)):
@@ -141,6 +141,16 @@ class Callback:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Callback:
         return self
+
+
+def _function_name(function: Any) -> str:
+    """The name of a function, or of the function a ``functools.partial`` wraps."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    name = getattr(function, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"@callback: {function!r} has no __name__: pass name=...")
+    return name
 
 
 # -- pickling: by reference when importable, else by value -------------------------------

@@ -14,6 +14,7 @@ memref<?xf32>
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -181,6 +182,13 @@ def annotations_of(function: Callable[..., Any]) -> dict[str, Any]:
     # Not typing.get_type_hints: Python 3.10's rejects values such as MemRef[f32, 1]
     # ("Forward references must evaluate to types") and adds Optional to parameters
     # defaulting to None.
+    while True:  # a partial's are its function's (also under a Callback of one)
+        if isinstance(function, functools.partial):
+            function = function.func
+        elif isinstance(getattr(function, "__wrapped__", None), functools.partial):
+            function = function.__wrapped__  # type: ignore[attr-defined]
+        else:
+            break
     return inspect.get_annotations(function, eval_str=True)
 
 
@@ -188,7 +196,8 @@ def from_annotations(function: Callable[..., Any]) -> Signature:
     """Read a signature from ``function``'s annotations; every one must be present.
 
     The return annotation may be ``None`` (no result), a type, or ``tuple[T, ...]``
-    for several results.
+    for several results. Of a ``functools.partial``, the parameters it leaves unbound
+    (those it binds by keyword are left out; compiled code passes the rest by position).
     """
     name = getattr(function, "__qualname__", repr(function))
     try:
@@ -196,7 +205,15 @@ def from_annotations(function: Callable[..., Any]) -> Signature:
     except Exception as exc:
         raise SignatureError(f"{name}: cannot evaluate its annotations: {exc}") from exc
     params = []
+    bound = _bound_by_keyword(function)
     for param in inspect.signature(function).parameters.values():
+        if param.name in bound:
+            continue
+        if bound and param.kind is param.KEYWORD_ONLY:
+            raise SignatureError(f"{name}: parameter {param.name!r} follows one the partial "
+                                 f"binds by keyword ({', '.join(sorted(bound))}), so it can "
+                                 f"only be passed by keyword, and compiled code passes "
+                                 f"arguments by position: bind the last parameters instead")
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise SignatureError(f"{name}: *args and **kwargs cannot cross the MLIR boundary")
         if param.name not in hints:
@@ -206,6 +223,14 @@ def from_annotations(function: Callable[..., Any]) -> Signature:
     if "return" not in hints:
         raise SignatureError(f"{name}: the return type is not annotated (use -> None)")
     return Signature(tuple(params), _result_types(hints["return"], name))
+
+
+def _bound_by_keyword(function: Callable[..., Any]) -> set[str]:
+    bound: set[str] = set()
+    while isinstance(function, functools.partial):
+        bound |= set(function.keywords)
+        function = function.func
+    return bound
 
 
 def _annotation_type(annotation: Any, name: str, what: str) -> Type:
