@@ -235,6 +235,8 @@ Type = ScalarType | MemRefType | UnrankedMemRefType | TensorType
 def _shape_from_params(params: tuple[Any, ...], what: str) -> tuple[int | None, ...]:
     shape: list[int | None] = []
     for dim in params:
+        if get_origin(dim) is typing.Literal and len(get_args(dim)) == 1:
+            dim = get_args(dim)[0]  # Literal[4]: a static dim a type checker accepts
         if dim is None or dim is Ellipsis:
             shape.append(None)
         elif isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0:

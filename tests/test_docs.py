@@ -12,6 +12,7 @@ failure there does not stop the blocks after it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -146,3 +147,50 @@ def test_no_absolute_local_path_outside_examples_of_output(path: Path) -> None:
              for m in LOCAL_PATH.finditer(path.read_text())
              if not m.group().startswith("/home/me/")]
     assert not found, f"{path.name}: absolute local paths: {found}"
+
+
+# -- mypy --strict on the examples that claim to be typed -----------------------------------
+
+#: The pages whose python blocks pass ``mypy --strict`` as written (the README, the pages
+#: a new user starts from, and the cookbook, which says so).
+TYPED_DOCS = [ROOT / "README.md", ROOT / "docs" / "index.md",
+              ROOT / "docs" / "getting-started.md", ROOT / "docs" / "cookbook.md"]
+
+
+@pytest.fixture(scope="module")
+def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """``mypy --strict``'s errors for each typed page: its blocks, in order, make one
+    module whose lines are the page's (so errors carry the page's line numbers)."""
+    pytest.importorskip("mypy")
+    tmp = tmp_path_factory.mktemp("mypy-docs")
+    return _mypy_errors(tmp)
+
+
+def _mypy_errors(tmp: Path) -> dict[str, list[str]]:
+    modules = {}
+    for path in TYPED_DOCS:
+        lines: list[str] = []
+        for block in python_blocks(path):
+            lines += [""] * (block.line - 1 - len(lines))
+            lines += block.code.splitlines()
+        module = "doc_" + re.sub(r"\W", "_", path.stem.lower())
+        (tmp / f"{module}.py").write_text("\n".join(lines) + "\n")
+        modules[module] = path.name
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-version", "3.10",
+         "--cache-dir", str(tmp / ".mypy_cache"), *(f"{m}.py" for m in modules)],
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    errors: dict[str, list[str]] = {name: [] for name in modules.values()}
+    for line in result.stdout.splitlines():
+        module, _, rest = line.partition(".py:")
+        if module in modules and ": error:" in rest:
+            errors[modules[module]].append(f"{modules[module]}:{rest}")
+    if result.returncode not in (0, 1) or (result.returncode == 1 and not any(errors.values())):
+        pytest.fail(f"mypy did not run: {result.stdout}\n{result.stderr}")
+    return errors
+
+
+@pytest.mark.parametrize("path", TYPED_DOCS, ids=[p.name for p in TYPED_DOCS])
+def test_typed_examples_pass_mypy_strict(path: Path, mypy_errors: dict[str, list[str]]) -> None:
+    assert not mypy_errors[path.name], "\n".join(mypy_errors[path.name])

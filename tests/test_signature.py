@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import pytest
 
+import pymlirjit
 from pymlirjit import MemRef, SignatureError, f32, i32
 from pymlirjit.signature import as_signature
+from pymlirjit.typing import MemRef as TypedMemRef
+from pymlirjit.typing import Tensor, UnrankedMemRef, f64, index
 
 
 def test_from_annotations_and_from_string_agree() -> None:
@@ -92,3 +96,13 @@ def test_a_partial_leaves_the_parameters_it_does_not_bind() -> None:
     with pytest.raises(SignatureError, match="parameter 'k' follows one the partial binds by "
                                              "keyword"):
         as_signature(None, functools.partial(model, rate=2.0))
+
+
+def test_annotations_in_the_type_checkers_spelling() -> None:
+    assert TypedMemRef is MemRef  # at run time, the same spellers
+
+    def cb(a: TypedMemRef[f64, None, Literal[3]], b: Tensor[pymlirjit.f32, Literal[2]],
+           c: UnrankedMemRef[i32], n: index) -> f64: ...
+
+    assert as_signature(None, cb).mlir == (
+        "(memref<?x3xf64>, tensor<2xf32>, memref<*xi32>, index) -> f64")
