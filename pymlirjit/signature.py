@@ -107,12 +107,14 @@ class Signature:
         for i, (mine, theirs) in enumerate(zip(self.params, actual.params)):
             if not _fits(mine.type, theirs.type):
                 return (f"{argument_label(i, mine.name)}: "
-                        f"{mine.type.mlir} versus {theirs.type.mlir}")
+                        f"{mine.type.mlir} versus {theirs.type.mlir}"
+                        f"{_width_hint(mine.type, theirs.type)}")
         if len(self.results) != len(actual.results):
             return f"{len(self.results)} results versus {len(actual.results)}"
         for i, (mine_r, theirs_r) in enumerate(zip(self.results, actual.results)):
             if not _fits(mine_r, theirs_r):
-                return f"result #{i}: {mine_r.mlir} versus {theirs_r.mlir}"
+                return (f"result #{i}: {mine_r.mlir} versus {theirs_r.mlir}"
+                        f"{_width_hint(mine_r, theirs_r)}")
         return None
 
 
@@ -153,6 +155,19 @@ def check_annotation(annotation: Any, actual: Type, what: str, context: str) -> 
     if not _fits(expected, actual):
         raise SignatureError(f"{what}: the stub says {expected.mlir}, MLIR has {actual.mlir} "
                              f"({context})")
+
+
+def _width_hint(mine: Type, theirs: Type) -> str:
+    """For two scalars of one kind: how to annotate the second (a callback's annotations
+    are its C signature, so ``int`` there is i64, not any integer type)."""
+    if not (isinstance(mine, ScalarType) and isinstance(theirs, ScalarType)
+            and mine.kind == theirs.kind):
+        return ""
+    from . import types
+
+    name = next((n for n in types.__all__ if getattr(types, n) is theirs), theirs.mlir)
+    return (f" (annotate it as pymlirjit.{name}: int, float and complex mean i64, f64 and "
+            f"complex<f64> where annotations define the signature)")
 
 
 def _fits(annotation: Type, actual: Type) -> bool:

@@ -106,3 +106,17 @@ def test_annotations_in_the_type_checkers_spelling() -> None:
 
     assert as_signature(None, cb).mlir == (
         "(memref<?x3xf64>, tensor<2xf32>, memref<*xi32>, index) -> f64")
+
+
+def test_a_callback_annotated_int_for_an_index_declaration_is_told_what_to_write() -> None:
+    def cb(n: int) -> float: ...
+
+    with pytest.raises(SignatureError, match=r"argument 1 \('n'\): i64 versus index \(annotate "
+                                             r"it as pymlirjit.index: int, float and complex "
+                                             r"mean i64, f64"):
+        as_signature(None, cb).check_matches(as_signature("(index) -> f64"), "callback @cb",
+                                             "annotations", "declaration")
+    with pytest.raises(SignatureError, match=r"result #0: f64 versus f32 \(annotate it as "
+                                             r"pymlirjit.f32"):
+        as_signature(None, cb).check_matches(as_signature("(i64) -> f32"), "callback @cb",
+                                             "annotations", "declaration")
