@@ -40,7 +40,7 @@ from .memref import (
     descriptor_type,
     fill_descriptor_with_copy,
 )
-from .signature import Signature, as_signature
+from .signature import Signature, as_signature, function_name
 from .sourcelines import located_type_error
 from .types import (
     MemRefType,
@@ -83,7 +83,7 @@ class Callback:
             raise TypeError(f"@callback needs a function, got {type(function).__name__}")
         self.__wrapped__ = function
         functools.update_wrapper(self, function)
-        self.name = name or _function_name(function)
+        self.name = name or function_name(function)
         try:
             self.signature = as_signature(signature, function)
             for i, t in enumerate((*self.signature.param_types, *self.signature.results)):
@@ -141,16 +141,6 @@ class Callback:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Callback:
         return self
-
-
-def _function_name(function: Any) -> str:
-    """The name of a function, or of the function a ``functools.partial`` wraps."""
-    while isinstance(function, functools.partial):
-        function = function.func
-    name = getattr(function, "__name__", None)
-    if not isinstance(name, str):
-        raise TypeError(f"@callback: {function!r} has no __name__: pass name=...")
-    return name
 
 
 # -- pickling: by reference when importable, else by value -------------------------------

@@ -192,6 +192,16 @@ def as_signature(spec: Signature | str | None, function: Callable[..., Any] | No
     return from_annotations(function)
 
 
+def function_name(function: Any) -> str:
+    """The name of a function, or of the function a ``functools.partial`` wraps."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    name = getattr(function, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"@callback: {function!r} has no __name__: pass name=...")
+    return name
+
+
 def annotations_of(function: Callable[..., Any]) -> dict[str, Any]:
     """``function``'s annotations, evaluated (strings included), as written."""
     # Not typing.get_type_hints: Python 3.10's rejects values such as MemRef[f32, 1]

@@ -332,7 +332,7 @@ def test_array_of_the_wrong_dtype_is_one_clean_line(
     assert code == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
-    assert "expected dtype float32 for memref<?xf32>, got float64" in err[0]
+    assert "expected a float32 array for memref<?xf32>, got a float64 array" in err[0]
 
 
 def test_shared_libs_never_load_a_library_planted_in_the_current_folder(tmp_path: Path) -> None:
