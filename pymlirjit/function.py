@@ -285,7 +285,8 @@ class _PythonCall:
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """The positional arguments of a call given keyword arguments (by the stub's
         parameter names), or the wrong number of arguments."""
-        params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
+        params = ", ".join(p.type.mlir if p.name == f"arg{i}" else f"{p.name}: {p.type.mlir}"
+                           for i, p in enumerate(self.signature.params))
         if len(args) > self.arity:
             raise TypeError(f"{self.display_name}() takes {self.arity} arguments ({params}), "
                             f"got {len(args)}")
