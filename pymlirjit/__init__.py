@@ -8,6 +8,8 @@ own engine without its traps.
 
 # Importing .engine loads the MLIR bindings at once, on purpose: one of MLIR's runtime
 # libraries (which link libLLVM.so) loaded before them makes the first context abort.
+from typing import TYPE_CHECKING
+
 from ._version import __version__
 from .callbacks import Callback, CallbackRegistry, callback
 from .engine import ExecutionEngine
@@ -17,25 +19,47 @@ from .kernel import Kernel, mlir_kernel
 from .pipeline import DEFAULT_PIPELINE
 from .session import CompiledModule, Session, default_session, runtime_library
 from .signature import Parameter, Signature
-from .types import (
-    MemRef,
-    Tensor,
-    UnrankedMemRef,
-    bf16,
-    complex64,
-    complex128,
-    f8E4M3FN,
-    f8E5M2,
-    f16,
-    f32,
-    f64,
-    i1,
-    i8,
-    i16,
-    i32,
-    i64,
-    index,
-)
+
+if TYPE_CHECKING:  # type checkers read the names as annotations (see pymlirjit.typing)
+    from .typing import (
+        MemRef,
+        Tensor,
+        UnrankedMemRef,
+        bf16,
+        complex64,
+        complex128,
+        f8E4M3FN,
+        f8E5M2,
+        f16,
+        f32,
+        f64,
+        i1,
+        i8,
+        i16,
+        i32,
+        i64,
+        index,
+    )
+else:
+    from .types import (
+        MemRef,
+        Tensor,
+        UnrankedMemRef,
+        bf16,
+        complex64,
+        complex128,
+        f8E4M3FN,
+        f8E5M2,
+        f16,
+        f32,
+        f64,
+        i1,
+        i8,
+        i16,
+        i32,
+        i64,
+        index,
+    )
 
 __all__ = [
     "DEFAULT_PIPELINE",

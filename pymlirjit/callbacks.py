@@ -41,7 +41,7 @@ from .memref import (
     fill_descriptor_with_copy,
     result_array,
 )
-from .signature import Signature, as_signature
+from .signature import Signature, as_signature, function_name
 from .sourcelines import located_type_error
 from .types import (
     MemRefType,
@@ -84,7 +84,7 @@ class Callback:
             raise TypeError(f"@callback needs a function, got {type(function).__name__}")
         self.__wrapped__ = function
         functools.update_wrapper(self, function)
-        self.name = name or function.__name__
+        self.name = name or function_name(function)
         try:
             self.signature = as_signature(signature, function)
             for i, t in enumerate((*self.signature.param_types, *self.signature.results)):

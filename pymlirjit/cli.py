@@ -110,7 +110,10 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--boundscheck", action="store_true",
                      help="out-of-bounds memref accesses raise IndexError")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
-                     help="save the array result (repeat for several array results)")
+                     help="save the array result instead of printing it (repeat for "
+                          "several array results)")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="print no result (errors still go to stderr)")
     run.add_argument("--time", action="store_true",
                      help="report compile (parse+lower+JIT) and run times on stderr")
     run.add_argument("--cache", action="store_true",
@@ -360,11 +363,19 @@ def run_command(args: argparse.Namespace) -> None:
     result_types = function.signature.results
     results = split_results(value, len(result_types))
     save_outputs(args.output, results)
+    from .types import ScalarType
+
     runner_f32 = args.entry_result == "f32" or (
         # mlir-runner's default is -entry-point-result=f32: such an entry prints as there.
         args.entry_result is None and not function.signature.params
         and [str(t) for t in result_types] == ["f32"])
+    saved = len(args.output)
     for result, mlir_type in zip(results, result_types):
+        if args.quiet:
+            break
+        if saved and not isinstance(mlir_type, ScalarType):
+            saved -= 1  # in its --output file: not printed as well
+            continue
         if runner_f32:
             print(f"{result:e}")  # as mlir-runner (LLVM's raw_ostream) prints a float
         else:

@@ -44,19 +44,21 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def to_c(t: ScalarType) -> Callable[[Any, str], tuple[Any, ...]]:
+def to_c(t: ScalarType, exact: bool = False) -> Callable[[Any, str], tuple[Any, ...]]:
     """A function checking a Python value for ``t`` (naming it ``what`` in errors) and
-    returning the C arguments it crosses as (one per type of ``t.boundary``)."""
+    returning the C arguments it crosses as (one per type of ``t.boundary``).
+    ``exact``: convert other widths only when exact (kernel arguments; see
+    :func:`pymlirjit.types.to_python_scalar`)."""
     if t.crossing == "pair":
         def pair(value: Any, what: str) -> tuple[Any, ...]:
-            number = to_python_scalar(t, value, what)
+            number = to_python_scalar(t, value, what, exact)
             return (number.real, number.imag)
         return pair
     if t.crossing == "bits":
-        return lambda value, what: (bits_of(t, to_python_scalar(t, value, what)),)
+        return lambda value, what: (bits_of(t, to_python_scalar(t, value, what, exact)),)
     if t.crossing == "widened":
-        return lambda value, what: (int(to_python_scalar(t, value, what)),)
-    return lambda value, what: (to_python_scalar(t, value, what),)
+        return lambda value, what: (int(to_python_scalar(t, value, what, exact)),)
+    return lambda value, what: (to_python_scalar(t, value, what, exact),)
 
 
 def from_c(t: ScalarType) -> Callable[..., Any]:

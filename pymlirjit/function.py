@@ -16,6 +16,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, SupportsIndex
 
+import numpy as np
+
 from . import ffi
 from .abi import BoundaryABI, boundary_abi, native_kernel_supported
 from .callframe import call_machinery, enter_call, exit_call
@@ -28,7 +30,7 @@ from .memref import (
     owned_array_from_descriptor,
 )
 from .sharedlib import SharedLibrary
-from .signature import Signature
+from .signature import Signature, argument_label
 from .types import (
     MemRefType,
     ScalarType,
@@ -262,8 +264,11 @@ class _PythonCall:
         self.guard = guard
         self.cfunc = self.prototype(address) if guard is None else None
         self.release_gil = release_gil
-        self.marshal = [_argument_marshaller(p.type, f"{display_name}() parameter {p.name!r}")
-                        for p in signature.params]
+        self.names = [p.name for p in signature.params]
+        self.labels = [argument_label(i, p.name) for i, p in enumerate(signature.params)]
+        self.marshal = [_argument_marshaller(p.type, f"{display_name}() {label}",
+                                             p.name if label != f"argument {i + 1}" else "x")
+                        for i, (p, label) in enumerate(zip(signature.params, self.labels))]
         self.unmarshal = [_result_reader(t) for t in signature.results]
         self.from_boundary = (_from_boundary(signature.results[0]) if signature.results
                               else _identity)
@@ -277,17 +282,34 @@ class _PythonCall:
         self.cfunc = self.prototype(self.guard.address())
         return self.cfunc
 
-    def arity_error(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
-        params = ", ".join(f"{p.name}: {p.type.mlir}" for p in self.signature.params)
-        if kwargs:
-            return TypeError(f"{self.display_name}() takes positional arguments only "
-                             f"({params}); got keyword arguments {sorted(kwargs)}")
-        return TypeError(f"{self.display_name}() takes {self.arity} arguments ({params}), "
-                         f"got {len(args)}")
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """The positional arguments of a call given keyword arguments (by the stub's
+        parameter names), or the wrong number of arguments."""
+        params = ", ".join(p.type.mlir if p.name == f"arg{i}" else f"{p.name}: {p.type.mlir}"
+                           for i, p in enumerate(self.signature.params))
+        if len(args) > self.arity:
+            raise TypeError(f"{self.display_name}() takes {self.arity} arguments ({params}), "
+                            f"got {len(args)}")
+        values: list[Any] = [*args, *(_MISSING,) * (self.arity - len(args))]
+        for key, value in kwargs.items():
+            try:
+                i = self.names.index(key)
+            except ValueError:
+                raise TypeError(f"{self.display_name}() got an unexpected keyword argument "
+                                f"{key!r} (it takes {params})") from None
+            if i < len(args):
+                raise TypeError(f"{self.display_name}() got multiple values for "
+                                f"{self.labels[i]}")
+            values[i] = value
+        missing = [label for label, value in zip(self.labels, values) if value is _MISSING]
+        if missing:
+            raise TypeError(f"{self.display_name}() missing {', '.join(missing)} "
+                            f"(it takes {params})")
+        return tuple(values)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != self.arity:
-            raise self.arity_error(args, kwargs)
+            args = self.bind(args, kwargs)
         c_args: list[Any] = []
         keepalive: list[Any] = []
         # A memref.get_global result lives in the engine's memory: the array keeps it.
@@ -333,9 +355,12 @@ class _PythonCall:
 Marshaller = Callable[[Any, list[Any], list[Any], dict[int, object]], None]
 
 
-def _argument_marshaller(t: Type, what: str) -> Marshaller:
+_MISSING: Any = object()
+
+
+def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
     if isinstance(t, ScalarType):
-        to_boundary = to_c(t)
+        to_boundary = to_c(t, exact=True)
 
         def marshal_scalar(value: Any, out: list[Any], *_: Any) -> None:
             out += to_boundary(value, what)
@@ -343,6 +368,8 @@ def _argument_marshaller(t: Type, what: str) -> Marshaller:
     if isinstance(t, (MemRefType, TensorType)):
         def marshal_array(value: Any, out: list[Any], keepalive: list[Any],
                           owners: dict[int, object]) -> None:
+            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+                raise _array_type_error(value, t, what, name)
             descriptor, array = descriptor_for_argument(value, t, what)
             keepalive.append(descriptor)
             owners.setdefault(descriptor.allocated or 0, array)
@@ -351,12 +378,30 @@ def _argument_marshaller(t: Type, what: str) -> Marshaller:
     if isinstance(t, UnrankedMemRefType):
         def marshal_unranked(value: Any, out: list[Any], keepalive: list[Any],
                              owners: dict[int, object]) -> None:
+            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+                raise _array_type_error(value, t, what, name)
             unranked, ranked, array = descriptor_for_unranked(value, t, what)
             keepalive += (unranked, ranked)
             owners.setdefault(ranked.allocated or 0, array)
             out.append(ctypes.addressof(unranked))
         return marshal_unranked
     raise TypeError(f"{what}: {t.mlir} cannot be passed from Python")
+
+
+def _array_type_error(value: Any, t: MemRefType | TensorType | UnrankedMemRefType,
+                      what: str, name: str) -> TypeError:
+    """The error for an argument that is not an array of ``t``'s element type, saying how
+    to convert it (arrays are never converted silently: a memref aliases its array)."""
+    dtype = t.element.dtype
+    spelled = (f"np.{dtype.name}" if getattr(np, dtype.name, None) is dtype.type
+               else f"{t.element.dtype_module}.{dtype.name}")
+    copy = "" if isinstance(t, TensorType) else (
+        f" (a copy: the kernel's writes then go to the copy, not to {name})")
+    if isinstance(value, np.ndarray):
+        return TypeError(f"{what}: expected a {dtype} array for {t.mlir}, got a {value.dtype} "
+                         f"array; pass {name}.astype({spelled}){copy}")
+    return TypeError(f"{what}: expected a numpy array of {dtype} for {t.mlir}, got "
+                     f"{type(value).__name__}; pass np.asarray({name}, dtype={spelled})")
 
 
 def _from_boundary(t: Type) -> Callable[[Any], Any]:

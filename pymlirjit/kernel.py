@@ -35,9 +35,8 @@ from .generic import GenericDispatch, describe, free_aliases
 from .options import CompileOptions, OptionOverrides
 from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, Session, default_session
-from .signature import Signature, annotations_of
+from .signature import Signature, annotations_of, argument_label, check_annotation
 from .sourcelines import definition_site, located_mlir_error
-from .types import Type, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
@@ -410,8 +409,9 @@ def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> No
                              f"({signature.mlir})")
     for i, (param, actual) in enumerate(zip(params, signature.param_types)):
         if param in hints:
-            _check_annotation(hints[param], actual, f"@mlir_kernel {name!r}: parameter "
-                              f"#{i} ({param!r})", signature)
+            check_annotation(hints[param], actual,
+                             f"@mlir_kernel {name!r}: {argument_label(i, param)}",
+                             f"@{name} is {signature.mlir}")
     if "return" in hints:
         annotation = hints["return"]
         if annotation is None or annotation is type(None):
@@ -425,21 +425,8 @@ def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> No
                                  f"values, @{name} in MLIR returns {len(signature.results)} "
                                  f"({signature.mlir})")
         for i, (want, got) in enumerate(zip(expected, signature.results)):
-            _check_annotation(want, got, f"@mlir_kernel {name!r}: result #{i}", signature)
-
-
-def _check_annotation(annotation: Any, actual: Type, what: str, signature: Signature) -> None:
-    import numpy as np
-
-    if annotation is np.ndarray or annotation is Any:
-        return  # an array of any type: MLIR's signature decides
-    try:
-        expected = to_type(annotation)
-    except TypeError:
-        return  # not a type pymlirjit spells (e.g. a documentation-only annotation)
-    probe = Signature.of([expected], [])
-    probe.check_matches(Signature.of([actual], []), what, "the stub's annotation",
-                        f"MLIR ({signature.mlir})")
+            check_annotation(want, got, f"@mlir_kernel {name!r}: result #{i}",
+                             f"@{name} is {signature.mlir}")
 
 
 def mlir_kernel(*, source: str | Path | Any, name: str | None = None,

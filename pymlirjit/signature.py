@@ -14,10 +14,11 @@ memref<?xf32>
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 from .errors import SignatureError
 from .types import (
@@ -30,8 +31,16 @@ from .types import (
     to_type,
 )
 
-__all__ = ["Parameter", "Signature", "as_signature", "decode_signature", "encode_signature",
-           "from_func_op"]
+__all__ = ["Parameter", "Signature", "argument_label", "as_signature", "check_annotation",
+           "decode_signature", "encode_signature", "from_func_op"]
+
+
+def argument_label(index: int, name: str) -> str:
+    """How errors name parameter ``index`` (from 0): ``argument 2 ('k')``, counting from
+    1, or ``argument 2`` where the name is only the positional ``arg1`` MLIR gives."""
+    if name == f"arg{index}":
+        return f"argument {index + 1}"
+    return f"argument {index + 1} ({name!r})"
 
 
 @dataclass(frozen=True)
@@ -97,14 +106,68 @@ class Signature:
             return f"{len(self.params)} parameters versus {len(actual.params)}"
         for i, (mine, theirs) in enumerate(zip(self.params, actual.params)):
             if not _fits(mine.type, theirs.type):
-                return (f"parameter #{i} ({mine.name!r}): "
-                        f"{mine.type.mlir} versus {theirs.type.mlir}")
+                return (f"{argument_label(i, mine.name)}: "
+                        f"{mine.type.mlir} versus {theirs.type.mlir}"
+                        f"{_width_hint(mine.type, theirs.type)}")
         if len(self.results) != len(actual.results):
             return f"{len(self.results)} results versus {len(actual.results)}"
         for i, (mine_r, theirs_r) in enumerate(zip(self.results, actual.results)):
             if not _fits(mine_r, theirs_r):
-                return f"result #{i}: {mine_r.mlir} versus {theirs_r.mlir}"
+                return (f"result #{i}: {mine_r.mlir} versus {theirs_r.mlir}"
+                        f"{_width_hint(mine_r, theirs_r)}")
         return None
+
+
+#: Python's number types, as annotations: any width of their kind (numba's reading).
+_ANY_WIDTH = {int: "int", float: "float", complex: "complex"}
+
+
+def check_annotation(annotation: Any, actual: Type, what: str, context: str) -> None:
+    """Raise :class:`SignatureError` unless a stub's ``annotation`` admits the MLIR type
+    ``actual``; ``what`` names the parameter or result, ``context`` the MLIR signature.
+
+    ``int`` admits every integer type (``i8`` to ``i64``, ``index``), ``float`` every float
+    type, ``complex`` every complex type, ``numpy.ndarray`` (and ``Any``) every type;
+    ``Annotated[T, x]`` is read as :func:`pymlirjit.types.to_type` reads it; a memref
+    annotated without a layout admits any layout. Annotations pymlirjit does not spell
+    (documentation only) admit anything.
+    """
+    import numpy as np
+
+    from .types import to_type
+
+    base = get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+    if annotation is Any or base is np.ndarray or get_origin(base) is np.ndarray:
+        try:  # Annotated[np.ndarray, MemRef[...]] still says which memref
+            expected = to_type(annotation)
+        except TypeError:
+            return
+    elif isinstance(annotation, type) and annotation in _ANY_WIDTH:
+        if isinstance(actual, ScalarType) and actual.kind == _ANY_WIDTH[annotation]:
+            return
+        raise SignatureError(f"{what}: the stub says {annotation.__name__}, MLIR has "
+                             f"{actual.mlir} ({context})")
+    else:
+        try:
+            expected = to_type(annotation)
+        except TypeError:
+            return  # not a type pymlirjit spells (e.g. a documentation-only annotation)
+    if not _fits(expected, actual):
+        raise SignatureError(f"{what}: the stub says {expected.mlir}, MLIR has {actual.mlir} "
+                             f"({context})")
+
+
+def _width_hint(mine: Type, theirs: Type) -> str:
+    """For two scalars of one kind: how to annotate the second (a callback's annotations
+    are its C signature, so ``int`` there is i64, not any integer type)."""
+    if not (isinstance(mine, ScalarType) and isinstance(theirs, ScalarType)
+            and mine.kind == theirs.kind):
+        return ""
+    from . import types
+
+    name = next((n for n in types.__all__ if getattr(types, n) is theirs), theirs.mlir)
+    return (f" (annotate it as pymlirjit.{name}: int, float and complex mean i64, f64 and "
+            f"complex<f64> where annotations define the signature)")
 
 
 def _fits(annotation: Type, actual: Type) -> bool:
@@ -129,11 +192,28 @@ def as_signature(spec: Signature | str | None, function: Callable[..., Any] | No
     return from_annotations(function)
 
 
+def function_name(function: Any) -> str:
+    """The name of a function, or of the function a ``functools.partial`` wraps."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    name = getattr(function, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"@callback: {function!r} has no __name__: pass name=...")
+    return name
+
+
 def annotations_of(function: Callable[..., Any]) -> dict[str, Any]:
     """``function``'s annotations, evaluated (strings included), as written."""
     # Not typing.get_type_hints: Python 3.10's rejects values such as MemRef[f32, 1]
     # ("Forward references must evaluate to types") and adds Optional to parameters
     # defaulting to None.
+    while True:  # a partial's are its function's (also under a Callback of one)
+        if isinstance(function, functools.partial):
+            function = function.func
+        elif isinstance(getattr(function, "__wrapped__", None), functools.partial):
+            function = function.__wrapped__  # type: ignore[attr-defined]
+        else:
+            break
     return inspect.get_annotations(function, eval_str=True)
 
 
@@ -141,7 +221,8 @@ def from_annotations(function: Callable[..., Any]) -> Signature:
     """Read a signature from ``function``'s annotations; every one must be present.
 
     The return annotation may be ``None`` (no result), a type, or ``tuple[T, ...]``
-    for several results.
+    for several results. Of a ``functools.partial``, the parameters it leaves unbound
+    (those it binds by keyword are left out; compiled code passes the rest by position).
     """
     name = getattr(function, "__qualname__", repr(function))
     try:
@@ -149,7 +230,15 @@ def from_annotations(function: Callable[..., Any]) -> Signature:
     except Exception as exc:
         raise SignatureError(f"{name}: cannot evaluate its annotations: {exc}") from exc
     params = []
+    bound = _bound_by_keyword(function)
     for param in inspect.signature(function).parameters.values():
+        if param.name in bound:
+            continue
+        if bound and param.kind is param.KEYWORD_ONLY:
+            raise SignatureError(f"{name}: parameter {param.name!r} follows one the partial "
+                                 f"binds by keyword ({', '.join(sorted(bound))}), so it can "
+                                 f"only be passed by keyword, and compiled code passes "
+                                 f"arguments by position: bind the last parameters instead")
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise SignatureError(f"{name}: *args and **kwargs cannot cross the MLIR boundary")
         if param.name not in hints:
@@ -159,6 +248,14 @@ def from_annotations(function: Callable[..., Any]) -> Signature:
     if "return" not in hints:
         raise SignatureError(f"{name}: the return type is not annotated (use -> None)")
     return Signature(tuple(params), _result_types(hints["return"], name))
+
+
+def _bound_by_keyword(function: Callable[..., Any]) -> set[str]:
+    bound: set[str] = set()
+    while isinstance(function, functools.partial):
+        bound |= set(function.keywords)
+        function = function.func
+    return bound
 
 
 def _annotation_type(annotation: Any, name: str, what: str) -> Type:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import math
 import threading
 import typing
 from dataclasses import dataclass
@@ -234,6 +235,8 @@ Type = ScalarType | MemRefType | UnrankedMemRefType | TensorType
 def _shape_from_params(params: tuple[Any, ...], what: str) -> tuple[int | None, ...]:
     shape: list[int | None] = []
     for dim in params:
+        if get_origin(dim) is typing.Literal and len(get_args(dim)) == 1:
+            dim = get_args(dim)[0]  # Literal[4]: a static dim a type checker accepts
         if dim is None or dim is Ellipsis:
             shape.append(None)
         elif isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0:
@@ -389,14 +392,22 @@ def _element_from_mlir(element: Any, whole: str) -> ScalarType:
     return found
 
 
-def to_python_scalar(scalar: ScalarType, value: Any, what: str) -> Any:
+def to_python_scalar(scalar: ScalarType, value: Any, what: str, exact: bool = False) -> Any:
     """Check ``value`` against ``scalar`` and return it as a plain Python number.
 
-    ``what`` names the value in the error ("parameter 'x'", "result #0 of 'cb'").
+    ``what`` names the value in the error ("argument 1 ('x')", "result #0 of 'cb'").
     Integers accept both the signed and the unsigned range of their width (MLIR integers
     are signless) and come back wrapped to the signed range.
+
+    ``exact=True`` (kernel arguments) converts a number to a float or complex type of
+    another width or kind only when the value is exactly representable there, and
+    raises ``ValueError`` otherwise; the exception is a Python ``float`` (or
+    ``complex``), which has no width of its own and rounds to the nearest value of the
+    parameter's type, as a literal does in C, but must not overflow it.
     """
     kind = scalar.kind
+    if exact and kind in ("float", "complex") and type(value) is not scalar.dtype.type:
+        _check_exact(scalar, value, what)
     if kind == "bool":
         if isinstance(value, (bool, np.bool_)) or (
             isinstance(value, (int, np.integer)) and value in (0, 1)
@@ -431,3 +442,47 @@ def _describe(value: Any) -> str:
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{type(value).__name__} {text}"
+
+
+def _check_exact(scalar: ScalarType, value: Any, what: str) -> None:
+    """Raise ValueError unless ``value`` (of another type than ``scalar``'s numpy type)
+    converts to ``scalar`` without changing (see :func:`to_python_scalar`)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, complex,
+                                                                      np.number)):
+        return  # not a number: the type check names it
+    rounds = type(value) in (float, complex)  # no width of its own: rounds to the nearest
+    if isinstance(value, (complex, np.complexfloating)):
+        if scalar.kind != "complex":
+            return  # the type check rejects it
+        parts: list[Any] = [value.real, value.imag]
+        part_type = f32 if scalar.bits == 64 else f64
+    else:
+        parts = [value]
+        part_type = scalar if scalar.kind == "float" else (f32 if scalar.bits == 64 else f64)
+    for part in parts:
+        converted = _converted(part_type, part)
+        if rounds:
+            if math.isfinite(part) and not math.isfinite(converted):
+                raise ValueError(f"{what}: {value!r} is out of range for {scalar.mlir}")
+        elif not _same(converted, part):
+            raise ValueError(
+                f"{what}: {_describe(value)} is not exactly representable in {scalar.mlir} "
+                f"(it would become {converted!r}); pass np.{scalar.dtype.name}(...) to round "
+                f"it, or a value of the parameter's type")
+
+
+def _same(converted: float, number: Any) -> bool:
+    if isinstance(number, (int, np.integer)):  # compared as ints: as floats, both round
+        return math.isfinite(converted) and int(converted) == int(number)
+    return bool(converted == number) or (converted != converted and number != number)
+
+
+def _converted(t: ScalarType, number: Any) -> float:
+    """``number`` rounded to the float type ``t`` (inf or nan where out of range)."""
+    if isinstance(number, int) and not isinstance(number, np.integer):
+        try:
+            number = float(number)
+        except OverflowError:
+            return math.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.array(number).astype(t.dtype))

@@ -14,18 +14,43 @@ is type-checked:
 >>> scale.signature
 Signature('(f32, i32) -> f32')
 
-Arrays are annotated the same way, with a numpy type for the checker and a memref or
-tensor type for pymlirjit: ``Annotated[numpy.ndarray, MemRef[pymlirjit.f32, None]]``.
+``from pymlirjit import f32`` gives type checkers these aliases too (and pymlirjit the
+values), so annotations written with the package's names type-check as they are.
+
+Arrays: to a type checker, ``MemRef[f32, None]`` (and ``Tensor[...]``,
+``UnrankedMemRef[...]``) is a numpy array; to pymlirjit, a memref type. Dims must then be
+types: ``None`` for a dynamic dim, ``Literal[4]`` for a static one (an int such as
+``MemRef[f32, 4]`` works at run time, but a type checker rejects it). The long form
+``Annotated[numpy.typing.NDArray[numpy.float32], MemRef[pymlirjit.f32, 4]]`` says the same.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeAlias, TypeVar
+
+import numpy as np
 
 from . import types
 
-__all__ = ["bf16", "complex64", "complex128", "f8E4M3FN", "f8E5M2", "f16", "f32", "f64", "i1",
-           "i8", "i16", "i32", "i64", "index"]
+__all__ = ["MemRef", "Tensor", "UnrankedMemRef", "bf16", "complex64", "complex128",
+           "f8E4M3FN", "f8E5M2", "f16", "f32", "f64", "i1", "i8", "i16", "i32", "i64", "index"]
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVarTuple, Unpack
+
+    _Element = TypeVar("_Element")
+    _Dims = TypeVarTuple("_Dims")
+
+    class MemRef(np.ndarray[Any, np.dtype[Any]], Generic[_Element, Unpack[_Dims]]):
+        """A ranked memref, which Python code sees as a numpy array."""
+
+    class Tensor(np.ndarray[Any, np.dtype[Any]], Generic[_Element, Unpack[_Dims]]):
+        """A ranked tensor, which Python code sees as a numpy array."""
+
+    class UnrankedMemRef(np.ndarray[Any, np.dtype[Any]], Generic[_Element]):
+        """An unranked memref, which Python code sees as a numpy array."""
+else:
+    from .types import MemRef, Tensor, UnrankedMemRef
 
 i1: TypeAlias = Annotated[bool, types.i1]
 i8: TypeAlias = Annotated[int, types.i8]

@@ -85,11 +85,43 @@ def test_run_with_npy_input_and_output(tmp_path: Path) -> None:
     result = pymlirjit("run", str(DATA / "cli_arrays.mlir"), str(tmp_path / "a.npy"), "2.5",
                        "--output", str(out))
     assert result.returncode == 0, result.stderr
-    # Tuple results print one per line: numpy's printing for arrays, plain for scalars.
-    assert result.stdout.splitlines() == [str(np.arange(4, dtype=np.float32) * 2.5), "15.0"]
+    # The saved array is not printed as well; the scalar result is.
+    assert result.stdout.splitlines() == ["15.0"]
     saved = np.load(out)
     assert saved.dtype == np.float32
     assert saved.tolist() == [0.0, 2.5, 5.0, 7.5]
+
+
+def test_run_prints_the_arrays_it_does_not_save(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    code = cli.main(["run", str(DATA / "cli_arrays.mlir"), str(tmp_path / "a.npy"), "2.5"])
+    assert code == 0
+    # Tuple results print one per line: numpy's printing for arrays, plain for scalars.
+    assert capsys.readouterr().out.splitlines() == [
+        str(np.arange(4, dtype=np.float32) * 2.5), "15.0"]
+
+
+def test_quiet_prints_no_result_but_still_saves(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    out = tmp_path / "out.npy"
+    code = cli.main(["run", str(DATA / "cli_arrays.mlir"), str(tmp_path / "a.npy"), "2.5",
+                     "-o", str(out), "--quiet"])
+    assert code == 0
+    assert capsys.readouterr() == ("", "")
+    assert np.load(out).tolist() == [0.0, 2.5, 5.0, 7.5]
+    code = cli.main(["run", str(DATA / "cli_scale.mlir"), "--callbacks", CALLBACKS, "-q",
+                     "1", "2"])
+    assert code == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def test_quiet_still_reports_errors() -> None:
+    result = pymlirjit("run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS, "--quiet",
+                       "1")
+    assert result.stdout == ""
+    assert_one_error_line(result)
 
 
 def test_time_reports_compile_and_run_on_stderr() -> None:
@@ -300,7 +332,7 @@ def test_array_of_the_wrong_dtype_is_one_clean_line(
     assert code == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
-    assert "expected dtype float32 for memref<?xf32>, got float64" in err[0]
+    assert "expected a float32 array for memref<?xf32>, got a float64 array" in err[0]
 
 
 def test_shared_libs_never_load_a_library_planted_in_the_current_folder(tmp_path: Path) -> None:

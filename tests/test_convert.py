@@ -38,3 +38,23 @@ def test_errors_name_the_value() -> None:
         to_c(i8)(1000, "parameter 'n'")
     with pytest.raises(TypeError, match="result #0"):
         to_c(f8E5M2)("text", "result #0")
+
+
+def test_to_c_exact_converts_other_widths_only_when_exact() -> None:
+    import numpy as np
+
+    from pymlirjit.types import complex64, f16, f32, i8
+
+    assert to_c(f32)(np.float64(0.1), "x") == (0.1,)  # results of callbacks round
+    with pytest.raises(ValueError, match=r"x: float64 np.float64\(0.1\) is not exactly "
+                                         r"representable in f32"):
+        to_c(f32, exact=True)(np.float64(0.1), "x")
+    assert to_c(f32, exact=True)(np.float64(0.25), "x") == (0.25,)
+    assert to_c(f32, exact=True)(0.1, "x") == (0.1,)  # a Python float rounds (ctypes does)
+    with pytest.raises(ValueError, match=r"70000\.0 is out of range for f16"):
+        to_c(f16, exact=True)(70000.0, "x")
+    with pytest.raises(ValueError, match="not exactly representable in complex<f32>"):
+        to_c(complex64, exact=True)(np.complex128(0.1 + 0.5j), "x")
+    assert to_c(complex64, exact=True)(np.float32(0.1), "x") == (float(np.float32(0.1)), 0.0)
+    with pytest.raises(ValueError, match="out of range for i8"):
+        to_c(i8, exact=True)(np.int64(300), "x")

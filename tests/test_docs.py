@@ -12,6 +12,7 @@ failure there does not stop the blocks after it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -107,3 +108,89 @@ def test_doc_block_runs(path: Path, index: int) -> None:
         pytest.xfail(block.xfail)
     if error is not None:
         pytest.fail(f"{where} raised:\n{error}")
+
+
+# -- links ----------------------------------------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
+# An absolute local path in prose or a code span (a link to a file on one machine).
+LOCAL_PATH = re.compile(r"(?<![\w.:/])/(?:work|home|tmp|Users|root)/[\w./-]+")
+
+
+CODE = re.compile(r"^```.*?^```|`[^`\n]*`", re.MULTILINE | re.DOTALL)
+
+
+def _links(path: Path) -> list[tuple[int, str]]:
+    # Code is blanked out (keeping its newlines, for line numbers): `f(a)[i](x)` is no link.
+    text = CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), path.read_text())
+    return [(text.count("\n", 0, m.start()) + 1, m.group("target")) for m in LINK.finditer(text)]
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=[str(p.relative_to(ROOT)) for p in DOC_FILES])
+def test_relative_links_resolve_to_files_in_the_repository(path: Path) -> None:
+    broken = []
+    for line, target in _links(path):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL (http:, mailto:) or an anchor in the same file
+        file_part = target.split("#", 1)[0]
+        resolved = (path.parent / file_part).resolve()
+        if target.startswith("/") or not resolved.is_relative_to(ROOT) or not resolved.exists():
+            broken.append(f"line {line}: {target}")
+    assert not broken, f"{path.name}: links to no file of the repository: {broken}"
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=[str(p.relative_to(ROOT)) for p in DOC_FILES])
+def test_no_absolute_local_path_outside_examples_of_output(path: Path) -> None:
+    # Sample output may show a user's folder (/home/me/...); nothing may point at a file
+    # of the machine the docs were written on.
+    found = [(path.read_text().count("\n", 0, m.start()) + 1, m.group())
+             for m in LOCAL_PATH.finditer(path.read_text())
+             if not m.group().startswith("/home/me/")]
+    assert not found, f"{path.name}: absolute local paths: {found}"
+
+
+# -- mypy --strict on the examples that claim to be typed -----------------------------------
+
+#: The pages whose python blocks pass ``mypy --strict`` as written (the README, the pages
+#: a new user starts from, and the cookbook, which says so).
+TYPED_DOCS = [ROOT / "README.md", ROOT / "docs" / "index.md",
+              ROOT / "docs" / "getting-started.md", ROOT / "docs" / "cookbook.md"]
+
+
+@pytest.fixture(scope="module")
+def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """``mypy --strict``'s errors for each typed page: its blocks, in order, make one
+    module whose lines are the page's (so errors carry the page's line numbers)."""
+    pytest.importorskip("mypy")
+    tmp = tmp_path_factory.mktemp("mypy-docs")
+    return _mypy_errors(tmp)
+
+
+def _mypy_errors(tmp: Path) -> dict[str, list[str]]:
+    modules = {}
+    for path in TYPED_DOCS:
+        lines: list[str] = []
+        for block in python_blocks(path):
+            lines += [""] * (block.line - 1 - len(lines))
+            lines += block.code.splitlines()
+        module = "doc_" + re.sub(r"\W", "_", path.stem.lower())
+        (tmp / f"{module}.py").write_text("\n".join(lines) + "\n")
+        modules[module] = path.name
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-version", "3.10",
+         "--cache-dir", str(tmp / ".mypy_cache"), *(f"{m}.py" for m in modules)],
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    errors: dict[str, list[str]] = {name: [] for name in modules.values()}
+    for line in result.stdout.splitlines():
+        module, _, rest = line.partition(".py:")
+        if module in modules and ": error:" in rest:
+            errors[modules[module]].append(f"{modules[module]}:{rest}")
+    if result.returncode not in (0, 1) or (result.returncode == 1 and not any(errors.values())):
+        pytest.fail(f"mypy did not run: {result.stdout}\n{result.stderr}")
+    return errors
+
+
+@pytest.mark.parametrize("path", TYPED_DOCS, ids=[p.name for p in TYPED_DOCS])
+def test_typed_examples_pass_mypy_strict(path: Path, mypy_errors: dict[str, list[str]]) -> None:
+    assert not mypy_errors[path.name], "\n".join(mypy_errors[path.name])

@@ -425,7 +425,7 @@ def test_a_failing_callback_stops_a_call_with_numpy_scalars(session: Session) ->
         assert python_path_calls(lambda: run(bad, 1, out))[0] == expected  # noqa: B023
         assert expected[0] is TypeError  # type: ignore[index]
     too_big = python_path_calls(lambda: run(1.0, np.uint64(2**63), out))[0]
-    assert too_big == (ValueError, "run() parameter 'arg1': 9223372036854775808 is out of "
+    assert too_big == (ValueError, "run() argument 2: 9223372036854775808 is out of "
                                     "range for i32")
 
 

@@ -130,7 +130,7 @@ def test_identity_layout_needs_a_contiguous_array(session: Session) -> None:
 
 
 @pytest.mark.parametrize(("argument", "error", "message"), [
-    (np.zeros((2, 3), np.float64), TypeError, "dtype float32"),
+    (np.zeros((2, 3), np.float64), TypeError, "float32 array"),
     (np.zeros((2, 3, 1), np.float32), ValueError, "rank-2"),
     (np.zeros((2, 4), np.float32), ValueError, "dim 1 must be 3"),
     ([[1.0] * 3] * 2, TypeError, "numpy array"),
@@ -140,21 +140,24 @@ def test_bad_array_arguments_name_the_parameter(session: Session, argument: obje
     module = session.compile("func.func @f(%a: memref<?x3xf32>) { return }")
     with pytest.raises(error, match=message) as caught:
         module.f(argument)
-    assert "parameter 'arg0'" in str(caught.value)
+    assert "f() argument 1:" in str(caught.value)
 
 
 def test_kernel_errors_use_the_stub_parameter_names(session: Session) -> None:
     @mlir_kernel(source=IDENTITY.format(t="i8"), name="same", session=session)
     def small(value: i8) -> i8: ...
 
-    with pytest.raises(ValueError, match=r"'value'.*out of range for i8"):
+    with pytest.raises(ValueError, match=r"small\(\) argument 1 \('value'\): 300 is out of "
+                                         r"range for i8"):
         small(300)
+    with pytest.raises(ValueError, match=r"argument 1 \('value'\).*out of range for i8"):
+        small(value=300)  # on the Python path, which the entry hands keywords to
     with pytest.raises(TypeError, match="expected an int"):
         small(float("inf"))
     with pytest.raises(TypeError, match="takes 1 arguments"):
         small(1, 2)
-    with pytest.raises(TypeError, match="keyword"):
-        small(value=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'other'"):
+        small(other=1)
 
 
 def test_stub_annotations_are_checked(session: Session) -> None:
@@ -547,3 +550,209 @@ def test_a_copied_kernel_compiles_for_itself(session: Session) -> None:
     function = duplicate.compile()
     session.clear_cache()  # the copy subscribed when it compiled
     assert duplicate.compile() is not function
+
+
+# -- annotations and arguments as numba users write them (issue 14, item 4) ----------------
+
+SCALE = """
+func.func @scale(%x: {f}, %k: {i}) -> {f} {{
+  %kf = arith.sitofp %k : {i} to {f}
+  %r = arith.mulf %x, %kf : {f}
+  return %r : {f}
+}}
+"""
+
+
+@pytest.mark.parametrize(("f", "i", "c"), [("f32", "i32", "complex<f32>"),
+                                           ("f64", "index", "complex<f64>"),
+                                           ("f16", "i8", "complex<f32>"),
+                                           ("f64", "i64", "complex<f64>")])
+def test_python_number_annotations_admit_any_width_of_their_kind(session: Session, f: str,
+                                                                  i: str, c: str) -> None:
+    @mlir_kernel(source=f"""
+    func.func @pick(%x: {f}, %k: {i}, %z: {c}) -> ({f}, {i}, {c}) {{
+      return %x, %k, %z : {f}, {i}, {c}
+    }}""", session=session)
+    def pick(x: float, k: int, z: complex) -> tuple[float, int, complex]: ...
+
+    assert pick(1.5, 2, 1j) == pick(1.5, k=2, z=1j) == (1.5, 2, 1j)
+    assert [p.type.mlir for p in pick.signature.params] == [f, i, c]
+
+
+def test_a_python_number_annotation_of_the_wrong_kind_names_the_argument(
+        session: Session) -> None:
+    @mlir_kernel(source=SCALE.format(f="f32", i="i32"), session=session)
+    def scale(x: int, k: int) -> float: ...
+
+    with pytest.raises(SignatureError, match=r"@mlir_kernel 'scale': argument 1 \('x'\): the "
+                                             r"stub says int, MLIR has f32"):
+        scale.compile()
+
+    @mlir_kernel(source=SCALE.format(f="f32", i="i32"), name="scale", session=session)
+    def wrong_width(x: f64, k: int) -> complex: ...
+
+    with pytest.raises(SignatureError, match=r"argument 1 \('x'\): the stub says f64, MLIR "
+                                             r"has f32 \(@scale is \(f32, i32\) -> f32\)"):
+        wrong_width.compile()
+
+
+def test_index_and_narrow_int_arguments_are_range_checked(session: Session) -> None:
+    @mlir_kernel(source=SCALE.format(f="f64", i="i8"), session=session)
+    def scale(x: float, k: int) -> float: ...
+
+    assert scale(1.0, -128) == -128.0
+    for call in (lambda: scale(1.0, 300), lambda: scale(1.0, k=300),
+                 lambda: scale.compile().call_python(1.0, 300)):
+        with pytest.raises(ValueError, match=r"scale\(\) argument 2 \('k'\): 300 is out of "
+                                             r"range for i8"):
+            call()
+    same = session.compile(IDENTITY.format(t="index")).same
+    assert same(2**63 - 1) == 2**63 - 1
+    with pytest.raises(ValueError, match=r"argument 1: 36893488147419103232 is out of range "
+                                         r"for index"):
+        same(2**65)
+
+
+def test_keyword_arguments_by_the_stub_parameter_names(session: Session) -> None:
+    @mlir_kernel(source=SCALE.format(f="f64", i="i64"), session=session)
+    def scale(x: float, k: int) -> float: ...
+
+    assert scale(2.0, 3) == scale(2.0, k=3) == scale(x=2.0, k=3) == scale(k=3, x=2.0) == 6.0
+    with pytest.raises(TypeError, match=r"multiple values for argument 1 \('x'\)"):
+        scale(2.0, x=3.0)
+    with pytest.raises(TypeError, match=r"scale\(\) missing argument 2 \('k'\) \(it takes "
+                                        r"x: f64, k: i64\)"):
+        scale(x=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n'"):
+        scale(2.0, n=3)
+    with pytest.raises(TypeError, match=r"argument 2 \('k'\): expected an int for i64"):
+        scale(2.0, k="3")
+
+
+def test_keyword_arguments_reach_arrays_without_a_copy(session: Session) -> None:
+    @mlir_kernel(source="""
+    func.func @fill(%a: memref<?xf32>, %v: f32) {
+      %c0 = arith.constant 0 : index
+      memref.store %v, %a[%c0] : memref<?xf32>
+      return
+    }""", session=session)
+    def fill(a: np.ndarray, v: float) -> None: ...
+
+    a = np.zeros(3, np.float32)
+    fill(v=4.0, a=a)
+    assert a[0] == 4.0
+
+
+def test_functools_partial_of_a_kernel(session: Session) -> None:
+    import functools
+
+    @mlir_kernel(source=SCALE.format(f="f64", i="i64"), session=session)
+    def scale(x: float, k: int) -> float: ...
+
+    triple = functools.partial(scale, k=3)
+    assert triple(2.0) == 6.0
+    assert triple(x=1.5) == 4.5
+    assert functools.partial(scale, 2.0)(5) == 10.0
+    with pytest.raises(ValueError, match=r"argument 2 \('k'\)"):
+        functools.partial(scale, k=2**70)(1.0)
+
+
+def test_an_array_of_another_dtype_says_how_to_convert_it(session: Session) -> None:
+    @mlir_kernel(source="""
+    func.func @fill(%a: memref<?xf32>, %v: f32) {
+      %c0 = arith.constant 0 : index
+      memref.store %v, %a[%c0] : memref<?xf32>
+      return
+    }""", session=session)
+    def fill(values: np.ndarray, v: float) -> None: ...
+
+    with pytest.raises(TypeError, match=r"fill\(\) argument 1 \('values'\): expected a float32 "
+                                        r"array for memref<\?xf32>, got a float64 array; pass "
+                                        r"values.astype\(np.float32\) \(a copy"):
+        fill(np.zeros(3), 1.0)
+    with pytest.raises(TypeError, match=r"pass np.asarray\(values, dtype=np.float32\)"):
+        fill([0.0, 0.0], 1.0)
+
+
+# Values for f32/f64 parameters: (value, f32 result or exception, f64 result or exception).
+EXACTNESS = [
+    (0.1, float(np.float32(0.1)), 0.1),  # a Python float rounds: it has no width of its own
+    (np.float64(0.1), ValueError, 0.1),  # a numpy float of another width: exact only
+    (np.float64(0.5), 0.5, 0.5),
+    (np.float64("nan"), "nan", "nan"),
+    (np.float32(0.1), float(np.float32(0.1)), float(np.float32(0.1))),
+    (1e300, ValueError, 1e300),  # rounds, but must not overflow
+    (-1e39, ValueError, -1e39),
+    (float("inf"), float("inf"), float("inf")),
+    (float.fromhex("0x1.fffffeffffffp127"), float.fromhex("0x1.fffffep127"),
+     float.fromhex("0x1.fffffeffffffp127")),
+    (np.int32(3), 3.0, 3.0),
+    (np.int32(2**24 + 1), ValueError, 2.0**24 + 1),
+    (np.int32(-(2**31)), -(2.0**31), -(2.0**31)),
+    (np.int64(2**53 + 1), ValueError, ValueError),
+    (np.int64(2**53), 2.0**53, 2.0**53),
+    (np.int64(2**63 - 1), ValueError, ValueError),
+    (np.uint64(2**64 - 1), ValueError, ValueError),
+    (np.uint64(2**63), 2.0**63, 2.0**63),
+    (np.uint16(65535), 65535.0, 65535.0),
+    (2**53 + 1, ValueError, ValueError),  # a Python int too: exact only
+    (7, 7.0, 7.0),
+]
+
+
+@pytest.mark.parametrize("mlir_type", ["f32", "f64"])
+@pytest.mark.parametrize(("value", "as_f32", "as_f64"), EXACTNESS,
+                         ids=[repr(v[0]) for v in EXACTNESS])
+def test_scalars_convert_to_another_width_only_when_exact(
+        session: Session, mlir_type: str, value: object, as_f32: object,
+        as_f64: object) -> None:
+    function = session.compile(IDENTITY.format(t=mlir_type)).same
+    expected = as_f32 if mlir_type == "f32" else as_f64
+    # The native entry (first call on) and the Python path agree.
+    for call in (function, function, function.call_python):
+        if expected is ValueError:
+            with pytest.raises(ValueError, match=rf"same\(\) argument 1: .* {mlir_type}"):
+                call(value)
+        elif expected == "nan":
+            assert np.isnan(call(value))
+        else:
+            assert call(value) == expected
+
+
+def test_a_narrowing_numpy_scalar_error_says_how_to_round(session: Session) -> None:
+    @mlir_kernel(source=SCALE.format(f="f32", i="i32"), session=session)
+    def scale(x: float, k: int) -> float: ...
+
+    with pytest.raises(ValueError, match=r"scale\(\) argument 1 \('x'\): float64 "
+                                         r"np.float64\(0.1\) is not exactly representable in "
+                                         r"f32 .*pass np.float32\(...\) to round it"):
+        scale(np.float64(0.1), 1)
+    assert scale(np.float32(0.1), np.int64(1)) == np.float32(0.1)
+    c64 = session.compile(IDENTITY.format(t="complex<f32>")).same
+    assert c64(0.1 + 1j) == complex(np.complex64(0.1 + 1j))
+    assert c64(np.complex128(0.5j)) == 0.5j
+    with pytest.raises(ValueError, match="not exactly representable in complex<f32>"):
+        c64(np.complex128(0.1j))
+
+
+def test_a_partial_of_a_function_is_a_callback_of_what_it_leaves(session: Session) -> None:
+    import functools
+
+    from pymlirjit import callback
+
+    def model(y: f64, rate: f64) -> f64:
+        return -rate * y
+
+    decay = callback(functools.partial(model, rate=0.5), session=session)
+    assert decay.name == "model" and decay.signature.mlir == "(f64) -> f64"
+    fast = callback(functools.partial(model, rate=4.0), name="fast", session=session)
+    module = session.compile("""
+    func.func @step(%y: f64) -> (f64, f64) {
+      %a = call @model(%y) : (f64) -> f64
+      %b = call @fast(%y) : (f64) -> f64
+      return %a, %b : f64, f64
+    }
+    func.func private @model(f64) -> f64
+    func.func private @fast(f64) -> f64""")
+    assert module.step(2.0) == (-1.0, -8.0)
+    assert decay(2.0) == -1.0 and fast(y=1.0) == -4.0  # still callable from Python

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
 import pytest
 
+import pymlirjit
 from pymlirjit import MemRef, SignatureError, f32, i32
 from pymlirjit.signature import as_signature
+from pymlirjit.typing import MemRef as TypedMemRef
+from pymlirjit.typing import Tensor, UnrankedMemRef, f64, index
 
 
 def test_from_annotations_and_from_string_agree() -> None:
@@ -23,7 +29,7 @@ def test_memref_annotation_fits_any_layout() -> None:
     annotated = as_signature(None, look)
     annotated.check_matches(as_signature("(memref<?xf32, strided<[?], offset: ?>>) -> ()"),
                             "cb", "annotations", "MLIR")
-    with pytest.raises(SignatureError, match="parameter #0"):
+    with pytest.raises(SignatureError, match=r"argument 1 \('a'\)"):
         annotated.check_matches(as_signature("(memref<?xf64>) -> ()"), "cb", "a", "b")
 
 
@@ -36,3 +42,81 @@ def test_bad_strings(text: str) -> None:
 def test_result_count_difference_is_reported() -> None:
     with pytest.raises(SignatureError, match="1 results versus 0"):
         as_signature("(f32) -> f32").check_matches(as_signature("(f32) -> ()"), "x", "a", "b")
+
+
+def test_argument_labels_count_from_one_and_never_show_positional_names() -> None:
+    from pymlirjit.signature import argument_label
+
+    assert argument_label(1, "k") == "argument 2 ('k')"
+    assert argument_label(0, "arg0") == "argument 1"
+    assert argument_label(1, "arg0") == "argument 2 ('arg0')"
+
+
+@pytest.mark.parametrize(("annotation", "mlir", "fits"), [
+    (int, "i8", True), (int, "i64", True), (int, "index", True), (int, "i1", False),
+    (int, "f32", False), (float, "f16", True), (float, "bf16", True), (float, "f64", True),
+    (float, "i32", False), (complex, "complex<f32>", True), (complex, "f64", False),
+    (bool, "i1", True), (bool, "i8", False), ("np.ndarray", "memref<?xf32>", True),
+    ("np.ndarray", "f32", True), (f32, "f32", True), (f32, "f64", False),
+    (MemRef[f32, None], "memref<?xf32, strided<[?], offset: ?>>", True),
+    (MemRef[f32, None], "memref<?xf64>", False),
+    ("Annotated[np.ndarray, MemRef[f32, None]]", "memref<?xf32>", True),
+    ("Annotated[np.ndarray, MemRef[f32, None]]", "memref<?xi32>", False),
+    ("Annotated[float, f32]", "f32", True), ("Annotated[float, f32]", "f64", False),
+])
+def test_stub_annotations_admit_what_a_numba_user_means(annotation: object, mlir: str,
+                                                        fits: bool) -> None:
+    from typing import Annotated
+
+    import numpy as np
+
+    from pymlirjit.signature import check_annotation
+    from pymlirjit.types import parse_type
+
+    if isinstance(annotation, str):
+        annotation = eval(annotation, {"np": np, "Annotated": Annotated, "MemRef": MemRef,
+                                       "f32": f32})
+    if fits:
+        check_annotation(annotation, parse_type(mlir), "argument 1 ('x')", "@k")
+    else:
+        with pytest.raises(SignatureError, match=rf"argument 1 \('x'\): the stub says .*, MLIR "
+                                                 rf"has {re.escape(mlir)}"):
+            check_annotation(annotation, parse_type(mlir), "argument 1 ('x')", "@k")
+
+
+def test_a_partial_leaves_the_parameters_it_does_not_bind() -> None:
+    import functools
+
+    def model(x: f32, rate: f32, k: i32) -> f32: ...
+
+    assert as_signature(None, functools.partial(model, k=2)).mlir == "(f32, f32) -> f32"
+    assert as_signature(None, functools.partial(model, 1.0)).mlir == "(f32, i32) -> f32"
+    assert [p.name for p in as_signature(None, functools.partial(model, 1.0, k=3)).params] == [
+        "rate"]
+    with pytest.raises(SignatureError, match="parameter 'k' follows one the partial binds by "
+                                             "keyword"):
+        as_signature(None, functools.partial(model, rate=2.0))
+
+
+def test_annotations_in_the_type_checkers_spelling() -> None:
+    assert TypedMemRef is MemRef  # at run time, the same spellers
+
+    def cb(a: TypedMemRef[f64, None, Literal[3]], b: Tensor[pymlirjit.f32, Literal[2]],
+           c: UnrankedMemRef[i32], n: index) -> f64: ...
+
+    assert as_signature(None, cb).mlir == (
+        "(memref<?x3xf64>, tensor<2xf32>, memref<*xi32>, index) -> f64")
+
+
+def test_a_callback_annotated_int_for_an_index_declaration_is_told_what_to_write() -> None:
+    def cb(n: int) -> float: ...
+
+    with pytest.raises(SignatureError, match=r"argument 1 \('n'\): i64 versus index \(annotate "
+                                             r"it as pymlirjit.index: int, float and complex "
+                                             r"mean i64, f64"):
+        as_signature(None, cb).check_matches(as_signature("(index) -> f64"), "callback @cb",
+                                             "annotations", "declaration")
+    with pytest.raises(SignatureError, match=r"result #0: f64 versus f32 \(annotate it as "
+                                             r"pymlirjit.f32"):
+        as_signature(None, cb).check_matches(as_signature("(i64) -> f32"), "callback @cb",
+                                             "annotations", "declaration")

@@ -18,6 +18,9 @@ from pymlirjit.typing import complex128, f32, i1, i32
 
 @pytest.mark.parametrize("name", annotations.__all__)
 def test_each_alias_is_the_type_of_the_same_name(name: str) -> None:
+    if name in ("MemRef", "Tensor", "UnrankedMemRef"):  # the spellers themselves, at run time
+        assert getattr(annotations, name) is getattr(pymlirjit, name)
+        return
     assert to_type(getattr(annotations, name)) is getattr(pymlirjit, name)
 
 
@@ -64,10 +67,47 @@ def test_type_checkers_accept_the_aliases(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     good = tmp_path / "good.py"
     good.write_text(textwrap.dedent(CHECKED))
+    # The package's own names are the same aliases to a type checker.
+    root = tmp_path / "root.py"
+    root.write_text(textwrap.dedent(CHECKED).replace("pymlirjit.typing", "pymlirjit"))
+    # ...so a type checker sees no ScalarType attribute on them (take those from .types).
     bad = tmp_path / "bad.py"
-    bad.write_text(textwrap.dedent(CHECKED).replace("pymlirjit.typing", "pymlirjit"))
+    bad.write_text("import pymlirjit\nname: str = pymlirjit.f32.mlir\n")
     done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
-                           "--cache-dir", str(tmp_path / ".mypy"), str(good), str(bad)],
+                           "--cache-dir", str(tmp_path / ".mypy"), str(good), str(root),
+                           str(bad)],
                           capture_output=True, text=True, timeout=300)
-    assert "good.py" not in done.stdout, done.stdout
-    assert "bad.py" in done.stdout and "not valid as a type" in done.stdout, done.stdout
+    assert "good.py" not in done.stdout and "root.py" not in done.stdout, done.stdout
+    assert "bad.py:2: error" in done.stdout, done.stdout
+
+
+ARRAYS = """
+from typing import Literal
+
+import numpy as np
+
+from pymlirjit import MemRef, Tensor, UnrankedMemRef, callback, f32, f64, index
+
+@callback
+def total(a: MemRef[f64, None, Literal[3]], c: UnrankedMemRef[f32], n: index) -> f64:
+    a *= 2  # a numpy array to the type checker too
+    return float(a.sum() + c.sum()) * n
+
+def stub(t: Tensor[f32, None]) -> None: ...
+
+rows: np.ndarray = np.ones((2, 3)).view(np.ndarray)
+"""
+
+
+def test_type_checkers_read_array_annotations_as_numpy_arrays(tmp_path: Path) -> None:
+    pytest.importorskip("mypy")
+    arrays = tmp_path / "arrays.py"
+    arrays.write_text(textwrap.dedent(ARRAYS))
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                           "--cache-dir", str(tmp_path / ".mypy"), str(arrays)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout
+    namespace: dict[str, object] = {}
+    exec(compile(textwrap.dedent(ARRAYS), "arrays", "exec"), namespace)  # and it runs
+    assert str(namespace["total"].signature) == (  # type: ignore[attr-defined]
+        "Signature('(memref<?x3xf64>, memref<*xf32>, index) -> f64')")

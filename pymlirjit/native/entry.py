@@ -174,17 +174,33 @@ class _EntryBuilder(_ResultsBuilder):
         else goes to the Python path)."""
         b = self.builder
         if t.kind == "float":
+            # Converted as the Python path converts kernel arguments (see
+            # pymlirjit.types.to_python_scalar, exact=True): a Python float rounds to f32
+            # unless it overflows; a numpy scalar converts only where exact. Anything in
+            # doubt goes to the Python path, which raises or converts.
             def read_float() -> ir.Value:
-                return b.call(self.api["PyFloat_AsDouble"], [obj])
+                value = b.call(self.api["PyFloat_AsDouble"], [obj])
+                if t.bits == 32:  # |value| below f32's rounding boundary (or a NaN)
+                    limit = ir.Constant(_double, float.fromhex("0x1.ffffffp127"))
+                    self.check(b.and_(b.fcmp_unordered("<", value, limit),
+                                      b.fcmp_unordered(">", value, b.fneg(limit))),
+                               f"f32_range{i}")
+                return value
 
             def read_numpy(scalar_type: type[Any]) -> Callable[[], ir.Value]:
                 def read() -> ir.Value:
+                    dtype = np.dtype(scalar_type)
                     value = self.numpy_value(obj, scalar_type)
-                    if np.dtype(scalar_type).kind == "f":
+                    if dtype.kind == "f":
+                        if dtype.itemsize * 8 > t.bits:  # exact (or NaN) only
+                            narrowed = b.fpext(b.fptrunc(value, _float), _double)
+                            self.check(b.fcmp_unordered("==", narrowed, value), f"exact{i}")
                         return value
-                    # float(n) as the Python path does: to double, rounded once (then to
-                    # f32 below, as ctypes does).
-                    if np.dtype(scalar_type).kind == "u" and np.dtype(scalar_type).itemsize == 8:
+                    mantissa = 53 if t.bits == 64 else 24
+                    if 8 * dtype.itemsize - (dtype.kind == "i") > mantissa:
+                        self.check(self.int_is_exact(value, dtype.kind == "u", t.bits),
+                                   f"exact{i}")
+                    if dtype.kind == "u" and dtype.itemsize == 8:
                         return b.uitofp(value, _double)
                     return b.sitofp(value, _double)
                 return read
@@ -228,6 +244,22 @@ class _EntryBuilder(_ResultsBuilder):
             self.check(in_range, f"range{i}")
             return b.trunc(value, ir.IntType(t.bits))
         return value
+
+    def int_is_exact(self, value: ir.Value, unsigned: bool, bits: int) -> ir.Value:
+        """Whether the i64 ``value`` (unsigned or signed) is exactly a float of ``bits``
+        bits: converted there and back (saturating), it is unchanged."""
+        b = self.builder
+        target = _float if bits == 32 else _double
+        suffix = f"{'u' if unsigned else 's'}.sat.i64.{'f32' if bits == 32 else 'f64'}"
+        name = f"llvm.fpto{'u' if unsigned else 's'}i{suffix[1:]}"
+        module = self.function.module
+        back = module.globals.get(name) or ir.Function(
+            module, ir.FunctionType(_i64, [target]), name)
+        converted = (b.uitofp if unsigned else b.sitofp)(value, target)
+        # Rounded up to 2**64 (2**63), it saturates back to the largest integer: not exact.
+        limit = ir.Constant(target, 2.0 ** (64 if unsigned else 63))
+        return b.and_(b.fcmp_ordered("<", converted, limit),
+                      b.icmp_unsigned("==", b.call(back, [converted]), value))
 
     def array(self, obj: ir.Value, t: MemRefType | TensorType, i: int) -> ir.Value:
         b = self.builder
