@@ -12,6 +12,7 @@ from ._version import __version__
 from .callbacks import Callback, CallbackRegistry, callback
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
+from .externs import Extern, extern
 from .function import CompiledFunction
 from .kernel import Kernel, mlir_kernel
 from .pipeline import DEFAULT_PIPELINE
@@ -35,6 +36,7 @@ from .types import (
     i32,
     i64,
     index,
+    ptr,
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "CompiledModule",
     "Diagnostic",
     "ExecutionEngine",
+    "Extern",
     "Kernel",
     "LinkError",
     "MLIRError",
@@ -62,6 +65,7 @@ __all__ = [
     "complex64",
     "complex128",
     "default_session",
+    "extern",
     "f8E4M3FN",
     "f8E5M2",
     "f16",
@@ -74,5 +78,6 @@ __all__ = [
     "i64",
     "index",
     "mlir_kernel",
+    "ptr",
     "runtime_library",
 ]

@@ -23,12 +23,21 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
-from .callbacks import Callback, default_registry, importable, interned, pickle_token
-from .errors import MLIRError, SignatureError
+from .callbacks import (
+    Callback,
+    Invalidated,
+    default_registry,
+    importable,
+    interned,
+    pickle_token,
+)
+from .errors import LinkError, MLIRError, SignatureError
+from .externs import Extern, Linkable, compiling
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .prepare import built_text
@@ -51,7 +60,7 @@ class Kernel(NativeCallable):
 
     def __init__(self, stub: Callable[..., Any] | None, source: str | Path | Any, name: str,
                  pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
-                 callbacks: Iterable[Callback] | None = None,
+                 callbacks: Iterable[Linkable] | None = None,
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
                  cache: bool | None = None, fastmath: bool | None = None) -> None:
@@ -94,6 +103,15 @@ class Kernel(NativeCallable):
         if function is not None:
             return function
         session = self.session
+        targets = _kernel_targets(self._callbacks)
+        for target in targets:  # first, outside this session's lock (no lock order)
+            if target is self:
+                raise LinkError(f"@mlir_kernel {self.name!r} links itself through "
+                                f"callbacks=; call @{self.name} within its module instead",
+                                [self.name])
+            target.watch(self)  # before compiling, as below: no relink is missed
+            with compiling(target.name, target):
+                target.compile()
         # Under the session's lock: compiling, clearing the cache and retiring functions
         # (invalidate) never interleave, so the vectorcall slot only ever points at the
         # entry of a function this kernel keeps.
@@ -154,10 +172,26 @@ class Kernel(NativeCallable):
         entry counts no call in flight."""
         with self.session.lock:
             clear_entry(self)  # first: no call enters the old code from now on
+            retired = self._compiled is not None
             if self._compiled is not None:
                 self._retired.append(self._compiled)
                 self._compiled = None
             self._purge()
+        # Kernels linking this one (as an extern) relink too, if they may have linked
+        # the function just retired (so a cycle of subscriptions ends); outside the lock
+        # above when it is not held already (kernels of other sessions take theirs).
+        if retired:
+            for dependent in list(self.__dict__.get("_dependents") or ()):
+                dependent.invalidate()
+
+    def watch(self, subscriber: Invalidated) -> None:
+        """Call ``subscriber.invalidate()`` whenever this kernel lets go of its compiled
+        function (kernels linking this one through ``callbacks=`` subscribe; kept
+        weakly)."""
+        dependents = self.__dict__.get("_dependents")
+        if dependents is None:
+            dependents = self.__dict__["_dependents"] = weakref.WeakSet()
+        dependents.add(subscriber)
 
     #: The same as :meth:`invalidate` (its name before the Invalidated protocol).
     forget = invalidate
@@ -174,7 +208,7 @@ class Kernel(NativeCallable):
         # A copy shares no compiled function: it compiles (or hits the session's cache)
         # on its first call, and so subscribes to invalidation itself.
         return {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
-                "_options": None}
+                "_options": None, "_ctypes": None, "_dependents": None}
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """Pickle by reference (module and qualified name) when importable, else by
@@ -229,6 +263,27 @@ class Kernel(NativeCallable):
     def address(self) -> int:
         """The C-ABI entry point called (compiles if needed)."""
         return self.compile().address
+
+    @property
+    def ctypes(self) -> Any:
+        """A ctypes function pointer to :attr:`address` with the kernel's C-ABI
+        prototype, for ``scipy.LowLevelCallable`` or numba ``@njit`` code (compiles if
+        needed). It keeps the compiled code alive as long as it lives, even once the
+        kernel recompiles or its session's cache is cleared (see docs/interop.md)."""
+        function = self.compile()
+        made = self.__dict__.get("_ctypes")
+        if made is not None and made[0] is function:
+            return made[1]
+        from .cprototype import function_pointer, pointer_annotations
+
+        stub = self.__wrapped__
+        pointers = {} if stub is None or isinstance(stub, _Stub) else pointer_annotations(
+            function.signature, annotations_of(stub), list(inspect.signature(stub).parameters),
+            f"@mlir_kernel {self.name!r}")
+        pointer = function_pointer(function.address, function.signature,
+                                   (function, function.module), pointers)
+        self.__dict__["_ctypes"] = (function, pointer)
+        return pointer
 
     @property
     def mlir(self) -> str:
@@ -393,6 +448,16 @@ def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
     return interned(token, make)  # type: ignore[no-any-return]
 
 
+def _kernel_targets(linked: Iterable[Any]) -> list[Kernel]:
+    """The kernels among ``callbacks=`` (given as such or as an extern's target)."""
+    found = []
+    for item in linked:
+        target = item.target if isinstance(item, Extern) else item
+        if isinstance(target, Kernel):
+            found.append(target)
+    return found
+
+
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
     """Check the stub's annotations, where present, against the MLIR signature."""
     try:
@@ -441,7 +506,7 @@ def _check_annotation(annotation: Any, actual: Type, what: str, signature: Signa
 
 def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
-                callbacks: Iterable[Callback] | None = None,
+                callbacks: Iterable[Linkable] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
                 release_gil: bool | None = None, cache: bool | None = None,
                 fastmath: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:

@@ -40,6 +40,8 @@ from .callbacks import (
     pickle_token,
 )
 from .errors import LinkError
+from .externs import Linkable, LinkedExtern
+from .externs import linkable as _linkable
 from .function import CompiledFunction, set_origin
 from .module import (
     CompiledModule,
@@ -87,7 +89,7 @@ class CacheInfo(_Counts):
 class _ModuleKey:
     source: str
     options: CompileOptions
-    explicit: tuple[Callback, ...]
+    explicit: tuple[Callback | LinkedExtern, ...]
 
 
 class Session:
@@ -117,7 +119,8 @@ class Session:
         self._rejected: Counter[str] = Counter()
         self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath)
         self.callbacks = registry if registry is not None else CallbackRegistry()
-        self._cache: dict[tuple[_ModuleKey, tuple[Callback | None, ...]], CompiledModule] = {}
+        self._cache: dict[tuple[_ModuleKey, tuple[Callback | LinkedExtern | None, ...]],
+                          CompiledModule] = {}
         self._declared: dict[_ModuleKey, tuple[str, ...]] = {}
         self._hits = 0
         self._misses = 0
@@ -184,9 +187,10 @@ class Session:
                                    store.directory if isinstance(store, DiskCache) else None,
                                    self.callbacks is default_registry())
 
-    def find_callback(self, name: str, explicit: Sequence[Callback] = ()) -> Callback | None:
-        """The callback ``@name`` links to: explicit ones first, then this session's
-        registry, then the default one."""
+    def find_callback(self, name: str, explicit: Sequence[Any] = ()) -> Any:
+        """The callback ``@name`` links to: explicit ones first (callbacks, or externs
+        and kernels: see :mod:`pymlirjit.externs`), then this session's registry, then
+        the default one."""
         for cb in explicit:
             if cb.name == name:
                 return cb
@@ -194,7 +198,7 @@ class Session:
 
     def compile(self, source: str | Path | Any, *, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
-                callbacks: Iterable[Callback] = (), cache: bool | None = None,
+                callbacks: Iterable[Linkable] = (), cache: bool | None = None,
                 options: CompileOptions | None = None,
                 fastmath: bool | None = None) -> CompiledModule:
         """Compile ``source`` (MLIR text, a path to a ``.mlir`` file, or a module built
@@ -205,12 +209,12 @@ class Session:
         ``opt_level``, ``shared_libs`` and ``fastmath``, where given, replace those.
         ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
         ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
+        ``callbacks`` may also hold externs and kernels (see :mod:`pymlirjit.externs`):
+        a module linking one is never stored on disk (an address is the process's).
         """
         text, filename = _read_source(source)
-        explicit = tuple(callbacks)
-        for cb in explicit:
-            if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks must be @callback functions, got {cb!r}")
+        # Externs resolve now (kernels compile): their addresses are part of the key.
+        explicit = tuple(_linkable(cb) for cb in callbacks)
         chosen = (self.options if options is None else options).replace(
             pipeline, opt_level, shared_libs, fastmath)
         key = _ModuleKey(text, chosen, explicit)
@@ -243,11 +247,13 @@ class Session:
         options = key.options
         # Every callback the source could link is part of the key: those named by an
         # @symbol in it (a superset of its private declarations, known without parsing).
-        linkable = {}
+        linkable: dict[str, Any] = {}
         for name in set(_SYMBOL_REFERENCE.findall(key.source)):
             cb = self.find_callback(name, key.explicit)
             if cb is not None:
                 linkable[name] = cb
+        if any(isinstance(cb, LinkedExtern) for cb in linkable.values()):
+            store = _NO_CACHE  # linked by address: no other process can trust the code
         disk_key = store.key(key.source, options.pipeline_key, options.opt_level,
                              options.shared_libs,
                              [(n, cb.signature.mlir) for n, cb in linkable.items()])
