@@ -15,19 +15,20 @@ signature by its ctypes types (``double (int, double *, void *)``).
 >>> from pymlirjit.signature import as_signature
 >>> proto = prototype(as_signature("(i32, !llvm.ptr) -> f64"),
 ...                   {1: ctypes.POINTER(ctypes.c_double)})
->>> proto.restype.__name__, [t.__name__ for t in proto.argtypes]
+>>> proto._restype_.__name__, [t.__name__ for t in proto._argtypes_]
 ('c_double', ['c_int', 'LP_c_double'])
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .abi import boundary_abi
 from .errors import SignatureError
-from .signature import Signature
+from .signature import Signature, annotations_of
 from .types import ptr
 
 __all__ = ["function_pointer", "pointer_annotations", "prototype"]
@@ -71,12 +72,22 @@ def prototype(signature: Signature, pointers: Mapping[int, Any] | None = None) -
 
 
 def function_pointer(address: int, signature: Signature, keepalive: object,
-                     pointers: Mapping[int, Any] | None = None) -> Any:
+                     stub: Callable[..., Any] | None = None, what: str = "function") -> Any:
     """A ctypes function pointer to ``address`` with the prototype of ``signature`` (see
-    :func:`prototype`). It references ``keepalive`` (what owns the machine code) so
-    that the code lives while the pointer does."""
+    :func:`prototype`; ``stub``'s ctypes pointer annotations type its ``!llvm.ptr``
+    parameters). It references ``keepalive`` (what owns the machine code) so that the
+    code lives while the pointer does."""
     if not address:
         raise ValueError("a function pointer cannot point at address 0")
+    pointers = None
+    if stub is not None:
+        try:
+            hints = annotations_of(stub)
+        except Exception as exc:
+            raise SignatureError(f"{what}: cannot evaluate the stub's annotations: {exc}"
+                                 ) from exc
+        pointers = pointer_annotations(signature, hints,
+                                       list(inspect.signature(stub).parameters), what)
     function = prototype(signature, pointers)(address)
     function._pymlirjit_keepalive = keepalive
     return function

@@ -25,18 +25,20 @@ from __future__ import annotations
 import ctypes
 import pickle
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, SupportsIndex
 
-from .callbacks import Callback
+from .callbacks import Callback, Invalidated
 from .errors import LinkError, SignatureError
 from .signature import Signature, as_signature
 from .types import f32, f64, i1, i8, i16, i32, i64, ptr
 from .vectorcall import NativeCallable
 
-__all__ = ["Extern", "Linkable", "LinkedExtern", "compiling", "extern", "linkable"]
+__all__ = ["Dependents", "Extern", "Linkable", "LinkedExtern", "compile_targets", "compiling",
+           "extern", "linkable"]
 
 #: ctypes scalar types by the MLIR type they pass as (signless: c_uint32 is an i32).
 _FROM_CTYPES: dict[Any, Any] = {
@@ -143,6 +145,37 @@ def linkable(item: Linkable) -> Callback | LinkedExtern:
         return Extern(item.name, item).resolve()  # type: ignore[attr-defined]
     raise TypeError(f"callbacks must be @callback functions, pymlirjit.extern(...) or "
                     f"kernels, got {item!r}")
+
+
+class Dependents:
+    """The subscribers of a kernel's invalidation (the kernels linking it), weakly."""
+
+    def __init__(self) -> None:
+        self._subscribers: weakref.WeakSet[Invalidated] = weakref.WeakSet()
+
+    def add(self, subscriber: Invalidated) -> None:
+        self._subscribers.add(subscriber)
+
+    def invalidate(self) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber.invalidate()
+
+
+def compile_targets(kernel: Any, linked: Iterable[Any]) -> None:
+    """Before ``kernel`` compiles: subscribe it to the kernels it links (given in
+    ``linked`` as such or as an extern's target), so that it relinks when they let go
+    of their code, and compile them (outside ``kernel``'s session lock, so that two
+    sessions' locks are never taken in both orders). LinkError for a cycle."""
+    for item in linked:
+        target = item.target if isinstance(item, Extern) else item
+        if not (_is_function(target) and hasattr(target, "watch")):
+            continue
+        if target is kernel:
+            raise LinkError(f"@mlir_kernel {kernel.name!r} links itself through callbacks=; "
+                            f"call @{kernel.name} within its module instead", [kernel.name])
+        target.watch(kernel)  # before compiling: no invalidation is missed
+        with compiling(target.name, target):
+            target.compile()
 
 
 def _is_function(target: Any) -> bool:

@@ -23,21 +23,14 @@ from __future__ import annotations
 
 import inspect
 import pickle
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
-from .callbacks import (
-    Callback,
-    Invalidated,
-    default_registry,
-    importable,
-    interned,
-    pickle_token,
-)
-from .errors import LinkError, MLIRError, SignatureError
-from .externs import Extern, Linkable, compiling
+from .callbacks import Callback, Invalidated, default_registry, importable, interned, pickle_token
+from .cprototype import function_pointer
+from .errors import MLIRError, SignatureError
+from .externs import Dependents, Linkable, compile_targets
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .prepare import built_text
@@ -92,6 +85,7 @@ class Kernel(NativeCallable):
         self._options: CompileOptions | None = None
         # Where the stub is defined (no file read: read only to report an MLIR error).
         self._site = definition_site(stub)
+        self._dependents = Dependents()  # kernels linking this one (callbacks=)
 
     @property
     def session(self) -> Session:
@@ -103,15 +97,7 @@ class Kernel(NativeCallable):
         if function is not None:
             return function
         session = self.session
-        targets = _kernel_targets(self._callbacks)
-        for target in targets:  # first, outside this session's lock (no lock order)
-            if target is self:
-                raise LinkError(f"@mlir_kernel {self.name!r} links itself through "
-                                f"callbacks=; call @{self.name} within its module instead",
-                                [self.name])
-            target.watch(self)  # before compiling, as below: no relink is missed
-            with compiling(target.name, target):
-                target.compile()
+        compile_targets(self, self._callbacks)  # first: outside this session's lock
         # Under the session's lock: compiling, clearing the cache and retiring functions
         # (invalidate) never interleave, so the vectorcall slot only ever points at the
         # entry of a function this kernel keeps.
@@ -181,17 +167,12 @@ class Kernel(NativeCallable):
         # the function just retired (so a cycle of subscriptions ends); outside the lock
         # above when it is not held already (kernels of other sessions take theirs).
         if retired:
-            for dependent in list(self.__dict__.get("_dependents") or ()):
-                dependent.invalidate()
+            self._dependents.invalidate()
 
     def watch(self, subscriber: Invalidated) -> None:
         """Call ``subscriber.invalidate()`` whenever this kernel lets go of its compiled
-        function (kernels linking this one through ``callbacks=`` subscribe; kept
-        weakly)."""
-        dependents = self.__dict__.get("_dependents")
-        if dependents is None:
-            dependents = self.__dict__["_dependents"] = weakref.WeakSet()
-        dependents.add(subscriber)
+        function (kernels linking this one through ``callbacks=`` do; kept weakly)."""
+        self._dependents.add(subscriber)
 
     #: The same as :meth:`invalidate` (its name before the Invalidated protocol).
     forget = invalidate
@@ -208,7 +189,7 @@ class Kernel(NativeCallable):
         # A copy shares no compiled function: it compiles (or hits the session's cache)
         # on its first call, and so subscribes to invalidation itself.
         return {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
-                "_options": None, "_ctypes": None, "_dependents": None}
+                "_options": None, "_ctypes": None, "_dependents": Dependents()}
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """Pickle by reference (module and qualified name) when importable, else by
@@ -272,18 +253,12 @@ class Kernel(NativeCallable):
         kernel recompiles or its session's cache is cleared (see docs/interop.md)."""
         function = self.compile()
         made = self.__dict__.get("_ctypes")
-        if made is not None and made[0] is function:
-            return made[1]
-        from .cprototype import function_pointer, pointer_annotations
-
-        stub = self.__wrapped__
-        pointers = {} if stub is None or isinstance(stub, _Stub) else pointer_annotations(
-            function.signature, annotations_of(stub), list(inspect.signature(stub).parameters),
-            f"@mlir_kernel {self.name!r}")
-        pointer = function_pointer(function.address, function.signature,
-                                   (function, function.module), pointers)
-        self.__dict__["_ctypes"] = (function, pointer)
-        return pointer
+        if made is None or made[0] is not function:
+            stub = self.__wrapped__
+            made = self.__dict__["_ctypes"] = (function, function_pointer(
+                function.address, function.signature, (function, function.module),
+                None if isinstance(stub, _Stub) else stub, f"@mlir_kernel {self.name!r}"))
+        return made[1]
 
     @property
     def mlir(self) -> str:
@@ -446,16 +421,6 @@ def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
         return Kernel(stub, source, name, pipeline, opt_level, callbacks, shared_libs, session,
                       release_gil, cache)
     return interned(token, make)  # type: ignore[no-any-return]
-
-
-def _kernel_targets(linked: Iterable[Any]) -> list[Kernel]:
-    """The kernels among ``callbacks=`` (given as such or as an extern's target)."""
-    found = []
-    for item in linked:
-        target = item.target if isinstance(item, Extern) else item
-        if isinstance(target, Kernel):
-            found.append(target)
-    return found
 
 
 def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
