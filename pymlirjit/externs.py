@@ -116,6 +116,14 @@ class Extern:
     def __repr__(self) -> str:
         return f"<extern @{self.name} -> {_describe(self.target)}>"
 
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        # A kernel target pickles (by reference or by value); an address would mean
+        # other code in another process.
+        if not _is_function(self.target):
+            raise pickle.PicklingError(f"extern @{self.name} links {_describe(self.target)}, "
+                                       f"an address of this process: it cannot be pickled")
+        return Extern, (self.name, self.target, self._signature)
+
 
 #: What ``callbacks=[...]`` accepts: callbacks, externs, kernels and compiled functions.
 Linkable = Callback | Extern | NativeCallable

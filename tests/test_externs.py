@@ -115,6 +115,18 @@ def test_linked_externs_compare_by_address_and_do_not_pickle() -> None:
         pickle.dumps(one)
 
 
+def test_an_extern_pickles_only_with_a_kernel_target(session: Session) -> None:
+    with pytest.raises(pickle.PicklingError, match="address of this process"):
+        pickle.dumps(extern("cos", COS_ADDRESS, "(f64) -> f64"))
+
+    @mlir_kernel(source=SQ, session=session)
+    def sq(x: f64) -> f64: ...
+
+    copy = pickle.loads(pickle.dumps(extern("square", sq, "(f64) -> f64")))
+    assert copy.name == "square" and copy.target is sq  # unpickled in-process: the same
+    assert copy.signature.mlir == "(f64) -> f64"
+
+
 def test_a_callback_stays_a_callback() -> None:
     cb = Callback(lambda x: x, "(f64) -> f64", "ident")
     assert linkable(cb) is cb
@@ -193,6 +205,30 @@ def test_a_kernel_passes_memrefs_to_another_kernel(session: Session) -> None:
 
     assert mean(np.arange(9.0)) == 4.0
     assert mean(np.arange(12.0)[3:]) == 7.0
+
+
+def test_kernels_link_through_shims_and_result_pointers(session: Session) -> None:
+    # f16, i1 and complex cross through MLIR shims; two results through a pointer
+    @mlir_kernel(source="""
+    func.func @neg_if(%x: f16, %b: i1, %z: complex<f64>) -> (f16, f64) {
+      %n = arith.negf %x : f16
+      %r = arith.select %b, %n, %x : f16
+      %im = complex.im %z : complex<f64>
+      return %r, %im : f16, f64
+    }""", session=session)
+    def neg_if(x, b, z): ...  # type: ignore[no-untyped-def]
+
+    @mlir_kernel(source="""
+    func.func private @neg_if(f16, i1, complex<f64>) -> (f16, f64)
+    func.func @outer(%x: f16, %b: i1) -> (f16, f64) {
+      %z = complex.constant [1.0, 2.5] : complex<f64>
+      %r, %im = call @neg_if(%x, %b, %z) : (f16, i1, complex<f64>) -> (f16, f64)
+      return %r, %im : f16, f64
+    }""", session=session, callbacks=[neg_if])
+    def outer(x, b): ...  # type: ignore[no-untyped-def]
+
+    assert outer(1.5, True) == (-1.5, 2.5)
+    assert outer(1.5, False) == (1.5, 2.5)
 
 
 def test_a_kernel_linking_itself_or_a_cycle_is_a_link_error(session: Session) -> None:
