@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 import pytest
 
-from pymlirjit import Session, SignatureError, f64, i32, mlir_kernel, ptr
+from pymlirjit import Session, SignatureError, callback, f64, i32, mlir_kernel, ptr
 from pymlirjit.cprototype import function_pointer, pointer_annotations, prototype
 from pymlirjit.signature import as_signature
 from pymlirjit.types import parse_type, to_type
@@ -115,3 +115,25 @@ def test_kernel_ctypes_refuses_a_pointer_annotation_on_a_scalar(session: Session
     # the stub's annotation is checked as it compiles, as any annotation
     with pytest.raises(SignatureError, match=r"'half': parameter #0 \('x'\).*!llvm.ptr versus f64"):
         half.ctypes  # noqa: B018
+
+
+def test_pointers_cross_to_callbacks_and_back_as_ints(session: Session) -> None:
+    @callback(session=session)
+    def peek(p: DOUBLE_P) -> f64:  # type: ignore[valid-type]
+        return float(ctypes.c_double.from_address(p).value)
+
+    module = session.compile("""
+    func.func private @peek(!llvm.ptr) -> f64
+    func.func @via(%p: !llvm.ptr) -> f64 {
+      %r = call @peek(%p) : (!llvm.ptr) -> f64
+      return %r : f64
+    }
+    func.func @same(%p: !llvm.ptr) -> !llvm.ptr {
+      return %p : !llvm.ptr
+    }""")
+    values = np.array([4.25])
+    assert module.via(values.ctypes.data) == 4.25
+    assert module.same(values.ctypes.data) == values.ctypes.data
+    assert module.same(0) == 0
+    with pytest.raises(TypeError, match=r"expected an int for !llvm\.ptr"):
+        module.same(1.5)
