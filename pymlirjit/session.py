@@ -231,9 +231,22 @@ class Session:
             attach_native_entries(module)
             set_origin(module, _FunctionOrigin(weakref.ref(self), key))
             full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))
+            if any(isinstance(cb, LinkedExtern) for cb in explicit):
+                self._forget_relinked(key)
             self._declared[key] = declared
             self._cache[full_key] = module
             return module
+
+    def _forget_relinked(self, key: _ModuleKey) -> None:
+        """Forget the modules of ``key``'s source and options that link the same names
+        to other addresses (a kernel they link has recompiled since): kept, they would
+        pin old code that no new compile asks for."""
+        names = [cb.name for cb in key.explicit]
+        for old in [k for k in self._cache if k[0].source == key.source
+                    and k[0].options == key.options and k[0] != key
+                    and [cb.name for cb in k[0].explicit] == names]:
+            del self._cache[old]
+            self._declared.pop(old[0], None)
 
     def _disk_cache(self, cache: bool | None) -> CacheStore:
         if cache is None:

@@ -405,6 +405,23 @@ print(sorted(seen))
     assert out.split() == ["[3.0]"]
 
 
+def test_modules_linking_replaced_code_are_forgotten() -> None:
+    target_session, session = Session(), Session()
+
+    @mlir_kernel(source=SQ, session=target_session)
+    def sq(x: f64) -> f64: ...
+
+    @mlir_kernel(source=USES_SQ, session=session, callbacks=[sq])
+    def sq_plus_one(x: f64) -> f64: ...
+
+    for _ in range(3):
+        assert sq_plus_one(2.0) == 5.0
+        target_session.clear_cache()  # sq recompiles: sq_plus_one relinks to new code
+    assert sq_plus_one(2.0) == 5.0
+    assert session.cache_info().misses == 4
+    assert session.cache_info().size == 1  # not one module per version of sq
+
+
 # -- the disk cache: an address is the process's ----------------------------------------
 
 def test_a_module_linking_an_extern_is_not_stored_on_disk(tmp_path: Path) -> None:
