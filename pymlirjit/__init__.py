@@ -14,6 +14,7 @@ from ._version import __version__
 from .callbacks import Callback, CallbackRegistry, callback
 from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
+from .externs import Extern, extern
 from .function import CompiledFunction
 from .kernel import Kernel, mlir_kernel
 from .pipeline import DEFAULT_PIPELINE
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # type checkers read the names as annotations (see pymlirjit.
         i32,
         i64,
         index,
+        ptr,
     )
 else:
     from .types import (
@@ -59,6 +61,7 @@ else:
         i32,
         i64,
         index,
+        ptr,
     )
 
 __all__ = [
@@ -69,6 +72,7 @@ __all__ = [
     "CompiledModule",
     "Diagnostic",
     "ExecutionEngine",
+    "Extern",
     "Kernel",
     "LinkError",
     "MLIRError",
@@ -86,6 +90,7 @@ __all__ = [
     "complex64",
     "complex128",
     "default_session",
+    "extern",
     "f8E4M3FN",
     "f8E5M2",
     "f16",
@@ -98,5 +103,6 @@ __all__ = [
     "i64",
     "index",
     "mlir_kernel",
+    "ptr",
     "runtime_library",
 ]

@@ -398,7 +398,8 @@ def _build_ctypes_entry(cb: Callback) -> Any:
 class Invalidated(Protocol):
     """What a :class:`CallbackRegistry` or a :class:`pymlirjit.Session` tells when what
     it linked may have changed (a callback added or removed, a cache cleared): a kernel
-    then lets go of its compiled function. Subscribers are kept weakly."""
+    then lets go of its compiled function, and tells the kernels linking it (see
+    :mod:`pymlirjit.externs`). Subscribers are kept weakly."""
 
     def invalidate(self) -> None: ...
 

@@ -27,9 +27,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
-from .callbacks import Callback, default_registry, importable, interned, pickle_token
+from .callbacks import Callback, Invalidated, default_registry, importable, interned, pickle_token
 from .checks import register_source
+from .cprototype import function_pointer
 from .errors import MLIRError, SignatureError
+from .externs import Dependents, Linkable, compile_targets
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .options import CompileOptions, OptionOverrides
@@ -52,7 +54,7 @@ class Kernel(NativeCallable):
 
     def __init__(self, stub: Callable[..., Any] | None, source: str | Path | Any, name: str,
                  pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
-                 callbacks: Iterable[Callback] | None = None,
+                 callbacks: Iterable[Linkable] | None = None,
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
                  cache: bool | None = None, fastmath: bool | None = None,
@@ -85,6 +87,7 @@ class Kernel(NativeCallable):
         self._options: CompileOptions | None = None
         # Where the stub is defined (no file read: read only to report an MLIR error).
         self._site = definition_site(stub)
+        self._dependents = Dependents()  # kernels linking this one (callbacks=)
 
     @property
     def session(self) -> Session:
@@ -96,6 +99,7 @@ class Kernel(NativeCallable):
         if function is not None:
             return function
         session = self.session
+        compile_targets(self, self._callbacks)  # first: outside this session's lock
         # Under the session's lock: compiling, clearing the cache and retiring functions
         # (invalidate) never interleave, so the vectorcall slot only ever points at the
         # entry of a function this kernel keeps.
@@ -157,10 +161,21 @@ class Kernel(NativeCallable):
         entry counts no call in flight."""
         with self.session.lock:
             clear_entry(self)  # first: no call enters the old code from now on
+            retired = self._compiled is not None
             if self._compiled is not None:
                 self._retired.append(self._compiled)
                 self._compiled = None
             self._purge()
+        # Kernels linking this one (as an extern) relink too, if they may have linked
+        # the function just retired (so a cycle of subscriptions ends); outside the lock
+        # above when it is not held already (kernels of other sessions take theirs).
+        if retired:
+            self._dependents.invalidate()
+
+    def watch(self, subscriber: Invalidated) -> None:
+        """Call ``subscriber.invalidate()`` whenever this kernel lets go of its compiled
+        function (kernels linking this one through ``callbacks=`` do; kept weakly)."""
+        self._dependents.add(subscriber)
 
     #: The same as :meth:`invalidate` (its name before the Invalidated protocol).
     forget = invalidate
@@ -177,7 +192,7 @@ class Kernel(NativeCallable):
         # A copy shares no compiled function: it compiles (or hits the session's cache)
         # on its first call, and so subscribes to invalidation itself.
         return {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
-                "_options": None}
+                "_options": None, "_ctypes": None, "_dependents": Dependents()}
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """Pickle by reference (module and qualified name) when importable, else by
@@ -231,6 +246,21 @@ class Kernel(NativeCallable):
     def address(self) -> int:
         """The C-ABI entry point called (compiles if needed)."""
         return self.compile().address
+
+    @property
+    def ctypes(self) -> Any:
+        """A ctypes function pointer to :attr:`address` with the kernel's C-ABI
+        prototype, for ``scipy.LowLevelCallable`` or numba ``@njit`` code (compiles if
+        needed). It keeps the compiled code alive as long as it lives, even once the
+        kernel recompiles or its session's cache is cleared (see docs/interop.md)."""
+        function = self.compile()
+        made = self.__dict__.get("_ctypes")
+        if made is None or made[0] is not function:
+            stub = self.__wrapped__
+            made = self.__dict__["_ctypes"] = (function, function_pointer(
+                function.address, function.signature, (function, function.module),
+                None if isinstance(stub, _Stub) else stub, f"@mlir_kernel {self.name!r}"))
+        return made[1]
 
     @property
     def mlir(self) -> str:
@@ -431,7 +461,7 @@ def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> No
 
 def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
                 pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
-                callbacks: Iterable[Callback] | None = None,
+                callbacks: Iterable[Linkable] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
                 release_gil: bool | None = None, cache: bool | None = None,
                 fastmath: bool | None = None,

@@ -101,7 +101,7 @@ class CompiledModule:
                  runtime_symbols: dict[str, Callback] | None = None,
                  native_entries: dict[str, int] | None = None, *,
                  context: Any = None, uncallable: Mapping[str, str] | None = None,
-                 guards: dict[str, int] | None = None) -> None:
+                 guards: dict[str, int] | None = None, calls_python: bool = False) -> None:
         self.engine = engine
         self.source = source
         self._lowered = lowered
@@ -112,12 +112,15 @@ class CompiledModule:
         # Public functions Python cannot call (why): they fail when called, not before.
         self.uncallable = {name: UncallableFunction(name, why)
                            for name, why in (uncallable or {}).items()}
-        release_gil, unwind = call_policy(bool(callbacks), shared_libs)
+        # calls_python: it calls a kernel (an extern) that calls Python callbacks, whose
+        # errors reach this module's call record.
+        links_callbacks = bool(callbacks) or calls_python
+        release_gil, unwind = call_policy(links_callbacks, shared_libs)
         guards = guards or {}
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(engine, name, signature,
                                    engine.function_address(ciface_symbol(entry)),
-                                   module=self, links_callbacks=bool(callbacks),
+                                   module=self, links_callbacks=links_callbacks,
                                    release_gil=release_gil, unwind=unwind,
                                    guard=guards.get(name))
             for name, (signature, entry) in signatures.items()
@@ -283,6 +286,8 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     prepare_entries(prepared.registrations.values())
     for symbol, cb in prepared.registrations.items():
         engine.raw_register_runtime(symbol, cb)  # the engine keeps the callback alive
+    for symbol, native in prepared.externs.items():
+        engine.raw_register_runtime(symbol, native)  # and the extern's target code
     missing = engine.missing_symbols()
     if missing:
         names = sorted({ciface_name(s) for s in missing})
@@ -320,7 +325,8 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
     return CompiledModule(engine, source, prepared.module, prepared.signatures,
                           prepared.linked, prepared.shared_libs(options),
                           prepared.registrations, context=prepared.context,
-                          uncallable=prepared.uncallable)
+                          uncallable=prepared.uncallable,
+                          calls_python=any(e.calls_python for e in prepared.externs.values()))
 
 
 def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,

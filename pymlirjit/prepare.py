@@ -32,6 +32,7 @@ from .abi import (
 from .callbacks import Callback
 from .checks import FAIL_SIGNATURE, FAIL_SYMBOL, insert_checks, raise_failure, source_id
 from .errors import Diagnostic, MLIRError, SignatureError
+from .externs import LinkedExtern
 from .optimize import optimize, with_vector_lowering
 from .options import CompileOptions
 from .pipeline import lower as lower_module
@@ -72,6 +73,8 @@ class PreparedModule:
     uncallable: dict[str, str] = field(default_factory=dict)
     runtime_libs: tuple[str, ...] = ()
     source: str = ""  # the text's checks.source_id (messages of checks carry it)
+    #: Runtime symbols defined by native code (:mod:`pymlirjit.externs`), by symbol.
+    externs: dict[str, LinkedExtern] = field(default_factory=dict)
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -112,7 +115,8 @@ def _describe(source: Any) -> str:
     return getattr(source, "__qualname__", None) or type(source).__name__
 
 
-def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callback | None],
+def prepare(text: str, options: CompileOptions,
+            resolve: Callable[[str], Callback | LinkedExtern | None],
             filename: str = "<source>") -> PreparedModule:
     """Parse ``text`` and prepare it for ``options``; ``resolve(name)`` gives the callback
     a private declaration ``@name`` links to (``None``: left to shared libraries or the
@@ -133,6 +137,7 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
     declared: list[str] = []
     shims: list[str] = []
     uncallable: dict[str, str] = {}
+    externs: dict[str, LinkedExtern] = {}
     with context, ir.Location.unknown():
         for op in list(module.body.operations):
             kind = op.operation.name
@@ -147,16 +152,24 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                 if cb is None:  # left to shared libraries or the process, as written:
                     continue    # its types are the linker's business, not Python's
                 signature = _signature(op)
-                cb.signature.check_matches(signature, f"callback @{name}",
-                                           "its Python annotations", "its MLIR declaration")
-                linked[name] = cb
+                if isinstance(cb, LinkedExtern):
+                    cb.signature.check_matches(signature, f"extern @{name}",
+                                               f"its target ({cb.what or 'native code'})",
+                                               "its MLIR declaration")
+                else:
+                    cb.signature.check_matches(signature, f"callback @{name}",
+                                               "its Python annotations",
+                                               "its MLIR declaration")
+                    linked[name] = cb
+                registered: dict[str, Any] = (externs if isinstance(cb, LinkedExtern)
+                                              else registrations)
                 if kind == "llvm.func":  # called by its plain C symbol
                     if boundary_abi(signature).needs_shim:
                         raise SignatureError(
                             f"callback @{name}: an llvm.func declaration is called with "
                             f"the plain C ABI, which cannot pass {signature}; declare it "
                             f"with func.func instead")
-                    registrations[name] = cb
+                    registered[name] = cb
                     continue
                 if boundary_abi(signature).needs_shim:
                     symbol = callback_shim_symbol(name)
@@ -165,7 +178,7 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                 else:
                     symbol = name
                     op.attributes["llvm.emit_c_interface"] = unit
-                registrations[ciface_symbol(symbol)] = cb
+                registered[ciface_symbol(symbol)] = cb
             elif _is_public(op) and not name.startswith("_mlir_"):
                 try:
                     signature = _signature(op)
@@ -199,7 +212,8 @@ def prepare(text: str, options: CompileOptions, resolve: Callable[[str], Callbac
                 op.operation.detach_from_parent()
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
-                          tuple(declared), uncallable, source=source_id(text))
+                          tuple(declared), uncallable, source=source_id(text),
+                          externs=externs)
 
 
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
@@ -288,7 +302,7 @@ def _drop_unused_declarations(prepared: PreparedModule) -> None:
     module = prepared.module
     text = module.operation.get_asm(large_elements_limit=16)
     used = Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))
-    keep = set(prepared.registrations)
+    keep = set(prepared.registrations) | set(prepared.externs)
     for op in list(module.body.operations):
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
             continue

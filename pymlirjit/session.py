@@ -41,6 +41,8 @@ from .callbacks import (
     pickle_token,
 )
 from .errors import LinkError
+from .externs import Linkable, LinkedExtern
+from .externs import linkable as _linkable
 from .function import CompiledFunction, set_origin
 from .module import (
     CompiledModule,
@@ -89,7 +91,7 @@ class CacheInfo(_Counts):
 class _ModuleKey:
     source: str
     options: CompileOptions
-    explicit: tuple[Callback, ...]
+    explicit: tuple[Callback | LinkedExtern, ...]
 
 
 class Session:
@@ -124,7 +126,8 @@ class Session:
         self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath,
                                            parallel, boundscheck)
         self.callbacks = registry if registry is not None else CallbackRegistry()
-        self._cache: dict[tuple[_ModuleKey, tuple[Callback | None, ...]], CompiledModule] = {}
+        self._cache: dict[tuple[_ModuleKey, tuple[Callback | LinkedExtern | None, ...]],
+                          CompiledModule] = {}
         self._declared: dict[_ModuleKey, tuple[str, ...]] = {}
         self._hits = 0
         self._misses = 0
@@ -191,9 +194,10 @@ class Session:
                                    store.directory if isinstance(store, DiskCache) else None,
                                    self.callbacks is default_registry())
 
-    def find_callback(self, name: str, explicit: Sequence[Callback] = ()) -> Callback | None:
-        """The callback ``@name`` links to: explicit ones first, then this session's
-        registry, then the default one."""
+    def find_callback(self, name: str, explicit: Sequence[Any] = ()) -> Any:
+        """The callback ``@name`` links to: explicit ones first (callbacks, or externs
+        and kernels: see :mod:`pymlirjit.externs`), then this session's registry, then
+        the default one."""
         for cb in explicit:
             if cb.name == name:
                 return cb
@@ -201,7 +205,7 @@ class Session:
 
     def compile(self, source: str | Path | Any, *, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
-                callbacks: Iterable[Callback] = (), cache: bool | None = None,
+                callbacks: Iterable[Linkable] = (), cache: bool | None = None,
                 options: CompileOptions | None = None,
                 fastmath: bool | None = None, parallel: bool | None = None,
                 boundscheck: bool | None = None) -> CompiledModule:
@@ -214,12 +218,12 @@ class Session:
         where given, replace those.
         ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
         ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
+        ``callbacks`` may also hold externs and kernels (see :mod:`pymlirjit.externs`):
+        a module linking one is never stored on disk (an address is the process's).
         """
         text, filename = _read_source(source)
-        explicit = tuple(callbacks)
-        for cb in explicit:
-            if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks must be @callback functions, got {cb!r}")
+        # Externs resolve now (kernels compile): their addresses are part of the key.
+        explicit = tuple(_linkable(cb) for cb in callbacks)
         chosen = (self.options if options is None else options).replace(
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck).resolved()
         key = _ModuleKey(text, chosen, explicit)
@@ -238,9 +242,22 @@ class Session:
             attach_native_entries(module)
             set_origin(module, _FunctionOrigin(weakref.ref(self), key))
             full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))
+            if any(isinstance(cb, LinkedExtern) for cb in explicit):
+                self._forget_relinked(key)
             self._declared[key] = declared
             self._cache[full_key] = module
             return module
+
+    def _forget_relinked(self, key: _ModuleKey) -> None:
+        """Forget the modules of ``key``'s source and options that link the same names
+        to other addresses (a kernel they link has recompiled since): kept, they would
+        pin old code that no new compile asks for."""
+        names = [cb.name for cb in key.explicit]
+        for old in [k for k in self._cache if k[0].source == key.source
+                    and k[0].options == key.options and k[0] != key
+                    and [cb.name for cb in k[0].explicit] == names]:
+            del self._cache[old]
+            self._declared.pop(old[0], None)
 
     def _disk_cache(self, cache: bool | None) -> CacheStore:
         if cache is None:
@@ -254,11 +271,13 @@ class Session:
         options = key.options
         # Every callback the source could link is part of the key: those named by an
         # @symbol in it (a superset of its private declarations, known without parsing).
-        linkable = {}
+        linkable: dict[str, Any] = {}
         for name in set(_SYMBOL_REFERENCE.findall(key.source)):
             cb = self.find_callback(name, key.explicit)
             if cb is not None:
                 linkable[name] = cb
+        if any(isinstance(cb, LinkedExtern) for cb in linkable.values()):
+            store = _NO_CACHE  # linked by address: no other process can trust the code
         disk_key = store.key(key.source, options.pipeline_key, options.opt_level,
                              options.shared_libs,
                              [(n, cb.signature.mlir) for n, cb in linkable.items()])

@@ -50,6 +50,7 @@ __all__ = [
     "i64",
     "index",
     "parse_type",
+    "ptr",
     "to_type",
 ]
 
@@ -142,15 +143,19 @@ f32 = _scalar("f32", "float", 32, "float32", ctypes.c_float)
 f64 = _scalar("f64", "float", 64, "float64", ctypes.c_double)
 complex64 = _scalar("complex<f32>", "complex", 64, "complex64", _Complex64, "pair")
 complex128 = _scalar("complex<f64>", "complex", 128, "complex128", _Complex128, "pair")
+#: An opaque pointer (``!llvm.ptr``): an address, an int in Python (not an array element
+#: type, and no numpy dtype maps to it), ``void *`` in C.
+ptr = _scalar("!llvm.ptr", "int", 64, "uintp", ctypes.c_void_p)
 
 _INTEGERS = {8: i8, 16: i16, 32: i32, 64: i64}
 
 SCALARS: tuple[ScalarType, ...] = (
     i1, i8, i16, i32, i64, index, f16, bf16, f8E4M3FN, f8E5M2, f32, f64, complex64, complex128,
 )
-_BY_MLIR = {t.mlir: t for t in SCALARS}
+_BY_MLIR = {t.mlir: t for t in (*SCALARS, ptr)}
 _BY_DTYPE = {t.dtype_name: t for t in SCALARS if t is not index}
 _PYTHON_TYPES: dict[Any, ScalarType] = {float: f64, int: i64, bool: i1, complex: complex128}
+_C_POINTERS = (ctypes._Pointer, ctypes.c_void_p, ctypes.c_char_p)
 
 
 def _dims(shape: tuple[int | None, ...]) -> str:
@@ -310,6 +315,8 @@ def to_type(spelling: Any) -> Type:
         return to_type(base)
     if isinstance(spelling, str):
         return parse_type(spelling)
+    if isinstance(spelling, type) and issubclass(spelling, _C_POINTERS):
+        return ptr  # ctypes.POINTER(c_double), c_void_p, ...: an address
     if isinstance(spelling, typing.Hashable) and spelling in _PYTHON_TYPES:
         return _PYTHON_TYPES[spelling]
     if isinstance(spelling, np.dtype) or (
@@ -387,7 +394,7 @@ def from_mlir(mlir_type: Any) -> Type:
 
 def _element_from_mlir(element: Any, whole: str) -> ScalarType:
     found = _BY_MLIR.get(str(element))
-    if found is None:
+    if found is None or found is ptr:
         raise TypeError(f"{whole}: element type {element} is not supported")
     return found
 

@@ -33,7 +33,8 @@ import numpy as np
 from . import types
 
 __all__ = ["MemRef", "Tensor", "UnrankedMemRef", "bf16", "complex64", "complex128",
-           "f8E4M3FN", "f8E5M2", "f16", "f32", "f64", "i1", "i8", "i16", "i32", "i64", "index"]
+           "f8E4M3FN", "f8E5M2", "f16", "f32", "f64", "i1", "i8", "i16", "i32", "i64", "index",
+           "ptr"]
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVarTuple, Unpack
@@ -66,3 +67,4 @@ f32: TypeAlias = Annotated[float, types.f32]
 f64: TypeAlias = Annotated[float, types.f64]
 complex64: TypeAlias = Annotated[complex, types.complex64]
 complex128: TypeAlias = Annotated[complex, types.complex128]
+ptr: TypeAlias = Annotated[int, types.ptr]

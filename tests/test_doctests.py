@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["types", "signature", "callbacks", "pipeline", "engine", "session", "kernel",
-           "typing"]
+           "typing", "cprototype", "externs"]
 
 
 @pytest.mark.parametrize("name", MODULES)
