@@ -396,10 +396,9 @@ def _build_ctypes_entry(cb: Callback) -> Any:
 # -- registries and the decorator --------------------------------------------------------
 
 class Invalidated(Protocol):
-    """What a :class:`CallbackRegistry` or a :class:`pymlirjit.Session` tells when what
-    it linked may have changed (a callback added or removed, a cache cleared): a kernel
-    then lets go of its compiled function, and tells the kernels linking it (see
-    :mod:`pymlirjit.externs`). Subscribers are kept weakly."""
+    """What a :class:`CallbackRegistry`, a :class:`pymlirjit.Session` or a kernel tells
+    when what it linked may have changed (a callback redefined, a cache cleared, a kernel
+    recompiled): a kernel then lets go of its compiled function. Kept weakly."""
 
     def invalidate(self) -> None: ...
 

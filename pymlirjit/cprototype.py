@@ -28,7 +28,7 @@ from typing import Any
 
 from .abi import boundary_abi
 from .errors import SignatureError
-from .signature import Signature, annotations_of
+from .signature import Signature, annotations_of, argument_label
 from .types import ptr
 
 __all__ = ["function_pointer", "pointer_annotations", "prototype"]
@@ -47,7 +47,7 @@ def pointer_annotations(signature: Signature, hints: Mapping[str, Any],
         if not (isinstance(annotation, type) and issubclass(annotation, _C_POINTERS)):
             continue
         if t != ptr:
-            raise SignatureError(f"{what}: parameter #{i} ({name!r}) is annotated "
+            raise SignatureError(f"{what}: {argument_label(i, name)} is annotated "
                                  f"{annotation.__name__}, a pointer, but is {t.mlir} in MLIR")
         found[i] = annotation
     return found

@@ -108,7 +108,8 @@ class Extern:
         signature = function.signature
         if self._signature is not None:
             self._signature.check_matches(signature, f"extern @{self.name}",
-                                          "its signature", f"kernel @{function.name}")
+                                          "its signature", f"kernel @{function.name}",
+                                          annotated=False)
         return LinkedExtern(self.name, function.address, signature,
                             bool(getattr(function, "_links_callbacks", False)),
                             (function, function.module), f"kernel @{function.name}")

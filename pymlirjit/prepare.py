@@ -155,7 +155,7 @@ def prepare(text: str, options: CompileOptions,
                 if isinstance(cb, LinkedExtern):
                     cb.signature.check_matches(signature, f"extern @{name}",
                                                f"its target ({cb.what or 'native code'})",
-                                               "its MLIR declaration")
+                                               "its MLIR declaration", annotated=False)
                 else:
                     cb.signature.check_matches(signature, f"callback @{name}",
                                                "its Python annotations",

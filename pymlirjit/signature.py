@@ -87,13 +87,15 @@ class Signature:
         )
 
     def check_matches(self, actual: Signature, what: str, expected_from: str,
-                      actual_from: str) -> None:
+                      actual_from: str, annotated: bool = True) -> None:
         """Raise :class:`SignatureError` unless ``actual`` fits this signature.
 
         A memref annotated without a layout fits any layout of the same element type and
-        shape. The message names ``what``, shows both sides and the first difference.
+        shape. The message names ``what``, shows both sides and the first difference
+        (and, where this signature comes from Python annotations, ``annotated``, how to
+        annotate a scalar of another width).
         """
-        difference = self._first_difference(actual)
+        difference = self._first_difference(actual, annotated)
         if difference is None:
             return
         raise SignatureError(
@@ -101,20 +103,21 @@ class Signature:
             f"  {expected_from}: {self.mlir}\n  {actual_from}: {actual.mlir}"
         )
 
-    def _first_difference(self, actual: Signature) -> str | None:
+    def _first_difference(self, actual: Signature, annotated: bool) -> str | None:
+        hint = _width_hint if annotated else lambda mine, theirs: ""
         if len(self.params) != len(actual.params):
             return f"{len(self.params)} parameters versus {len(actual.params)}"
         for i, (mine, theirs) in enumerate(zip(self.params, actual.params)):
             if not _fits(mine.type, theirs.type):
                 return (f"{argument_label(i, mine.name)}: "
                         f"{mine.type.mlir} versus {theirs.type.mlir}"
-                        f"{_width_hint(mine.type, theirs.type)}")
+                        f"{hint(mine.type, theirs.type)}")
         if len(self.results) != len(actual.results):
             return f"{len(self.results)} results versus {len(actual.results)}"
         for i, (mine_r, theirs_r) in enumerate(zip(self.results, actual.results)):
             if not _fits(mine_r, theirs_r):
                 return (f"result #{i}: {mine_r.mlir} versus {theirs_r.mlir}"
-                        f"{_width_hint(mine_r, theirs_r)}")
+                        f"{hint(mine_r, theirs_r)}")
         return None
 
 

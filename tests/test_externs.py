@@ -145,7 +145,7 @@ def test_extern_links_a_c_function_with_no_python_between(session: Session) -> N
 
 def test_signature_mismatch_names_the_extern_and_both_sides(session: Session) -> None:
     with pytest.raises(SignatureError, match=r"extern @cos: its target .* and its MLIR "
-                                             r"declaration disagree: parameter #0.*f32"):
+                                             r"declaration disagree: argument 1.*f32"):
         session.compile(USES_COS, callbacks=[extern("cos", COS_ADDRESS, "(f32) -> f64")])
 
 
