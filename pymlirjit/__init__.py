@@ -36,6 +36,7 @@ from .types import (
     i64,
     index,
 )
+from .ufunc import mlir_gufunc, mlir_ufunc
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -73,6 +74,8 @@ __all__ = [
     "i32",
     "i64",
     "index",
+    "mlir_gufunc",
     "mlir_kernel",
+    "mlir_ufunc",
     "runtime_library",
 ]

@@ -15,14 +15,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
 FLOORS: list[set[str]] = [
     {"errors", "types", "_version", "ffi", "callframe", "vectorcall"},
     {"typing", "signature", "pipeline", "optimize", "convert", "memref", "abi", "relocation",
-     "privatefiles", "llvmir", "sourcelines"},
+     "privatefiles", "llvmir", "sourcelines", "ufunc_loops"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
      "native.trampoline"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
     {"cache"},
     {"callbacks", "function", "prepare", "module"},
     {"session", "generic"},
-    {"kernel"},
+    {"kernel", "ufunc"},
     {"cli", "cli_values", "cli_loading", "cli_check", "demo"},
     {"__init__", "__main__"},
 ]
