@@ -33,7 +33,7 @@ import numpy as np
 
 from . import ffi
 from .errors import MLIRError, SignatureError
-from .generic import describe, free_aliases
+from .generic import _header, describe, free_aliases
 from .pipeline import new_context, parse_module
 from .prepare import built_text
 from .session import CompiledModule, Session, default_session
@@ -184,7 +184,10 @@ class _Builder:
         from mlir import ir
 
         context = new_context()
-        module = parse_module(text, context)
+        try:
+            module = parse_module(text, context)
+        except MLIRError as exc:
+            raise MLIRError(f"{where}: {exc.summary}", exc.diagnostics) from exc
         found = {}
         for op in module.body.operations:
             if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
@@ -207,9 +210,16 @@ class _Builder:
             name = public[0]
         try:
             with context:
-                return name, from_func_op(found[name][0])
+                signature = from_func_op(found[name][0])
         except SignatureError as exc:
             raise SignatureError(f"{self.kind} {name!r}: {exc}") from None
+        try:  # the source's names for the parameters, for messages
+            names = [ssa for ssa, _ in _header(text, name)]
+        except SignatureError:
+            names = []
+        if len(names) == len(signature.params):
+            signature = signature.with_names(names)
+        return name, signature
 
     def _compile(self, text: str, where: str) -> CompiledModule:
         try:
