@@ -148,15 +148,17 @@ class _Builder:
 
     def make(self, layout: tuple[list[list[str]], list[list[str]]] | None, identity: Any,
              doc: str | None) -> np.ufunc:
-        loops: list[tuple[int, list[ScalarType]]] = []
+        loops: list[tuple[int, list[Operand]]] = []
         keep: list[object] = []
-        signature: Signature | None = None
+        described = []
+        nin = 0
         for binding in self.bindings:
             prefix = " ".join(f"!{a} = {t}" for a, t in binding.items())
             text = (prefix + " " + self.text) if prefix else self.text
             where = f"{self.what} bound to {describe(binding)}" if binding else self.what
             name, signature = self._function(text, where)
-            self.what = f"{self.kind} {name!r}"
+            self.what, self.function = f"{self.kind} {name!r}", name
+            described.append(signature.mlir)
             where = f"{self.what} bound to {describe(binding)}" if binding else self.what
             loop_name = _free_symbol(text, f"{name}_numpy_loop")
             if layout is None:
@@ -174,9 +176,9 @@ class _Builder:
                                 f"ufunc loop runs without the GIL and cannot call Python "
                                 f"(compute it in MLIR, or use @mlir_kernel)")
             keep.append(module)
-            loops.append((module.engine.function_address(loop_name),
-                          [o.scalar for o in operands]))
-        assert signature is not None
+            loops.append((module.engine.function_address(loop_name), operands))
+        if doc is None:
+            doc = f"{self.what}: @{self.function} compiled from MLIR, {'; '.join(described)}"
         return self._ufunc(loops, nin, layout, identity, doc, keep)
 
     def _function(self, text: str, where: str) -> tuple[str, Signature]:
@@ -227,31 +229,29 @@ class _Builder:
         except MLIRError as exc:
             raise MLIRError(f"{where}: {exc.summary}", exc.diagnostics) from exc
 
-    def _ufunc(self, loops: list[tuple[int, list[ScalarType]]], nin: int,
+    def _ufunc(self, loops: list[tuple[int, list[Operand]]], nin: int,
                layout: tuple[list[list[str]], list[list[str]]] | None, identity: Any,
-               doc: str | None, keep: list[object]) -> np.ufunc:
+               doc: str, keep: list[object]) -> np.ufunc:
         nargs = len(loops[0][1])
         functions = (ctypes.c_void_p * len(loops))(*[address for address, _ in loops])
         data = (ctypes.c_void_p * len(loops))()
-        type_numbers = bytes(_type_number(t, self.what) for _, ts in loops for t in ts)
+        type_numbers = bytes(_type_number(o.scalar, self.what) for _, os in loops for o in os)
         types = ctypes.create_string_buffer(type_numbers, len(type_numbers))
         seen = set()
-        for _, ts in loops:
-            key = tuple(t.dtype for t in ts[:nin])
+        for _, operands in loops:
+            key = tuple(o.scalar.dtype for o in operands[:nin])
             if key in seen:
                 raise ValueError(f"{self.what}: two loops take the same input types "
-                                 f"({', '.join(t.mlir for t in ts[:nin])}): numpy would only "
-                                 f"ever run the first")
+                                 f"({', '.join(o.scalar.mlir for o in operands[:nin])}): "
+                                 f"numpy would only ever run the first")
             seen.add(key)
-        name = (self.what.split("'")[1] if "'" in self.what else self.kind).encode()
-        text = (doc if doc is not None else
-                f"{self.what}: compiled from MLIR ({len(loops)} loop(s))").encode()
+        name, text = self.function.encode(), doc.encode()
         code, value = _identity(identity, self.what, layout is None and nin == 2
                                 and nargs == 3)
         signature = None
         if layout is not None:
             signature = _layout_text(layout).encode()
-            blocks = [_error_block(self.what, layout) for _ in loops]
+            blocks = [_error_block(self.what, layout, operands) for _, operands in loops]
             keep.extend(blocks)
             for i, (block, _) in enumerate(blocks):
                 data[i] = ctypes.addressof(block)
@@ -354,6 +354,9 @@ def _core_operands(signature: Signature, layout: tuple[list[list[str]], list[lis
                     raise SignatureError(f"{label} has rank {t.rank}; the layout gives "
                                          f"argument {k} the core dimensions "
                                          f"({', '.join(dims)}) (rank {len(dims)})")
+                if t.strides is not None and t.offset not in (None, 0):
+                    raise SignatureError(f"{label}: a static offset other than 0 is not "
+                                         f"supported (declare offset: ?)")
                 element = _scalar(t.element, label, signature)
                 operands.append(Operand(element, role, t, dims))
                 continue
@@ -400,18 +403,26 @@ def _identity(identity: Any, what: str, binary: bool) -> tuple[int, object]:
     return _IDENTITY_VALUE, identity
 
 
-def _error_block(what: str, layout: tuple[list[list[str]], list[list[str]]]) -> Any:
+def _error_block(what: str, layout: tuple[list[list[str]], list[list[str]]],
+                 operands: list[Operand]) -> Any:
     """What a gufunc loop raises with when an operand does not fit its memref: the
     C functions it calls (the GIL taken back), the exception type and one message per
     argument."""
     args = layout[0] + layout[1]
-    messages = [ctypes.create_string_buffer(
-        (f"{what}: argument {k} ({'input' if k < len(layout[0]) else 'output'} "
-         f"({', '.join(dims)})) does not fit its memref parameter: a memref with the "
-         f"identity layout needs an operand contiguous in its core dimensions (and the "
-         f"sizes it declares), and any memref core strides that are multiples of the "
-         f"itemsize; pass np.ascontiguousarray(...) or declare the parameter "
-         f"memref<..., strided<[...], offset: ?>>").encode()) for k, dims in enumerate(args)]
+    messages = []
+    for k, (dims, operand) in enumerate(zip(args, operands)):
+        memref = operand.memref
+        need = ("contiguous in its core dimensions" if memref is None or memref.strides is None
+                else "with core strides that are multiples of its itemsize (and equal to "
+                     "those it declares)")
+        if memref is not None and any(d is not None for d in memref.shape):
+            shape = ", ".join("?" if d is None else str(d) for d in memref.shape)
+            need += f", of core shape ({shape})"
+        messages.append(ctypes.create_string_buffer(
+            f"{what}: argument {k} (core dimensions ({', '.join(dims)})) does not fit "
+            f"parameter #{k} ({memref}): it takes an operand {need}; pass "
+            f"np.ascontiguousarray(...), or declare a strided layout "
+            f"(memref<..., strided<[?, ...], offset: ?>>) to take any strides".encode()))
     block = (ctypes.c_void_p * (4 + len(args)))(
         ffi.python_api_address("PyGILState_Ensure"), ffi.python_api_address("PyErr_SetString"),
         ffi.python_api_address("PyGILState_Release"), id(ValueError),
