@@ -101,6 +101,7 @@ def mlir_gufunc(*, source: str | Path | Any, layout: str, types: Sequence[Any] |
     return builder.make(_parse_layout(layout, builder.what), None, doc)
 
 
+_FUNC = re.compile(r"func\.func\s+(private\s+)?@([\w$.]+)")
 _DIMS = re.compile(r"\(\s*([^()]*?)\s*\)")
 
 
@@ -189,6 +190,9 @@ class _Builder:
         try:
             module = parse_module(text, context)
         except MLIRError as exc:
+            public = [n for private, n in _FUNC.findall(text) if not private]
+            if self.name is None and len(public) == 1:  # name it as later messages do
+                where = where.replace(self.kind, f"{self.kind} {public[0]!r}", 1)
             raise MLIRError(f"{where}: {exc.summary}", exc.diagnostics) from exc
         found = {}
         for op in module.body.operations:
