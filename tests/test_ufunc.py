@@ -377,3 +377,31 @@ def test_gufunc_static_sizes_are_checked() -> None:
     assert norm3(np.arange(6.0).reshape(2, 3)).tolist() == [0.0, 3.0]
     with pytest.raises(ValueError, match="argument 0"):
         norm3(np.arange(8.0).reshape(2, 4))
+
+
+def test_identity_is_for_binary_functions_and_checked() -> None:
+    session = Session()
+    with pytest.raises(ValueError, match="identity= is for binary functions"):
+        mlir_ufunc(identity=0, session=session, source="""
+            func.func @neg(%a: f64) -> f64 {
+              %r = arith.negf %a : f64
+              return %r : f64
+            }""")
+    with pytest.raises(ValueError, match="'reorderable' or a number"):
+        mlir_ufunc(source=ADD, identity="zero", session=session)
+    reorderable = mlir_ufunc(source=ADD, identity="reorderable", session=session)
+    assert reorderable.reduce(np.ones((2, 3)), axis=None) == 6.0
+    with pytest.raises(ValueError):
+        reorderable.reduce(np.array([]))
+
+
+def test_floating_point_errors_reach_numpy() -> None:
+    divide = mlir_ufunc(session=Session(), source="""
+    func.func @divide(%a: f64, %b: f64) -> f64 {
+      %r = arith.divf %a, %b : f64
+      return %r : f64
+    }""")
+    with np.errstate(divide="raise"), pytest.raises(FloatingPointError, match="divide"):
+        divide(np.ones(3), np.zeros(3))
+    with np.errstate(divide="ignore"):
+        assert divide(1.0, 0.0) == np.inf
