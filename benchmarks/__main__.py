@@ -28,6 +28,7 @@ CASES: dict[str, str] = {
     "e": "compile_time",
     "f": "kernels",
     "g": "call_shapes",
+    "h": "ufuncs",
 }
 
 

@@ -20,6 +20,7 @@ from .kernel import Kernel, mlir_kernel
 from .pipeline import DEFAULT_PIPELINE
 from .session import CompiledModule, Session, default_session, runtime_library
 from .signature import Parameter, Signature
+from .ufunc import mlir_gufunc, mlir_ufunc
 
 if TYPE_CHECKING:  # type checkers read the names as annotations (see pymlirjit.typing)
     from .typing import (
@@ -102,7 +103,9 @@ __all__ = [
     "i32",
     "i64",
     "index",
+    "mlir_gufunc",
     "mlir_kernel",
+    "mlir_ufunc",
     "ptr",
     "runtime_library",
 ]

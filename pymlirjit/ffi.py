@@ -30,7 +30,10 @@ __all__ = [
     "pthread_getspecific",
     "pthread_key_create",
     "pthread_setspecific",
+    "python_api_address",
     "type_from_spec_with_bases",
+    "ufunc_from_loops",
+    "ufunc_keep_alive",
 ]
 
 # -- libc and pthread (the process's own symbols) ----------------------------------------
@@ -108,6 +111,11 @@ _capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctyp
     ("PyCapsule_GetPointer", ctypes.pythonapi))
 
 
+def python_api_address(name: str) -> int:
+    """The address of the CPython C API function ``name`` (for compiled code to call)."""
+    return int(ctypes.cast(ctypes.pythonapi[name], ctypes.c_void_p).value or 0)
+
+
 def capsule_pointer(capsule: object, name: bytes | None = None) -> int:
     """The pointer a ``PyCapsule`` holds, asked for under ``name`` (by default the
     capsule's own name); ``ValueError`` if ``capsule`` is not one or has another name."""
@@ -163,3 +171,59 @@ def execution_engine_lookup(engine: int, name: str) -> int:
     pointer), 0 if it has none. The GIL is released meanwhile (the lookup may compile)."""
     data = name.encode()
     return int(_execution_engine_lookup()(engine, MlirStringRef(data, len(data))) or 0)
+
+
+# -- numpy's ufunc C API (the table its _UFUNC_API capsule points to) ----------------------
+
+#: Index of ``PyUFunc_FromFuncAndDataAndSignatureAndIdentity`` in numpy's ufunc API table
+#: (``__ufunc_api.h``, the same from numpy 1.16 to 2.x).
+_UFUNC_FROM_LOOPS = 42
+
+
+@functools.cache
+def _ufunc_from_loops() -> Any:
+    import importlib
+
+    try:
+        umath = importlib.import_module("numpy._core._multiarray_umath")  # numpy 2
+    except ImportError:
+        umath = importlib.import_module("numpy.core._multiarray_umath")  # numpy 1.x
+    table = ctypes.cast(capsule_pointer(umath._UFUNC_API), ctypes.POINTER(ctypes.c_void_p))
+    # The GIL stays held: numpy builds Python objects. A NULL result raises numpy's error.
+    prototype = ctypes.PYFUNCTYPE(
+        ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+        ctypes.c_int, ctypes.c_char_p, ctypes.py_object)
+    return prototype(table[_UFUNC_FROM_LOOPS])
+
+
+def ufunc_from_loops(functions: int, data: int, types: int, ntypes: int, nin: int, nout: int,
+                     identity: int, name: bytes, doc: bytes, signature: bytes | None,
+                     identity_value: object) -> Any:
+    """``PyUFunc_FromFuncAndDataAndSignatureAndIdentity``: a new ``numpy.ufunc`` over
+    ``ntypes`` loops (``functions``, ``data``: arrays of pointers; ``types``: ``ntypes *
+    (nin + nout)`` type numbers, one byte each). numpy keeps the arrays, ``name`` and
+    ``doc`` without copying them: the caller keeps them alive as long as the ufunc."""
+    return _ufunc_from_loops()(functions, data, types, ntypes, nin, nout, identity, name, doc,
+                               0, signature, identity_value)
+
+
+_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
+
+
+def ufunc_keep_alive(ufunc: Any, functions: int, data: int, types: int, keep: object) -> bool:
+    """Make ``ufunc`` own a reference to ``keep`` through its ``obj`` field (numpy's
+    ``ufunc_dealloc`` drops it), as ``np.frompyfunc`` keeps its function. The layout of
+    ``PyUFuncObject`` is checked first, by the fields just set from ``functions``, ``data``
+    and ``types``: False (nothing written) if they are not where numpy 1.x and 2.x have
+    them, or if ``obj`` is already used."""
+    base = id(ufunc) + object.__basicsize__
+    counts = (ctypes.c_int * 2).from_address(base)  # nin, nout
+    loops = (ctypes.c_void_p * 2).from_address(base + 16)  # functions, data
+    tail = (ctypes.c_void_p * 5).from_address(base + 40)  # name, types, doc, ptr, obj
+    if (tuple(counts) != (ufunc.nin, ufunc.nout) or tuple(loops) != (functions, data)
+            or tail[1] != types or tail[4] is not None):
+        return False
+    _incref(keep)
+    tail[4] = id(keep)
+    return True

@@ -20,9 +20,9 @@ def test_quick_benchmarks_run_and_print_the_table() -> None:
     output = completed.stdout
     headers = [line for line in output.splitlines()
                if line.startswith("case") and "median ns" in line and "ratio" in line]
-    assert len(headers) == 7, output
+    assert len(headers) == 8, output
     assert "machine:" in output and "numpy:" in output
-    for letter in "abcdefg":
+    for letter in "abcdefgh":
         assert f"\n{letter}. " in output, f"case {letter} missing:\n{output}"
     assert "targets (design.md):" in output
     # Case f checked every path against numpy: none computed something else or crashed.
@@ -32,3 +32,4 @@ def test_quick_benchmarks_run_and_print_the_table() -> None:
         assert f"\nf     {kernel} " in output, f"kernel {kernel} missing:\n{output}"
     assert "of FMA peak" in output and "of copy" in output
     assert "g     two scalar results (a tuple): pymlirjit" in output
+    assert "h     pymlirjit mlir_ufunc, add body" in output

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["types", "signature", "callbacks", "pipeline", "engine", "session", "kernel",
+MODULES = ["types", "signature", "callbacks", "pipeline", "engine", "session", "kernel", "ufunc",
            "typing", "cprototype", "externs"]
 
 

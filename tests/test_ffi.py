@@ -161,3 +161,47 @@ def test_object_base_finds_the_library_holding_an_address() -> None:
     base = ffi.object_base(address)
     assert 0 < base <= address
     assert ffi.object_base(0) == 0
+
+
+def test_ufunc_from_loops_makes_a_ufunc_that_owns_what_it_is_kept_with() -> None:
+    import gc
+    import weakref
+    from typing import Any
+
+    prototype = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.POINTER(ctypes.c_ssize_t),
+                                 ctypes.POINTER(ctypes.c_ssize_t), ctypes.c_void_p)
+
+    def twice(args: Any, dims: Any, steps: Any, data: Any) -> None:  # a loop in Python
+        for i in range(dims[0]):
+            x = ctypes.c_double.from_address(args[0] + i * steps[0])
+            ctypes.c_double.from_address(args[1] + i * steps[1]).value = 2 * x.value
+
+    loop = prototype(twice)
+    functions = (ctypes.c_void_p * 1)(ctypes.cast(loop, ctypes.c_void_p).value)
+    data = (ctypes.c_void_p * 1)()
+    types = ctypes.create_string_buffer(bytes([np.dtype("f8").num] * 2), 2)
+    ufunc = ffi.ufunc_from_loops(ctypes.addressof(functions), ctypes.addressof(data),
+                                 ctypes.addressof(types), 1, 1, 1, -1, b"twice", b"doc", None,
+                                 None)
+    assert isinstance(ufunc, np.ufunc) and ufunc.types == ["d->d"]
+
+    class Keep:
+        pass
+
+    keep = Keep()
+    keep.parts = (loop, functions, data, types)  # type: ignore[attr-defined]
+    alive = weakref.ref(keep)
+    assert not ffi.ufunc_keep_alive(ufunc, ctypes.addressof(data), ctypes.addressof(data),
+                                    ctypes.addressof(types), keep)  # a layout not found
+    assert ffi.ufunc_keep_alive(ufunc, ctypes.addressof(functions), ctypes.addressof(data),
+                                ctypes.addressof(types), keep)
+    assert not ffi.ufunc_keep_alive(ufunc, ctypes.addressof(functions),
+                                    ctypes.addressof(data), ctypes.addressof(types), keep)
+    del keep, loop, functions, data, types
+    gc.collect()
+    assert alive() is not None
+    assert ufunc(np.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
+    del ufunc
+    gc.collect()
+    assert alive() is None
