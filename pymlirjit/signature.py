@@ -28,6 +28,7 @@ from .types import (
     TensorType,
     Type,
     UnrankedMemRefType,
+    ptr,
     to_type,
 )
 
@@ -348,4 +349,4 @@ def _decode_type(data: Any) -> Type:
     return TensorType(_SCALARS_BY_MLIR[data["tensor"]], tuple(data["shape"]))
 
 
-_SCALARS_BY_MLIR = {t.mlir: t for t in SCALARS}
+_SCALARS_BY_MLIR = {t.mlir: t for t in (*SCALARS, ptr)}

@@ -120,3 +120,12 @@ def test_a_callback_annotated_int_for_an_index_declaration_is_told_what_to_write
                                              r"pymlirjit.f32"):
         as_signature(None, cb).check_matches(as_signature("(i64) -> f32"), "callback @cb",
                                              "annotations", "declaration")
+
+
+def test_every_type_survives_the_cache_encoding() -> None:
+    from pymlirjit.signature import decode_signature, encode_signature
+
+    text = ("(!llvm.ptr, i1, index, f16, bf16, complex<f32>, memref<?x3xf64>, "
+            "memref<*xi8>, tensor<2xi32>) -> (!llvm.ptr, f64)")
+    signature = as_signature(text)
+    assert decode_signature(encode_signature(signature)) == signature
