@@ -6,87 +6,40 @@ before ``convert-scf-to-cf``, where memref accesses and ``scf.if`` both exist):
 - integer division and remainder (``arith.divsi``, ``remui``, ``ceildivsi``, ...; scalars
   and vectors) get a divisor that cannot trap (``1`` where it is ``0``, and for signed ops
   where the dividend is the minimum and the divisor ``-1``, whose quotient then wraps as
-  in C compilers' ``-fwrapv``) and, where it was ``0``, record a ``ZeroDivisionError``;
+  in C compilers' ``-fwrapv``) and, where it was ``0``, record a ``ZeroDivisionError``
+  (with ``error_model="numpy"``, numba's other model and numpy's own: the result is ``0``
+  where the divisor is, and the CPU's divide-by-zero or overflow flag is raised, which
+  numpy reports after a ufunc loop as ``np.errstate`` says; no Python is called);
 - ``cf.assert`` records an ``AssertionError`` with its message instead of aborting;
 - with ``boundscheck``, ``memref.load``/``store`` and ``vector.load``/``store`` outside
   their view record an ``IndexError`` and are skipped (a load yields zero), as are the
   accesses after an invalid ``memref.subview`` in the same function.
 
 Recording a failure is a call to the built-in callback :data:`FAIL_SYMBOL`, which raises
-the exception (:func:`raise_failure`): the call machinery of callbacks then ends the
-kernel call (at once where it unwinds, else at its end with later failures ignored) and
-raises it. Messages are constants in the compiled code (name, source location), so a
+the exception (:func:`pymlirjit.failures.raise_failure`): the call machinery of callbacks
+then ends the kernel call (at once where it unwinds, else at its end with later failures
+ignored) and raises it. Messages are constants in the compiled code (name, source location), so a
 module loaded from the disk cache in another process raises the same ones.
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
+import platform
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .abi import defined_function_symbol
+from .failures import ASSERTION, FAIL_SYMBOL, INDEX, SEPARATOR, ZERO_DIVISION
 
-__all__ = ["FAIL_SIGNATURE", "FAIL_SYMBOL", "insert_checks", "raise_failure",
-           "register_source", "source_id"]
+__all__ = ["ERROR_MODELS", "insert_checks"]
 
-#: The runtime symbol checked code calls to record a failure (a reserved name).
-FAIL_SYMBOL = "__pymlirjit_fail"
-#: Its MLIR signature: kind, message address, then the failing dimension, index and size
-#: (bounds checks only).
-FAIL_SIGNATURE = "(i32, i64, i64, i64, i64) -> ()"
-
-_ZERO_DIVISION, _INDEX, _ASSERTION = 1, 2, 3
-_EXCEPTIONS: dict[int, type[Exception]] = {
-    _ZERO_DIVISION: ZeroDivisionError, _INDEX: IndexError, _ASSERTION: AssertionError}
-
-
-def source_id(text: str) -> str:
-    """A short name of the MLIR source ``text`` (messages carry it)."""
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-# source id -> (definition site, text) of inline sources, registered by kernels, so
-# that a message names the Python line rather than the MLIR line.
-_sources: dict[str, tuple[Any, str]] = {}
-_SEPARATOR = "\x1f"
-_MLIR_LINE = re.compile(r"\(MLIR line (\d+)\)")
-
-
-def register_source(text: str, site: Any) -> None:
-    """Let failures in code compiled from the inline MLIR ``text`` name the Python file
-    and line where it sits (``site``: a :class:`~pymlirjit.sourcelines.Site`)."""
-    _sources[source_id(text)] = (site, text)
-
-
-def _on_python_line(text: str) -> str:
-    source, _, text = text.rpartition(_SEPARATOR)
-    found = _sources.get(source)
-    match = _MLIR_LINE.search(text)
-    if found is None or match is None:
-        return text
-    from .sourcelines import python_place
-
-    try:
-        place = python_place(found[0], found[1], int(match[1]))
-    except Exception:  # a file that changed or vanished: the MLIR line says enough
-        place = None
-    return text if place is None else f"{text[:match.start()]}({place}){text[match.end():]}"
-
-
-def raise_failure(kind: int, message: int, dim: int, index: int, size: int) -> None:
-    """Raise the exception a check of compiled code recorded: ``message`` is the address
-    of its NUL-terminated text (a constant of the module)."""
-    text = ctypes.string_at(message).decode(errors="replace") if message else "check failed"
-    text = _on_python_line(text)
-    if kind == _INDEX:
-        text = text.replace("{detail}", f"index {index} is out of bounds for dimension "
-                                        f"{dim} of size {size}")
-    raise _EXCEPTIONS.get(kind, RuntimeError)(text)
-
+#: ``<fenv.h>``'s FE_DIVBYZERO and FE_OVERFLOW, by machine (glibc's values).
+_FP_FLAGS = {"x86_64": (0x04, 0x08), "AMD64": (0x04, 0x08), "aarch64": (0x02, 0x04),
+             "arm64": (0x02, 0x04)}
+#: The error models (numba's names): raise ZeroDivisionError, or behave as numpy does.
+ERROR_MODELS = ("python", "numpy")
 
 #: Integer divisions and remainders, and whether they are signed.
 _DIVISIONS = {"arith.divsi": True, "arith.remsi": True, "arith.ceildivsi": True,
@@ -106,9 +59,11 @@ class _Rewriter:
     module: Any
     filename: str
     source: str
+    numpy_errors: bool = False
     inserted: int = 0
     messages: int = 0
-    safe_divisors: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    safe_divisors: dict[tuple[Any, ...], tuple[Any, Any]] = field(default_factory=dict)
+    raises_fp_flags: bool = False
     checked_divisors: set[tuple[Any, Any]] = field(default_factory=set)
 
     def constant(self, value: int, type_: Any) -> Any:
@@ -159,7 +114,7 @@ class _Rewriter:
 
         self.messages += 1
         name = f"{FAIL_SYMBOL}_message_{self.messages}"
-        data = f"{self.source}{_SEPARATOR}{text}".encode() + b"\0"
+        data = f"{self.source}{SEPARATOR}{text}".encode() + b"\0"
         escaped = "".join(chr(b) if b in _PLAIN else f"\\{b:02X}" for b in data)
         global_ = ir.Operation.parse(
             f'llvm.mlir.global internal constant @{name}("{escaped}") '
@@ -214,13 +169,14 @@ class _Rewriter:
         # safe divisor, so that LLVM still computes both with one division; only the
         # first division by a value in a block records the failure (the first one wins).
         key = (block, dividend, divisor, signed)
-        safe = self.safe_divisors.get(key)
-        if safe is not None:
-            op.operands[1] = safe
+        known_safe = self.safe_divisors.get(key)
+        if known_safe is not None:
+            op.operands[1], zero = known_safe
+            self.zero_where_zero(op, zero)
             return
         with ir.InsertionPoint(op), op.location:
             zero = arith.CmpIOp(arith.CmpIPredicate.eq, divisor, self.constant(0, type_)).result
-            bad = zero
+            bad, overflow = zero, None
             if signed and width > 1:
                 minimum = self.constant(-(1 << (width - 1)), type_)
                 overflow = arith.AndIOp(
@@ -229,13 +185,46 @@ class _Rewriter:
                                  self.constant(-1, type_)).result).result
                 bad = arith.OrIOp(zero, overflow).result
             safe = arith.SelectOp(bad, self.constant(1, type_), divisor).result
-            op.operands[1] = self.safe_divisors[key] = safe
+            op.operands[1] = safe
+            self.safe_divisors[key] = (safe, zero)
+            self.zero_where_zero(op, zero)
             if (block, divisor) in self.checked_divisors:
                 return
             self.checked_divisors.add((block, divisor))
+            if self.numpy_errors:
+                divide_by_zero, overflowed = _FP_FLAGS.get(platform.machine(), (0, 0))
+                self.if_failed(self.any(zero), lambda: self.raise_fp_flag(divide_by_zero))
+                if overflow is not None:
+                    self.if_failed(self.any(overflow),
+                                   lambda: self.raise_fp_flag(overflowed))
+                return
             self.if_failed(self.any(zero),
-                           lambda: self.fail(_ZERO_DIVISION, f"integer division or modulo "
+                           lambda: self.fail(ZERO_DIVISION, f"integer division or modulo "
                                              f"by zero in {self.where(op)}"))
+
+    def zero_where_zero(self, op: Any, zero: Any) -> None:
+        """With numpy's error model: ``op``'s result is 0 where the divisor was 0."""
+        from mlir import ir
+        from mlir.dialects import arith
+
+        if not self.numpy_errors:
+            return
+        result = op.result
+        with ir.InsertionPoint.after(op), op.location:
+            fixed = arith.SelectOp(zero, self.constant(0, result.type), result)
+        result.replace_all_uses_except(fixed.result, fixed.operation)
+
+    def raise_fp_flag(self, flag: int) -> None:
+        """Raise the CPU's floating-point exception ``flag`` (``feraiseexcept``), which
+        numpy reads after a ufunc loop; nothing where the machine's flags are unknown."""
+        from mlir import ir
+        from mlir.dialects import func
+
+        if flag:
+            i32 = ir.IntegerType.get_signless(32)
+            func.CallOp([i32], ir.FlatSymbolRefAttr.get("feraiseexcept"),
+                        [self.constant(flag, i32)])
+            self.raises_fp_flags = True
 
     def any(self, flags: Any) -> Any:
         """An i1: whether any lane of ``flags`` (an i1 or a vector of i1) is set."""
@@ -270,7 +259,7 @@ class _Rewriter:
             else:
                 message = f"{text}, in {where}" if text else f"assertion failed in {where}"
             self.if_failed(failed, lambda: self.fail(
-                _INDEX if verification else _ASSERTION, message))
+                INDEX if verification else ASSERTION, message))
         op.erase()
 
 
@@ -354,7 +343,7 @@ class _Rewriter:
             dim = arith.SelectOp(ok, dim, self.index(d_)).result
             index = arith.SelectOp(ok, index, index_).result
             extent = arith.SelectOp(ok, extent, extent_).result
-        self.fail(_INDEX, text, dim, index, extent)
+        self.fail(INDEX, text, dim, index, extent)
 
     def access(self, op: Any, flag: Any) -> None:
         """Run ``op`` (a load or store) only where its indices lie in its memref (and no
@@ -446,14 +435,16 @@ def _scalar_attribute(type_: Any, value: int) -> Any:
 
 
 def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
-                  source: str = "") -> int:
+                  source: str = "", error_model: str = "python") -> int:
     """Add the checks of checked mode to ``module`` (see the module's docstring), which
     must still hold ``scf`` and ``memref`` ops; returns how many failure calls it added
     (0: the module needs no failure callback, and none is declared). ``source`` is the
-    :func:`source_id` of the module's text (for :func:`register_source`)."""
+    :func:`~pymlirjit.failures.source_id` of the module's text (for
+    :func:`~pymlirjit.failures.register_source`); ``error_model`` one of
+    :data:`ERROR_MODELS`."""
     from mlir import ir
 
-    rewriter = _Rewriter(module, filename, source)
+    rewriter = _Rewriter(module, filename, source, numpy_errors=error_model == "numpy")
     divisions: list[tuple[Any, bool]] = []
     assertions: list[Any] = []
     accesses: list[Any] = []
@@ -488,6 +479,9 @@ def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
             rewriter.access(op, flags.get(rewriter.function_of(op)))
         if rewriter.inserted:
             _declare_fail(module)
+        if rewriter.raises_fp_flags and "feraiseexcept" not in ir.SymbolTable(module.operation):
+            module.body.append(ir.Operation.parse(
+                "func.func private @feraiseexcept(i32) -> i32"))
     return rewriter.inserted
 
 

@@ -109,6 +109,9 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                      help="parallel loops on several threads (PYMLIRJIT_NUM_THREADS caps them)")
     run.add_argument("--boundscheck", action="store_true",
                      help="out-of-bounds memref accesses raise IndexError")
+    run.add_argument("--error-model", choices=("python", "numpy"), default="python",
+                     help="integer division by zero: an error (python, the default) or 0 "
+                          "(numpy)")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
                      help="save the array result instead of printing it (repeat for "
                           "several array results)")
@@ -323,7 +326,8 @@ def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
         module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
                                  shared_libs=shared_libs, callbacks=callbacks,
                                  fastmath=args.fastmath, parallel=args.parallel,
-                                 boundscheck=args.boundscheck)
+                                 boundscheck=args.boundscheck,
+                                 error_model=args.error_model)
         return module, session.disk_cache is not None and session.disk_cache.hits > 0
     except LinkError as exc:
         if not exc.missing:

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
 from .callbacks import Callback, Invalidated, default_registry, importable, interned, pickle_token
-from .checks import register_source
 from .cprototype import function_pointer
 from .errors import MLIRError, SignatureError
 from .externs import Dependents, Linkable, compile_targets
+from .failures import register_source
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .options import CompileOptions, OptionOverrides
@@ -58,8 +58,8 @@ class Kernel(NativeCallable):
                  shared_libs: Iterable[str] | None = None,
                  session: Session | None = None, release_gil: bool | None = None,
                  cache: bool | None = None, fastmath: bool | None = None,
-                 parallel: bool | None = None,
-                 boundscheck: bool | None = None) -> None:
+                 parallel: bool | None = None, boundscheck: bool | None = None,
+                 error_model: str | None = None) -> None:
         if not isinstance(source, (str, Path)) and not callable(source):
             source = built_text(source)  # a module built in Python: its text, once
         self.__wrapped__ = stub
@@ -72,7 +72,8 @@ class Kernel(NativeCallable):
         self.source = source
         self._overrides = OptionOverrides.of(pipeline, opt_level, shared_libs,
                                              fastmath=fastmath, parallel=parallel,
-                                             boundscheck=boundscheck)
+                                             boundscheck=boundscheck,
+                                             error_model=error_model)
         self._callbacks = tuple(callbacks or ())
         self._cache = cache
         self._session = session
@@ -464,9 +465,9 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
                 callbacks: Iterable[Linkable] | None = None,
                 shared_libs: Iterable[str] | None = None, session: Session | None = None,
                 release_gil: bool | None = None, cache: bool | None = None,
-                fastmath: bool | None = None,
-                parallel: bool | None = None,
-                boundscheck: bool | None = None) -> Callable[[Callable[..., Any]], Kernel]:
+                fastmath: bool | None = None, parallel: bool | None = None,
+                boundscheck: bool | None = None,
+                error_model: str | None = None) -> Callable[[Callable[..., Any]], Kernel]:
     """Turn the MLIR function named like the decorated stub (or ``name``) into a
     Python callable. The stub's body is unused; its annotations, where present, are
     checked against the MLIR signature. Compilation happens on first call.
@@ -480,21 +481,18 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     ``cache=True`` keeps the machine code on disk (the session's ``cache_dir``, else
     :func:`pymlirjit.cache.default_cache_dir`), so that a new process skips compiling.
 
-    ``fastmath=True`` (numba's name) puts fast-math flags on float ops, so that float
-    reductions vectorize (``None``: the session's setting). ``opt_level=3`` with the
-    default pipeline also tiles and vectorizes ``linalg.matmul`` for the host CPU.
-
-    ``parallel=True`` (numba's name) runs ``scf.parallel``, ``scf.forall`` and linalg's
-    parallel dimensions on several threads of MLIR's async runtime (default pipeline;
-    ``PYMLIRJIT_NUM_THREADS`` caps them; see ``docs/threads.md``).
-
-    ``boundscheck=True`` (numba's name) makes out-of-bounds memref accesses and invalid
-    subviews raise ``IndexError`` naming the kernel and line (``None``: the session's
-    setting); integer division by zero raises ``ZeroDivisionError`` in any case.
+    Options named as numba's (``None``: the session's setting): ``fastmath=True`` puts
+    fast-math flags on float ops, so that float reductions vectorize; ``parallel=True``
+    runs ``scf.parallel``, ``scf.forall`` and linalg's parallel dimensions on several
+    threads (``PYMLIRJIT_NUM_THREADS`` caps them; ``docs/threads.md``);
+    ``boundscheck=True`` makes out-of-bounds memref accesses and invalid subviews raise
+    ``IndexError`` naming the kernel and line; integer division by zero raises
+    ``ZeroDivisionError``, or with ``error_model="numpy"`` gives 0 (``docs/checked-mode.md``).
+    ``opt_level=3`` with the default pipeline also tiles and vectorizes linalg ops.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
         return _generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
                                          opt_level, callbacks, shared_libs, session,
                                          release_gil, cache, fastmath, parallel,
-                                         boundscheck))
+                                         boundscheck, error_model))
     return decorate

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import optimize as optimizing
+from .checks import ERROR_MODELS
 from .pipeline import check_opt_level, normalize_pipeline, runtime_library
 from .vectormath import cache_tag as vector_library_tag
 
@@ -38,10 +39,14 @@ class OptionOverrides:
     parallel: bool | None = None
     #: Out-of-bounds memref accesses raise IndexError (numba's ``boundscheck=True``).
     boundscheck: bool | None = None
+    #: What an integer division by zero does (numba's ``error_model``): ``"python"``
+    #: raises ZeroDivisionError, ``"numpy"`` gives 0 and raises the CPU's flag.
+    error_model: str | None = None
 
     @classmethod
     def of(cls, pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
-           shared_libs: Iterable[str] | None = None, **flags: bool | None) -> OptionOverrides:
+           shared_libs: Iterable[str] | None = None,
+           **flags: Any) -> OptionOverrides:
         """Overrides from the keywords of ``mlir_kernel`` and ``Session.compile``."""
         return cls(pipeline, opt_level, None if shared_libs is None else tuple(shared_libs),
                    **flags)
@@ -69,6 +74,8 @@ class CompileOptions:
     parallel: bool = False
     #: Out-of-bounds memref accesses raise IndexError (numba's ``boundscheck=True``).
     boundscheck: bool = False
+    #: What an integer division by zero does: see :data:`pymlirjit.checks.ERROR_MODELS`.
+    error_model: str = "python"
     #: How many threads a parallel loop is split for (``PYMLIRJIT_NUM_THREADS``, read by
     #: :meth:`resolved` when a parallel module compiles; 0 until then).
     threads: int = 0
@@ -76,21 +83,23 @@ class CompileOptions:
     @classmethod
     def make(cls, pipeline: str | Sequence[str] | None = None, opt_level: int = 2,
              shared_libs: Iterable[str] = (), fastmath: bool = False,
-             parallel: bool = False, boundscheck: bool = False) -> CompileOptions:
+             parallel: bool = False, boundscheck: bool = False,
+             error_model: str = "python") -> CompileOptions:
         """Options from any accepted spelling, checked (``pipeline=None``: the default
         pipeline; libraries by path or by runtime library name)."""
         return cls(normalize_pipeline(None), 2, ()).overridden(OptionOverrides.of(
             pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
-            boundscheck=boundscheck))
+            boundscheck=boundscheck, error_model=error_model))
 
     def replace(self, pipeline: str | Sequence[str] | None = None,
                 opt_level: int | None = None, shared_libs: Iterable[str] | None = None,
                 fastmath: bool | None = None, parallel: bool | None = None,
-                boundscheck: bool | None = None) -> CompileOptions:
+                boundscheck: bool | None = None,
+                error_model: str | None = None) -> CompileOptions:
         """These options with those given (not ``None``) instead, checked."""
         return self.overridden(OptionOverrides.of(
             pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
-            boundscheck=boundscheck))
+            boundscheck=boundscheck, error_model=error_model))
 
     def overridden(self, overrides: OptionOverrides) -> CompileOptions:
         """These options with ``overrides`` applied, checked."""
@@ -106,6 +115,9 @@ class CompileOptions:
         for name in FLAGS:
             if name in given and not isinstance(given[name], bool):
                 raise TypeError(f"{name} must be True or False, got {given[name]!r}")
+        if given.get("error_model", "python") not in ERROR_MODELS:
+            raise ValueError(f"error_model must be one of {', '.join(map(repr, ERROR_MODELS))}, "
+                             f"got {given['error_model']!r}")
         return dataclasses.replace(self, **given)
 
     def resolved(self) -> CompileOptions:
@@ -118,6 +130,8 @@ class CompileOptions:
     def pipeline_key(self) -> str:
         """The pipeline with the flags that change the code it makes (a cache key)."""
         flags = "".join(f" +{name}" for name in FLAGS if getattr(self, name))
+        if self.error_model != "python":
+            flags += f" +{self.error_model}-errors"
         return (self.pipeline + flags + (f"={self.threads}" if self.parallel else "")
                 + (vector_library_tag() if self.fastmath else ""))
 

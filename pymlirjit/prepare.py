@@ -30,9 +30,10 @@ from .abi import (
     kernel_shim,
 )
 from .callbacks import Callback
-from .checks import FAIL_SIGNATURE, FAIL_SYMBOL, insert_checks, raise_failure, source_id
+from .checks import insert_checks
 from .errors import Diagnostic, MLIRError, SignatureError
 from .externs import LinkedExtern
+from .failures import FAIL_SIGNATURE, FAIL_SYMBOL, raise_failure, source_id
 from .optimize import optimize, with_vector_lowering
 from .options import CompileOptions
 from .pipeline import lower as lower_module
@@ -232,7 +233,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
 
     def add_checks(module: Any) -> None:
         inserted.append(insert_checks(module, boundscheck=options.boundscheck,
-                                      filename=prepared.filename, source=prepared.source))
+                                      filename=prepared.filename, source=prepared.source,
+                                      error_model=options.error_model))
 
     hooks = optimizing.parallel_hooks(options.threads) if options.parallel_loops else {}
     # Checks go in before parallel loops are outlined as tasks (a failure then names the

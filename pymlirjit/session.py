@@ -102,8 +102,9 @@ class Session:
     are defaults for :meth:`compile`, held as one frozen
     :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`), as are ``fastmath``
     (fast-math flags on float ops, see :mod:`pymlirjit.optimize`), ``parallel``
-    (loops on several threads, see ``docs/threads.md``) and ``boundscheck``
-    (out-of-bounds memref accesses raise IndexError, see :mod:`pymlirjit.checks`).
+    (loops on several threads, see ``docs/threads.md``), ``boundscheck``
+    (out-of-bounds memref accesses raise IndexError, see :mod:`pymlirjit.checks`) and
+    ``error_model`` (``"numpy"``: an integer division by zero gives 0, not an exception).
     ``callbacks`` is
     this session's registry:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
@@ -118,13 +119,14 @@ class Session:
                  shared_libs: Iterable[str] = (), *,
                  registry: CallbackRegistry | None = None,
                  cache_dir: str | Path | None = None, fastmath: bool = False,
-                 parallel: bool = False, boundscheck: bool = False) -> None:
+                 parallel: bool = False, boundscheck: bool = False,
+                 error_model: str = "python") -> None:
         self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
                                        else NullCache())
         self._disk_hits = 0
         self._rejected: Counter[str] = Counter()
         self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath,
-                                           parallel, boundscheck)
+                                           parallel, boundscheck, error_model)
         self.callbacks = registry if registry is not None else CallbackRegistry()
         self._cache: dict[tuple[_ModuleKey, tuple[Callback | LinkedExtern | None, ...]],
                           CompiledModule] = {}
@@ -208,14 +210,15 @@ class Session:
                 callbacks: Iterable[Linkable] = (), cache: bool | None = None,
                 options: CompileOptions | None = None,
                 fastmath: bool | None = None, parallel: bool | None = None,
-                boundscheck: bool | None = None) -> CompiledModule:
+                boundscheck: bool | None = None,
+                error_model: str | None = None) -> CompiledModule:
         """Compile ``source`` (MLIR text, a path to a ``.mlir`` file, or a module built
         in Python: see :func:`pymlirjit.prepare.built_text`), or return the cached module
         compiled from the same source text, options and callbacks.
 
         ``options`` replaces the session's (:attr:`options`); ``pipeline``,
-        ``opt_level``, ``shared_libs``, ``fastmath``, ``parallel`` and ``boundscheck``,
-        where given, replace those.
+        ``opt_level``, ``shared_libs``, ``fastmath``, ``parallel``, ``boundscheck`` and
+        ``error_model``, where given, replace those.
         ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
         ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
         ``callbacks`` may also hold externs and kernels (see :mod:`pymlirjit.externs`):
@@ -225,7 +228,8 @@ class Session:
         # Externs resolve now (kernels compile): their addresses are part of the key.
         explicit = tuple(_linkable(cb) for cb in callbacks)
         chosen = (self.options if options is None else options).replace(
-            pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck).resolved()
+            pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
+            error_model).resolved()
         key = _ModuleKey(text, chosen, explicit)
         with self._lock:  # memory -> store -> compile -> store
             declared = self._declared.get(key)

@@ -72,7 +72,9 @@ def mlir_ufunc(*, source: str | Path | Any, types: Sequence[Any] | None = None,
     ``cache``, ``fastmath``) are :func:`~pymlirjit.mlir_kernel`'s.
 
     A function that calls a Python ``@callback`` is refused (:class:`TypeError`): numpy
-    runs the loop without the GIL, in any thread.
+    runs the loop without the GIL, in any thread. Integer division by zero follows
+    numpy's error model (numba's ``error_model="numpy"``): the result is 0 and numpy
+    warns, or raises ``FloatingPointError``, as ``np.errstate`` says.
     """
     builder = _Builder("mlir_ufunc", source, types, name, pipeline, opt_level, shared_libs,
                        session, cache, fastmath)
@@ -144,7 +146,8 @@ class _Builder:
         self.what = f"{kind} {name!r}" if name else kind
         self.session = session if session is not None else default_session()
         self.compile_options = dict(pipeline=pipeline, opt_level=opt_level,
-                                    shared_libs=shared_libs, fastmath=fastmath, cache=cache)
+                                    shared_libs=shared_libs, fastmath=fastmath, cache=cache,
+                                    error_model="numpy")
         self.bindings = _bindings(free_aliases(text), types, self.what)
 
     def make(self, layout: tuple[list[list[str]], list[list[str]]] | None, identity: Any,

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from pymlirjit import Session, mlir_kernel
-from pymlirjit.checks import FAIL_SYMBOL, insert_checks
+from pymlirjit.checks import insert_checks
+from pymlirjit.failures import FAIL_SYMBOL
 from pymlirjit.pipeline import DEFAULT_PIPELINE, new_context, parse_module
 from pymlirjit.prepare import CompileOptions
 
@@ -590,3 +591,20 @@ def test_a_failing_parallel_loop_names_the_kernel_and_fails_one_call_only() -> N
                                             "ZeroDivisionError", "ok"]
     assert rows[1][2] == "integer division or modulo by zero in @divide (MLIR line 8)"
     assert rows[5] == ["first", str([0, 0, 0, 0])]
+
+
+def test_numpy_error_model_gives_zero_and_raises_the_cpu_flag_not_an_exception() -> None:
+    # numpy's integer division by zero: 0, and the FE_DIVBYZERO flag (INT_MIN // -1: the
+    # minimum, and FE_OVERFLOW), read here as numpy reads it after a ufunc loop.
+    rows = run_isolated("""
+        import ctypes
+        libm = ctypes.CDLL("libm.so.6")
+        m = Session(error_model="numpy").compile(DIVISIONS)
+        for name, a, b in [("divsi", 7, 0), ("remsi", 7, 0), ("divui", 7, 0),
+                           ("floordivsi", 7, 2), ("divsi", -2**63, -1)]:
+            libm.feclearexcept(0x3D)
+            say(name, *outcome(m[name], a, b), libm.fetestexcept(0x3D))
+    """, DIVISIONS=DIVISIONS)
+    assert rows == [["divsi", "ok", "0", "4"], ["remsi", "ok", "0", "4"],
+                    ["divui", "ok", "0", "4"], ["floordivsi", "ok", "3", "0"],
+                    ["divsi", "ok", str(-2**63), "8"]]

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OPTIONS = [f.name for f in dataclasses.fields(OptionOverrides)]
 #: A value other than the default for each option.
 SET = {"pipeline": [*DEFAULT_PIPELINE, "canonicalize"], "opt_level": 3, "shared_libs": (),
-       "fastmath": True, "parallel": True, "boundscheck": True}
+       "fastmath": True, "parallel": True, "boundscheck": True, "error_model": "numpy"}
 
 
 def test_every_option_is_a_keyword_of_each_entry_point() -> None:
@@ -41,8 +41,8 @@ def test_overrides_apply_checked_and_leave_the_rest() -> None:
     assert base.overridden(OptionOverrides()) is base
     changed = base.overridden(OptionOverrides.of(**SET))
     assert changed.pipeline == normalize_pipeline(SET["pipeline"])
-    assert (changed.opt_level, changed.fastmath, changed.parallel, changed.boundscheck) == (
-        3, True, True, True)
+    assert (changed.opt_level, changed.fastmath, changed.parallel, changed.boundscheck,
+            changed.error_model) == (3, True, True, True, "numpy")
     assert base.overridden(OptionOverrides(fastmath=True)).opt_level == base.opt_level
     assert base.replace(boundscheck=True) == base.overridden(OptionOverrides(boundscheck=True))
     for flag in FLAGS:
@@ -50,6 +50,8 @@ def test_overrides_apply_checked_and_leave_the_rest() -> None:
             base.overridden(OptionOverrides(**{flag: 1}))  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         base.overridden(OptionOverrides(opt_level=7))
+    with pytest.raises(ValueError, match="error_model must be one of 'python', 'numpy'"):
+        base.overridden(OptionOverrides(error_model="c"))
 
 
 def test_every_flag_is_in_the_cache_key() -> None:
@@ -57,6 +59,7 @@ def test_every_flag_is_in_the_cache_key() -> None:
     for flag in FLAGS:
         key = CompileOptions.make(**{flag: True}).resolved().pipeline_key
         assert key != plain and f"+{flag}" in key
+    assert CompileOptions.make(error_model="numpy").pipeline_key == plain + " +numpy-errors"
 
 
 def test_a_kernel_pickled_by_value_keeps_every_option(tmp_path: Path) -> None:

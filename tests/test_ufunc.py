@@ -176,6 +176,16 @@ def test_several_results_ints_bools_complex_and_index() -> None:
     q, r = divmod_(np.arange(10), 3)
     np.testing.assert_array_equal(q, np.arange(10) // 3)
     np.testing.assert_array_equal(r, np.arange(10) % 3)
+    # Division by zero as numpy's own integer ufuncs: 0, and numpy's warning or error.
+    a, b = np.array([7, -7, 5, -2**63]), np.array([0, 2, 0, -1])
+    with np.errstate(divide="ignore", over="ignore"):
+        q, r = divmod_(a, b)
+        assert q.tolist() == (a // b).tolist() and r.tolist() == np.fmod(a, b).tolist()
+    with pytest.warns(RuntimeWarning, match="divide by zero encountered in divmod"), \
+            np.errstate(over="ignore"):
+        divmod_(a, b)
+    with pytest.raises(FloatingPointError, match="overflow"), np.errstate(all="raise"):
+        divmod_(a[3:], b[3:])
     greater = mlir_ufunc(session=session, source="""
     func.func @gt(%a: f32, %b: f32) -> i1 {
       %r = arith.cmpf ogt, %a, %b : f32
