@@ -33,6 +33,7 @@ from .callbacks import Callback, TrampolineHelpers, prepare_entries
 from .callframe import call_machinery, culprit_token
 from .engine import ExecutionEngine
 from .errors import LinkError, SignatureError
+from .failures import FAIL_SYMBOL
 from .function import CompiledFunction
 from .objectfile import ObjectEngine
 from .options import CompileOptions
@@ -57,18 +58,26 @@ __all__ = ["LOADERS", "CompiledCode", "CompiledModule", "attach_native_entries",
            "engine_module", "load", "runtime_library_hint", "slot_values"]
 
 
-def call_policy(calls_back: bool, shared_libs: Sequence[str]) -> tuple[bool | None, bool]:
+def call_policy(calls_back: bool, shared_libs: Sequence[str],
+                only_on_failure: bool = False) -> tuple[bool | None, bool]:
     """Whether a module's functions release the GIL (``None``: only when other Python
-    threads exist), and whether a failing callback may unwind their call at once."""
+    threads exist), and whether a failing callback may unwind their call at once.
+    ``only_on_failure``: its only callback is checked mode's failure callback, which runs
+    when a check fails, so it is no reason to keep the GIL."""
     # Compiled code that calls back into Python gains nothing from dropping the GIL
     # and pays for re-taking it in every callback; but code that may start threads
     # (anything using shared libraries, such as MLIR's async runtime) must drop it,
     # or its threads' callbacks would wait for the GIL forever. Code that never calls
     # back drops it when other Python threads exist (None), for them to run.
-    release_gil: bool | None = True if shared_libs else (False if calls_back else None)
+    keeps_gil = calls_back and not only_on_failure
+    release_gil: bool | None = True if shared_libs else (False if keeps_gil else None)
     # For the same reason, only code without shared libraries may be unwound
     # (longjmp) out of when a callback fails: it has no threads and no runtime state.
     return release_gil, calls_back and not shared_libs
+
+
+def _only_failure_callback(linked: Iterable[str]) -> bool:
+    return set(linked) == {FAIL_SYMBOL}
 
 
 class CompiledCode(Protocol):
@@ -115,7 +124,8 @@ class CompiledModule:
         # calls_python: it calls a kernel (an extern) that calls Python callbacks, whose
         # errors reach this module's call record.
         links_callbacks = bool(callbacks) or calls_python
-        release_gil, unwind = call_policy(links_callbacks, shared_libs)
+        release_gil, unwind = call_policy(links_callbacks, shared_libs,
+                                          _only_failure_callback(callbacks) and not calls_python)
         guards = guards or {}
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(engine, name, signature,
@@ -347,8 +357,8 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
     runtime_libs = tuple(os.path.basename(path) for path in prepared.runtime_libs)
     constructors = _initializer_symbols(prepared, object_code)
     if supported():
-        release_gil, unwind = call_policy(bool(prepared.linked),
-                                          prepared.shared_libs(options))
+        release_gil, unwind = call_policy(bool(prepared.linked), prepared.shared_libs(options),
+                                          _only_failure_callback(prepared.linked))
         native = build_native_code(signatures, prepared.registrations, release_gil, unwind)
         parts = [object_code] + ([native.object_code] if native.object_code else [])
         exported = tuple(f"pymlirjit_init_{i}" for i in range(len(constructors)))

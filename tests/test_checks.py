@@ -608,3 +608,28 @@ def test_numpy_error_model_gives_zero_and_raises_the_cpu_flag_not_an_exception()
     assert rows == [["divsi", "ok", "0", "4"], ["remsi", "ok", "0", "4"],
                     ["divui", "ok", "0", "4"], ["floordivsi", "ok", "3", "0"],
                     ["divsi", "ok", str(-2**63), "8"]]
+
+
+def test_the_failure_callback_alone_does_not_keep_the_gil(tmp_path: Path) -> None:
+    # Only user callbacks make a module keep the GIL; a checked division releases it when
+    # other threads run, and still raises (also loaded from the disk cache).
+    rows = run_isolated("""
+        import threading, time
+        stop = []
+        def spin():
+            while not stop:
+                time.sleep(0.0001)
+        for attempt in range(2):
+            @mlir_kernel(source=SOURCE, cache=True, session=Session(cache_dir=CACHE))
+            def ratio(a: int, b: int) -> int: ...
+            worker = threading.Thread(target=spin)
+            worker.start()
+            outcomes = {str(outcome(ratio, 1, 0)) for _ in range(300)}
+            say(ratio.compile().release_gil, *outcomes, ratio(7, 2))
+            stop.append(1)
+            worker.join()
+            stop.clear()
+    """, SOURCE=DIVISIONS.split("func.func @divui")[0].replace("@divsi", "@ratio"),
+        CACHE=str(tmp_path))
+    message = "integer division or modulo by zero in @ratio (MLIR line 3)"
+    assert rows == [["None", str(["ZeroDivisionError", message]), "3"]] * 2
