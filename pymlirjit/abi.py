@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from .types import (
 )
 
 __all__ = [
+    "symbol_references",
     "CIFACE_PREFIX",
     "RESERVED_PREFIX",
     "BoundaryABI",
@@ -291,3 +294,12 @@ def callback_shim(name: str, symbol: str, signature: Signature) -> str:
             f"    {body}\n}}\n"
             f"func.func private @{symbol}({_types(boundary.param_types)}) -> "
             f"{_result_list(boundary.results)} attributes {{llvm.emit_c_interface}}\n")
+
+
+_SYMBOL_REFERENCE = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w$.-]+))')
+
+
+def symbol_references(text: str) -> Counter[str]:
+    """How often MLIR ``text`` names each symbol (``@name`` or ``@"quoted name"``),
+    declarations and definitions included; read from the text, without parsing it."""
+    return Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
+from .abi import symbol_references
 from .callbacks import Callback, Invalidated, default_registry, importable, interned, pickle_token
 from .cprototype import function_pointer
 from .errors import MLIRError, SignatureError
@@ -36,7 +37,7 @@ from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .options import CompileOptions, OptionOverrides
 from .prepare import built_text
-from .session import _SYMBOL_REFERENCE, CompiledModule, Session, default_session
+from .session import CompiledModule, Session, default_session
 from .signature import Signature, annotations_of, argument_label, check_annotation
 from .sourcelines import definition_site, located_mlir_error
 from .vectorcall import NativeCallable, clear_entry, set_entry
@@ -212,7 +213,7 @@ class Kernel(NativeCallable):
             text = self.mlir
             fixed = pickle.dumps((text, self.name, self._overrides, self._cache, stand_in))
             parts = self.__dict__["_pickled_parts"] = (
-                fixed, sorted(set(_SYMBOL_REFERENCE.findall(text))))
+                fixed, sorted(symbol_references(text)))
         fixed, symbols = parts
         session = self.session
         callbacks = list(self._callbacks)

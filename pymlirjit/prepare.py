@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from .abi import (
     defined_function_symbol,
     entry_shim_symbol,
     kernel_shim,
+    symbol_references,
 )
 from .callbacks import Callback
 from .checks import insert_checks
@@ -290,7 +290,6 @@ def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
 
 
 #: ``@name`` or ``@"quoted name"`` in printed MLIR.
-_SYMBOL_REFERENCE = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w$.-]+))')
 
 
 def _drop_unused_declarations(prepared: PreparedModule) -> None:
@@ -303,7 +302,7 @@ def _drop_unused_declarations(prepared: PreparedModule) -> None:
     # cannot downcast it and throw through C++). Large constants are elided.
     module = prepared.module
     text = module.operation.get_asm(large_elements_limit=16)
-    used = Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))
+    used = symbol_references(text)
     keep = set(prepared.registrations) | set(prepared.externs)
     for op in list(module.body.operations):
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:

@@ -21,7 +21,6 @@ module's functions as Python callables.
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 from collections import Counter
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
+from .abi import symbol_references
 from .asyncruntime import claim_task_pool
 from .cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
 from .callbacks import (
@@ -276,7 +276,7 @@ class Session:
         # Every callback the source could link is part of the key: those named by an
         # @symbol in it (a superset of its private declarations, known without parsing).
         linkable: dict[str, Any] = {}
-        for name in set(_SYMBOL_REFERENCE.findall(key.source)):
+        for name in symbol_references(key.source):
             cb = self.find_callback(name, key.explicit)
             if cb is not None:
                 linkable[name] = cb
@@ -369,7 +369,6 @@ def _read_source(source: str | Path | Any) -> tuple[str, str]:
     return source, "<source>"
 
 
-_SYMBOL_REFERENCE = re.compile(r"@([A-Za-z_$.][\w$.]*)")
 
 # What an authentic entry may fail with in this process (a callback or library missing).
 _UNLOADABLE = (LinkError, OSError, RuntimeError, KeyError, ValueError)

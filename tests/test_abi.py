@@ -43,3 +43,16 @@ def test_a_module_needing_shims_uses_the_names_abi_gives(session: Session) -> No
     assert engine.function_address(ciface_symbol(entry_shim_symbol("k")))
     assert ciface_symbol(callback_shim_symbol("halve")) in engine.registered_symbols
     assert module.k(np.float16(3.0)) == np.float16(1.5)
+
+
+def test_symbol_references_counts_plain_and_quoted_names() -> None:
+    from pymlirjit.abi import symbol_references
+
+    text = '''
+    func.func private @cb(f64) -> f64
+    func.func @"odd name"(%x: f64) -> f64 {
+      %r = call @cb(%x) : (f64) -> f64
+      %s = call @"odd name"(%r) : (f64) -> f64
+      return %s : f64
+    }'''
+    assert symbol_references(text) == {"cb": 2, "odd name": 2}
