@@ -346,6 +346,24 @@ def test_runtime_verification_failures_raise_index_error() -> None:
                                    "3): size mismatch of dim 0"]]
 
 
+def test_runtime_verification_in_a_call_that_cannot_unwind_never_reads_out_of_bounds() -> None:
+    # With a shared library the call runs on after a failed check (it cannot unwind):
+    # the load the check guarded must not run, or index 2**40 would crash the process.
+    rows = run_isolated(f"""
+        m = Session(shared_libs=["mlir_c_runner_utils"],
+                    pipeline=["generate-runtime-verification", *{list(DEFAULT_PIPELINE)!r}]
+                    ).compile('''
+        func.func @get(%a: memref<?xf64>, %i: index) -> f64 {{
+          %x = memref.load %a[%i] : memref<?xf64>
+          return %x : f64
+        }}''')
+        say(*outcome(m.get, np.arange(4.0), 2**40))
+        say(*outcome(m.get, np.arange(4.0), 3))
+    """)
+    assert rows == [["IndexError", "runtime op verification failed in @get (MLIR line 3): "
+                                   "out-of-bounds access"], ["ok", "3.0"]]
+
+
 BOUNDS = """
 func.func @load(%a: memref<?xf64>, %i: index) -> f64 {
   %r = memref.load %a[%i] : memref<?xf64>
