@@ -6,8 +6,9 @@
     tensors from ``.npy`` files), then prints its results. ``--callbacks`` imports a
     ``.py`` file or a module and links every ``@callback`` it defines; ``--shared-libs``
     links runtime libraries such as ``libmlir_c_runner_utils.so``.
-``pymlirjit lower FILE.mlir``
-    prints the module lowered to the LLVM dialect (what ``mlir-runner`` accepts).
+``pymlirjit lower FILE.mlir [--emit=mlir|llvm|asm]``
+    prints the module lowered to the LLVM dialect (what ``mlir-runner`` accepts), or its
+    optimized LLVM IR or host assembly.
 ``pymlirjit cache [--clear]``
     shows (or empties) the disk cache that ``run --cache`` uses.
 ``pymlirjit check FILE.py``
@@ -133,6 +134,12 @@ def _add_lower_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     lower.add_argument("file", metavar="FILE.mlir", help="the MLIR module to lower")
     lower.add_argument("--pipeline", metavar="STR",
                        help="the pass pipeline (default: pymlirjit's)")
+    lower.add_argument("--emit", choices=("mlir", "llvm", "asm"), default="mlir",
+                       help="print the LLVM dialect (mlir, the default), the LLVM IR after "
+                            "LLVM's optimizations (llvm) or the host's assembly (asm)")
+    lower.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
+                       metavar="N", help="LLVM optimization level for --emit=llvm|asm, 0 to 3 "
+                                         "(default: 2)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -396,13 +403,20 @@ def _dump_object_file(module: Any, filename: str, source: str) -> None:
 
 
 def lower_command(args: argparse.Namespace) -> None:
-    """``pymlirjit lower``: print the module after the pipeline, in the LLVM dialect."""
+    """``pymlirjit lower``: print the module after the pipeline, in the LLVM dialect,
+    or (``--emit``) its optimized LLVM IR or host assembly."""
+    from .llvmir import assembly, llvm_ir
     from .pipeline import lower, new_context, parse_module
 
     path = _require_file(args.file)
     text = path.read_text()
-    module = parse_module(text, new_context(), str(path))
-    print(lower(module, args.pipeline, str(path)))
+    lowered = str(lower(parse_module(text, new_context(), str(path)), args.pipeline,
+                        str(path)))
+    if args.emit == "llvm":
+        lowered = llvm_ir(lowered, args.opt_level)
+    elif args.emit == "asm":
+        lowered = assembly(lowered, args.opt_level)
+    print(lowered)
 
 
 def demo_command(args: argparse.Namespace) -> None:

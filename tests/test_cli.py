@@ -212,6 +212,15 @@ def test_lower_with_a_pipeline() -> None:
     assert "llvm.call @cli_scale" in result.stdout
 
 
+def test_lower_emits_llvm_ir_and_assembly() -> None:
+    llvm = pymlirjit("lower", "tests/data/cli_scale.mlir", "--emit=llvm", "-O", "3")
+    assert llvm.returncode == 0, llvm.stderr
+    assert "define " in llvm.stdout and "@main(" in llvm.stdout
+    asm = pymlirjit("lower", "tests/data/cli_scale.mlir", "--emit", "asm")
+    assert asm.returncode == 0, asm.stderr
+    assert "main:" in asm.stdout and ".text" in asm.stdout
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 ERROR_CASES = {
