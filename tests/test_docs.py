@@ -194,3 +194,35 @@ def _mypy_errors(tmp: Path) -> dict[str, list[str]]:
 @pytest.mark.parametrize("path", TYPED_DOCS, ids=[p.name for p in TYPED_DOCS])
 def test_typed_examples_pass_mypy_strict(path: Path, mypy_errors: dict[str, list[str]]) -> None:
     assert not mypy_errors[path.name], "\n".join(mypy_errors[path.name])
+
+
+SIGNATURE_LINES = [("docs/kernels.md", "mlir_kernel(", "mlir_kernel"),
+                   ("docs/sessions.md", "Session(", "Session"),
+                   ("docs/sessions.md", "Session.compile(", "Session.compile"),
+                   ("docs/callbacks.md", "@callback(", "callback"),
+                   ("docs/ufuncs.md", "mlir_ufunc(", "mlir_ufunc")]
+
+
+@pytest.mark.parametrize(("page", "start", "name"), SIGNATURE_LINES,
+                         ids=[line[2] for line in SIGNATURE_LINES])
+def test_signature_lines_list_every_option(page: str, start: str, name: str) -> None:
+    import inspect
+    import re
+
+    import pymlirjit
+
+    target = pymlirjit
+    for part in name.split("."):
+        target = getattr(target, part)
+    text = (ROOT / page).read_text()
+    at = end = text.index("\n" + start) + len(start)
+    depth = 1
+    while depth:  # to the parenthesis closing the signature
+        end += 1
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+    line = text[at + 1:end + 1]
+    documented = set(re.findall(r"(\w+)\s*[=,)]", line))
+    wanted = [p for p in inspect.signature(target).parameters
+              if p not in ("self", "function")]
+    missing = [p for p in wanted if p not in documented]
+    assert not missing, f"{page}: the signature line of {name} lacks {missing}"
