@@ -27,6 +27,7 @@ from .memref import (
     descriptor_for_argument,
     descriptor_for_unranked,
     descriptor_type,
+    free_unowned,
     owned_array_from_descriptor,
 )
 from .sharedlib import SharedLibrary
@@ -247,8 +248,10 @@ class _Guard:
 class _PythonCall:
     """A call through ctypes, with every conversion and check in Python (the path native
     entries hand the calls they do not take to). It refers to no CompiledFunction, so as
-    to create no reference cycle. In a module with callbacks it calls the function's
-    guard, so that a failing callback ends the call as it ends a native entry's."""
+    to create no reference cycle. In a module with callbacks whose calls unwind, it calls
+    the function's guard, so that a failing callback ends the call as it ends a native
+    entry's. (Calls that run on need none: the call's own record fails, and the results
+    stay for the call to free; a guard would zero them.)"""
 
     def __init__(self, engine: Any, display_name: str, signature: Signature,
                  abi: BoundaryABI, address: int, release_gil: bool | None,
@@ -261,8 +264,8 @@ class _PythonCall:
         # ctypes releases the GIL around CFUNCTYPE calls and keeps it for PYFUNCTYPE.
         prototype = ctypes.PYFUNCTYPE if release_gil is False else ctypes.CFUNCTYPE
         self.prototype = prototype(abi.c_result, *head, *abi.c_params)
-        self.guard = guard
-        self.cfunc = self.prototype(address) if guard is None else None
+        self.guard = guard if guard is not None and guard.unwind else None
+        self.cfunc = self.prototype(address) if self.guard is None else None
         self.release_gil = release_gil
         self.names = [p.name for p in signature.params]
         self.labels = [argument_label(i, p.name) for i, p in enumerate(signature.params)]
@@ -270,6 +273,8 @@ class _PythonCall:
                                              p.name if label != f"argument {i + 1}" else "x")
                         for i, (p, label) in enumerate(zip(signature.params, self.labels))]
         self.unmarshal = [_result_reader(t) for t in signature.results]
+        self.discard = [(i, _result_freer(t)) for i, t in enumerate(signature.results)
+                        if not isinstance(t, ScalarType)]
         self.from_boundary = (_from_boundary(signature.results[0]) if signature.results
                               else _identity)
         self.arity = len(signature.params)
@@ -325,7 +330,12 @@ class _PythonCall:
         try:
             result = cfunc(*c_args)
         finally:
-            exit_call(frame)
+            try:
+                exit_call(frame)
+            except BaseException:
+                if struct is not None:
+                    self._free(struct, owners)
+                raise
         if struct is None:
             if not self.unmarshal:
                 return None
@@ -336,6 +346,12 @@ class _PythonCall:
         values = tuple(read(getattr(struct, f"r{i}"), owners)
                        for i, read in enumerate(self.unmarshal))
         return values[0] if len(values) == 1 else values
+
+    def _free(self, struct: Any, owners: dict[int, object]) -> None:
+        """Free the memory the results of a failed call would have owned. (A call a
+        guard unwound, or whose ctypes call never ran, has zeros there: nothing.)"""
+        for i, free in self.discard:
+            free(getattr(struct, f"r{i}"), owners)
 
     def read_results(self, address: int, *args: Any) -> Any:
         """The results a native entry's call of the function with ``args`` (accepted
@@ -411,6 +427,22 @@ def _from_boundary(t: Type) -> Callable[[Any], Any]:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _result_freer(t: Type) -> Callable[[Any, dict[int, object]], None]:
+    """How to free what the reader of a memref/tensor result of type ``t`` would have
+    made an array own (see :func:`_result_reader`)."""
+    if isinstance(t, (MemRefType, TensorType)):
+        rank = t.rank
+        return lambda descriptor, owners: free_unowned(descriptor, rank, owners)
+    if isinstance(t, UnrankedMemRefType):
+        def free_unranked(unranked: Any, owners: dict[int, object]) -> None:
+            if unranked.descriptor:
+                ranked = descriptor_type(unranked.rank).from_address(unranked.descriptor)
+                free_unowned(ranked, unranked.rank, owners)
+                ffi.free(unranked.descriptor)
+        return free_unranked
+    raise TypeError(f"{t.mlir} cannot be returned to Python")
 
 
 def _result_reader(t: Type) -> Callable[[Any, dict[int, object]], Any]:

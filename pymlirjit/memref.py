@@ -30,6 +30,7 @@ __all__ = [
     "descriptor_for_argument",
     "descriptor_type",
     "fill_descriptor_with_copy",
+    "free_unowned",
 ]
 
 
@@ -143,6 +144,18 @@ def owned_array_from_descriptor(descriptor: Any, rank: int, element: ScalarType,
     if owner is None and allocated:
         owner = owners[allocated] = _MallocedBuffer(allocated)
     return array_from_descriptor(descriptor, rank, element, owner)
+
+
+def free_unowned(descriptor: Any, rank: int, owners: dict[int, object]) -> None:
+    """Free the memory of a memref result that :func:`owned_array_from_descriptor` would
+    have taken over (an ``allocated`` pointer not NULL and in no ``owners``), as its
+    array would have: for a call that failed, whose results no one will see. Adds it
+    to ``owners``, so that a later result with the same memory does not free it again.
+    """
+    allocated = read_descriptor(descriptor, rank)[0]
+    if allocated and allocated not in owners:
+        owners[allocated] = None
+        ffi.free(allocated)
 
 
 def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],

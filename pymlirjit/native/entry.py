@@ -363,12 +363,14 @@ class _EntryBuilder(_ResultsBuilder):
         if self.calls is not None:
             record, jump_buffer = self.open_record()
         state = self.save_thread()
+        wrote = None  # whether the callee returned, writing its results (an i1)
         if jump_buffer is not None:
             # A failing callback longjmps back here (see _TrampolineBuilder): the call
             # ends at once, its result undefined, and close_record raises the error.
             result_slot = b.alloca(llvm_result) if result_types else None
             jumped = b.call(self.libc["_setjmp"], [jump_buffer])
-            with b.if_then(b.icmp_signed("==", jumped, ir.Constant(_i32, 0))):
+            wrote = b.icmp_signed("==", jumped, ir.Constant(_i32, 0))
+            with b.if_then(wrote):
                 returned = b.call(target, c_args)
                 if result_slot is not None:
                     b.store(returned, result_slot)
@@ -379,7 +381,10 @@ class _EntryBuilder(_ResultsBuilder):
             with b.if_then(b.not_(self.is_null(state))):
                 b.call(self.api["PyEval_RestoreThread"], [state])
         if record is not None:
-            self.close_record(record)  # may run Python (a callback's error): still counted
+            # May run Python (a callback's error): still counted. A call that fails
+            # frees the memory its results would have owned.
+            self.close_record(record, None if results is None else
+                              lambda: self.free_results(b.bitcast(results, _ptr), wrote))
         if results is not None:
             self.leave(self.box_results(b.bitcast(results, _ptr)))
         else:
@@ -437,9 +442,11 @@ class _EntryBuilder(_ResultsBuilder):
             self.calls.frame_key, self.unwind, self.release_gil is False)
         return record, jump_buffer
 
-    def close_record(self, record: ir.Value) -> None:
+    def close_record(self, record: ir.Value,
+                     discard: Callable[[], None] | None = None) -> None:
         """Make the hidden record the innermost one again; if a callback of this call
-        (or of a thread without a call) failed, let Python raise its exception."""
+        (or of a thread without a call) failed, let Python raise its exception, after
+        the code ``discard`` emits (which frees the results)."""
         b = self.builder
         key = b.trunc(self.integer(self.calls.frame_key, FRAME_KEY), _i32)
         previous = b.inttoptr(b.load(self.record_slot(record, PREVIOUS)), _ptr)
@@ -449,10 +456,10 @@ class _EntryBuilder(_ResultsBuilder):
         failed = b.or_(b.load(self.record_slot(record, FAILED)), b.load(foreign))
         with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(_i64, 0)), likely=False):
             address = b.call(self.api["PyLong_FromLongLong"], [b.ptrtoint(record, _i64)])
-            self.return_if_null(address, "boxed_record")
+            self.return_if_null(address, "boxed_record", discard)
             done = self.call(self.pointer(self.calls.finish_call, FINISH_CALL), [address])
             b.call(self.api["Py_DecRef"], [address])
-            self.return_if_null(done, "finished")  # a callback's exception, raised
+            self.return_if_null(done, "finished", discard)  # a callback's exception, raised
             b.call(self.api["Py_DecRef"], [done])
 
     def box(self, value: ir.Value, t: ScalarType | None) -> ir.Value:

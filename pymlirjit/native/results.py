@@ -4,6 +4,7 @@ code allocated)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llvmlite import ir
@@ -30,14 +31,18 @@ class _ResultsBuilder(_FunctionBuilder):
         """Return ``value`` from the entry (the entry's own: it counts the call out)."""
         raise NotImplementedError
 
-    def return_if_null(self, obj: ir.Value, label: str) -> None:
-        """Return NULL (an exception is set) if a C API call returned NULL."""
+    def return_if_null(self, obj: ir.Value, label: str,
+                       cleanup: Callable[[], None] | None = None) -> None:
+        """Return NULL (an exception is set) if a C API call returned NULL, after the
+        code ``cleanup`` emits."""
         b = self.builder
         failed = self.function.append_basic_block(f"{label}_failed")
         ok = self.function.append_basic_block(label)
         b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, _i64), ir.Constant(_i64, 0)),
                   failed, ok)
         b.position_at_end(failed)
+        if cleanup is not None:
+            cleanup()
         self.leave(obj)
         b.position_at_end(ok)
 
@@ -150,6 +155,41 @@ class _ResultsBuilder(_FunctionBuilder):
         result.add_incoming(ir.Constant(_ptr, None), failed)
         result.add_incoming(array, made_end)
         return result
+
+    def free_results(self, results: ir.Value, returned: ir.Value | None) -> None:
+        """Free the memory of each memref/tensor result the callee wrote to ``results``
+        that :meth:`box_results` would have handed to an array (a fresh allocation: not
+        NULL, not a global's mark, no argument's, not an earlier result's), with the
+        ``free`` its owner would have used: for a call that failed, whose results no
+        one will see. Only if ``returned`` (an i1; ``None``: always): a call unwound by
+        ``longjmp`` never wrote its results, and its struct holds stack garbage."""
+        b = self.builder
+        types = self.abi.boundary.results
+        arrays = [(i, t) for i, t in enumerate(types) if isinstance(t, (MemRefType, TensorType))]
+        if not arrays:
+            return
+        done = None
+        if returned is not None:
+            free = self.function.append_basic_block("free_results")
+            done = self.function.append_basic_block("results_freed")
+            b.cbranch(returned, free, done)
+            b.position_at_end(free)
+        seen = [ir.Constant(_i64, 0), ir.Constant(_i64, GLOBAL_MEMREF_MARKER),
+                *self.arg_allocated]
+        for i, t in arrays:
+            field = b.gep(results, [ir.Constant(_i64, getattr(self.abi.result_struct,
+                                                              f"r{i}").offset)])
+            allocated = b.load(self.descriptor_field(field, t.rank, ALLOCATED))
+            address = b.ptrtoint(allocated, _i64)
+            shared: ir.Value = ir.Constant(ir.IntType(1), 0)
+            for value in seen:
+                shared = b.or_(shared, b.icmp_unsigned("==", address, value))
+            with b.if_then(b.not_(shared)):
+                b.call(self.libc["free"], [allocated])
+            seen.append(address)
+        if done is not None:
+            b.branch(done)
+            b.position_at_end(done)
 
     def read_results_in_python_unless_fresh(self, results: ir.Value,
                                             arrays: list[tuple[ir.Value, Any]]) -> None:
