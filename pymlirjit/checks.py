@@ -13,7 +13,10 @@ before ``convert-scf-to-cf``, where memref accesses and ``scf.if`` both exist):
 - ``cf.assert`` records an ``AssertionError`` with its message instead of aborting;
 - with ``boundscheck``, ``memref.load``/``store`` and ``vector.load``/``store`` outside
   their view record an ``IndexError`` and are skipped (a load yields zero), as are the
-  accesses after an invalid ``memref.subview`` in the same function.
+  accesses after an invalid ``memref.subview`` in the same function. A module with a
+  ``cf.assert`` (MLIR's runtime verification makes them too) gets these checks as well: a
+  call that cannot unwind (see :func:`pymlirjit.module.call_policy`) runs on after a failed
+  assert, and must not then touch memory outside its arrays.
 
 Recording a failure is a call to the built-in callback :data:`FAIL_SYMBOL`, which raises
 the exception (:func:`pymlirjit.failures.raise_failure`): the call machinery of callbacks
@@ -456,9 +459,9 @@ def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
             divisions.append((op, _DIVISIONS[name]))
         elif name == "cf.assert":
             assertions.append(op)
-        elif boundscheck and name in _ACCESSES:
+        elif name in _ACCESSES:
             accesses.append(op)
-        elif boundscheck and name == "memref.subview":
+        elif name == "memref.subview":
             views.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -468,6 +471,8 @@ def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
             rewriter.division(op, signed)
         for op in assertions:
             rewriter.assertion(op)
+        if not (boundscheck or assertions):
+            accesses, views = [], []
         flags: dict[str, Any] = {}  # function -> its flag, where it makes views
         for op in views:
             function = _function(op)

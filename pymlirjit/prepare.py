@@ -232,10 +232,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.checks)
 
     def add_checks(module: Any) -> None:
-        # A failed check of MLIR's runtime verification does not stop a call that cannot
-        # unwind (see module.call_policy): its accesses are then bounds-checked too.
-        boundscheck = options.boundscheck or "generate-runtime-verification" in options.pipeline
-        inserted.append(insert_checks(module, boundscheck=boundscheck,
+        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
                                       filename=prepared.filename, source=prepared.source,
                                       error_model=options.error_model))
 

@@ -792,3 +792,25 @@ def test_a_call_running_on_in_a_module_that_unwinds_frees_its_results() -> None:
     unwinds, grown, raised, value = rows[0]
     assert unwinds == "True" and raised == "ZeroDivisionError" and value == "3"
     assert int(grown) < 2 << 20, f"{int(grown) >> 10} KiB more after 5,000 failing calls"
+
+
+def test_a_failed_assert_in_a_call_that_cannot_unwind_never_writes_out_of_bounds() -> None:
+    # The call runs on after the failed assert (a shared library: it cannot unwind); the
+    # store the assert guarded must not run, or index 2**40 would crash the process.
+    rows = run_isolated("""
+        m = Session(shared_libs=["mlir_c_runner_utils"]).compile('''
+        func.func @put(%a: memref<?xf64>, %i: index) {
+          %c0 = arith.constant 0 : index
+          %n = memref.dim %a, %c0 : memref<?xf64>
+          %ok = arith.cmpi ult, %i, %n : index
+          cf.assert %ok, "index in range"
+          %x = arith.constant 1.0 : f64
+          memref.store %x, %a[%i] : memref<?xf64>
+          return
+        }''')
+        a = np.zeros(4)
+        say(*outcome(m.put, a, 2**40))
+        say(*outcome(m.put, a, 3), a.tolist())
+    """)
+    assert rows == [["AssertionError", "index in range, in @put (MLIR line 6)"],
+                    ["ok", "None", str([0.0, 0.0, 0.0, 1.0])]]
