@@ -33,9 +33,10 @@ from typing import Any
 from .errors import MLIRError
 from .pipeline import _run_passes
 
-__all__ = ["MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE",
-           "VECTOR_LOWERING", "clamp_upper_bounds", "fork_safe_task_scheduling",
-           "has_tileable_ops", "optimize", "parallel_hooks", "serialize_nested_parallel_loops",
+__all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
+           "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
+           "convolutions_to_matmuls", "fork_safe_task_scheduling", "has_tileable_ops",
+           "optimize", "parallel_hooks", "run_schedule", "serialize_nested_parallel_loops",
            "split_for_threads", "set_fastmath", "thread_count",
            "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
 
@@ -45,25 +46,9 @@ _REGISTER_TILE = (8, 32)
 #: Cache tile (rows, columns, depth): a 256x256 block of B is 256 KB in f32, within L2.
 _CACHE_TILE = (64, 256, 256)
 
-#: The transform script, appended to the module and run by ``transform-interpreter``.
-MATMUL_SCHEDULE = """
-module attributes {{transform.with_named_sequence}} {{
-transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
-    %mm = transform.structured.match ops{{["linalg.matmul"]}} in %root
-      : (!transform.any_op) -> !transform.any_op
-    transform.foreach %mm : !transform.any_op {{
-    ^bb0(%op: !transform.any_op):
-      %t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes [{c0}, {c1}, {c2}]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
-                                  !transform.any_op)
-      %t2, %l2:2 = transform.structured.tile_using_for %t1 tile_sizes [{r0}, {r1}, 0]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
-      %p = transform.structured.promote %t2 {{operands_to_promote = [2], use_alloca,
-        use_full_tile_buffers = [false, false, true]}} : (!transform.any_op) -> !transform.any_op
-      %t3, %l3 = transform.structured.tile_using_for %p tile_sizes [0, 0, 1]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      transform.structured.vectorize %t3 vector_sizes [{r0}, {r1}, 1] : !transform.any_op
-    }}
+#: What every schedule ends with: vector transfers, masks and contractions lowered to
+#: outer products, i.e. broadcasts and FMAs of the host's widest vectors.
+_VECTOR_PATTERNS = """
     %f = transform.structured.match ops{{["func.func"]}} in %root
       : (!transform.any_op) -> !transform.any_op
     transform.apply_patterns to %f {{
@@ -76,12 +61,41 @@ transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.
       transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
       transform.apply_patterns.vector.lower_outerproduct
       transform.apply_patterns.canonicalization
-    }} : !transform.any_op
+    }} : !transform.any_op"""
+
+
+def _schedule(op_name: str, body: str) -> str:
+    """A transform script running ``body`` on each ``op_name`` (bound to ``%op``),
+    then :data:`_VECTOR_PATTERNS`."""
+    return ("""
+module attributes {{transform.with_named_sequence}} {{
+transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
+    %mm = transform.structured.match ops{{["@OP@"]}} in %root
+      : (!transform.any_op) -> !transform.any_op
+    transform.foreach %mm : !transform.any_op {{
+    ^bb0(%op: !transform.any_op):@BODY@
+    }}@TAIL@
     transform.yield
   }}
 }}
-""".format(c0=_CACHE_TILE[0], c1=_CACHE_TILE[1], c2=_CACHE_TILE[2],
-           r0=_REGISTER_TILE[0], r1=_REGISTER_TILE[1])
+""".replace("@OP@", op_name).replace("@BODY@", body)
+            .replace("@TAIL@", _VECTOR_PATTERNS)).format(
+        c0=_CACHE_TILE[0], c1=_CACHE_TILE[1], c2=_CACHE_TILE[2],
+        r0=_REGISTER_TILE[0], r1=_REGISTER_TILE[1])
+
+
+#: The transform script, appended to the module and run by ``transform-interpreter``.
+MATMUL_SCHEDULE = _schedule("linalg.matmul", """
+      %t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes [{c0}, {c1}, {c2}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
+                                  !transform.any_op)
+      %t2, %l2:2 = transform.structured.tile_using_for %t1 tile_sizes [{r0}, {r1}, 0]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+      %p = transform.structured.promote %t2 {{operands_to_promote = [2], use_alloca,
+        use_full_tile_buffers = [false, false, true]}} : (!transform.any_op) -> !transform.any_op
+      %t3, %l3 = transform.structured.tile_using_for %p tile_sizes [0, 0, 1]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t3 vector_sizes [{r0}, {r1}, 1] : !transform.any_op""")
 
 #: :data:`MATMUL_SCHEDULE` for ``parallel=True``: the cache tiles of the two parallel
 #: dimensions become the iterations of an ``scf.forall`` (run by several threads, see
@@ -97,6 +111,22 @@ PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(
     "      %t1, %l1 = transform.structured.tile_using_for %t0 tile_sizes "
     f"[0, 0, {_CACHE_TILE[2]}]\n"
     "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
+
+#: :data:`MATMUL_SCHEDULE` for ``linalg.batch_matmul``: one matrix of the batch at a
+#: time, each as a matmul; vectorized straight into a contraction (the generic path
+#: would scalarize it: the unit batch dimension hides the outer products).
+BATCH_MATMUL_SCHEDULE = _schedule("linalg.batch_matmul", """
+      %t1, %l1:4 = transform.structured.tile_using_for %op tile_sizes [1, {c0}, {c1}, {c2}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
+                                  !transform.any_op, !transform.any_op)
+      %t2, %l2:2 = transform.structured.tile_using_for %t1 tile_sizes [0, {r0}, {r1}, 0]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+      %p = transform.structured.promote %t2 {{operands_to_promote = [2], use_alloca,
+        use_full_tile_buffers = [false, false, true]}} : (!transform.any_op) -> !transform.any_op
+      %t3, %l3 = transform.structured.tile_using_for %p tile_sizes [0, 0, 0, 1]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t3 vector_sizes [1, {r0}, {r1}, 1]
+        {{create_named_contraction}} : !transform.any_op""")
 
 _MARK = "transform.with_named_sequence"
 
@@ -132,35 +162,88 @@ def _takes_fastmath(opview: type) -> bool:
     return isinstance(getattr(opview, "fastmath", None), property)
 
 
-def has_tileable_ops(module: Any) -> bool:
-    """Whether ``module`` has a ``linalg.matmul`` on memrefs (what the schedule handles;
-    tensor ops are bufferized first by the default pipeline's own passes)."""
+#: Named convolutions rewritten into matmuls (:func:`convolutions_to_matmuls`).
+_CONVOLUTIONS = ("linalg.conv_2d_nhwc_hwcf", "linalg.conv_2d_nchw_fchw")
+
+
+def _on_memrefs(op: Any) -> bool:
     from mlir import ir
 
-    found = False
+    return all(isinstance(v.type, ir.MemRefType) for v in op.operands)
+
+
+def _tileable(module: Any) -> set[str]:
+    """The names of the ops on memrefs that the schedules handle, found in ``module``."""
+    from mlir import ir
+
+    handled = {"linalg.matmul", "linalg.batch_matmul", *_CONVOLUTIONS}
+    found: set[str] = set()
 
     def visit(op: Any) -> Any:
-        nonlocal found
-        if op.name == "linalg.matmul" and all(
-                isinstance(v.type, ir.MemRefType) for v in op.operands):
-            found = True
-            return ir.WalkResult.INTERRUPT
+        if op.name in handled and _on_memrefs(op):
+            found.add(op.name)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     return found
 
 
-def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool = False) -> None:
-    """Run :data:`MATMUL_SCHEDULE` (:data:`PARALLEL_MATMUL_SCHEDULE` if ``parallel``)
-    on ``module`` in place, then remove the script."""
+def has_tileable_ops(module: Any) -> bool:
+    """Whether ``module`` has a ``linalg.matmul``, ``linalg.batch_matmul`` or a 2-D
+    convolution on memrefs (what the schedules handle; tensor ops are bufferized first by
+    the default pipeline's own passes)."""
+    return bool(_tileable(module))
+
+
+def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool = False) -> bool:
+    """Tile and vectorize the ops :func:`has_tileable_ops` finds in ``module``, in place:
+    matmuls by :data:`MATMUL_SCHEDULE` (:data:`PARALLEL_MATMUL_SCHEDULE` if
+    ``parallel``), batch matmuls by :data:`BATCH_MATMUL_SCHEDULE`, 2-D convolutions
+    as matmuls (:func:`convolutions_to_matmuls`). A step that fails leaves the module
+    as it was (its ops get the plain lowering). Return whether any step applied."""
+    found = _tileable(module)
+    matmul = PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE
+    steps: list[Callable[[], object]] = []
+    if "linalg.matmul" in found:
+        steps.append(lambda: run_schedule(module, matmul, filename))
+    if "linalg.batch_matmul" in found:
+        steps.append(lambda: run_schedule(module, BATCH_MATMUL_SCHEDULE, filename))
+    if found & set(_CONVOLUTIONS):
+        steps.append(lambda: convolutions_to_matmuls(module)
+                     and run_schedule(module, matmul, filename))
+    return sum(_or_restore(module, step) for step in steps) > 0
+
+
+def _or_restore(module: Any, step: Callable[[], object]) -> bool:
+    """Run ``step``; if MLIR refuses it, put ``module`` back as it was before."""
+    from mlir import ir
+
+    backup = module.operation.clone()
+    try:
+        step()
+    except (MLIRError, ir.MLIRError):
+        for op in list(module.body.operations):
+            op.operation.erase()
+        for op in list(backup.regions[0].blocks[0].operations):
+            op.operation.detach_from_parent()
+            module.body.append(op)
+        return False
+    finally:
+        backup.erase()
+    return True
+
+
+def run_schedule(module: Any, schedule: str, filename: str = "<source>") -> None:
+    """Run the transform script ``schedule`` on ``module`` in place, then remove it.
+
+    Raises :class:`MLIRError` if it fails (the module may then be half transformed)."""
     from mlir import ir
     from mlir.passmanager import PassManager
 
     with module.context, ir.Location.unknown():
         # The schedule module owns the script until it moves.
-        schedule = ir.Module.parse(PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE)
-        script = schedule.body.operations[0]
+        owner = ir.Module.parse(schedule)
+        script = owner.body.operations[0]
         script.operation.detach_from_parent()
         # The interpreter looks for its entry point in the root module, which must then
         # say it holds named sequences.
@@ -176,6 +259,132 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
         finally:
             script.operation.erase()
             del attributes[_MARK]
+
+
+# A 2-D convolution is a sum of matmuls: for each image, output row and filter tap
+# (kh, kw), the output row's (width x channels) block gains the product of the input
+# row's block at that tap and the filter's (channels x channels) block at that tap.
+# Each such matmul runs on strided views (no copy) and gets the matmul schedule.
+_CONV_AS_MATMULS = """
+func.func private @{name}(%I: {T4}, %K: {T4}, %O: {T4}) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %sh = arith.constant {sh} : index
+  %dh = arith.constant {dh} : index
+  %dw = arith.constant {dw} : index
+  %n = memref.dim %O, %c0 : {T4}
+  %oh = memref.dim %O, {oh} : {T4}
+  %ow = memref.dim %O, {ow} : {T4}
+  %f = memref.dim %O, {of} : {T4}
+  %kh = memref.dim %K, {kh} : {T4}
+  %kw = memref.dim %K, {kw} : {T4}
+  %c = memref.dim %K, {kc} : {T4}
+  scf.for %b = %c0 to %n step %c1 {{
+    scf.for %y = %c0 to %oh step %c1 {{
+      %o = memref.subview %O{out} : {T4} to {T2}
+      scf.for %u = %c0 to %kh step %c1 {{
+        %yh = arith.muli %y, %sh : index
+        %uh = arith.muli %u, %dh : index
+        %ys = arith.addi %yh, %uh : index
+        scf.for %v = %c0 to %kw step %c1 {{
+          %xs = arith.muli %v, %dw : index
+          %i = memref.subview %I{inp} : {T4} to {T2}
+          %k = memref.subview %K{ker} : {T4} to {T2}
+          linalg.matmul ins({lhs}, {rhs} : {T2}, {T2}) outs(%o : {T2})
+        }}
+      }}
+    }}
+  }}
+  return
+}}
+"""
+
+#: Per layout: the dimension indices and the views of each tap's matmul.
+_CONV_LAYOUTS = {
+    # O[n, oh, :, :] (ow x f) += I[n, ys, xs::sw, :] (ow x c) @ K[u, v, :, :] (c x f)
+    "linalg.conv_2d_nhwc_hwcf": dict(
+        oh="%c1", ow="%c2", of="%c3", kh="%c0", kw="%c1", kc="%c2",
+        out="[%b, %y, 0, 0] [1, 1, %ow, %f] [1, 1, 1, 1]",
+        inp="[%b, %ys, %xs, 0] [1, 1, %ow, %c] [1, 1, {sw}, 1]",
+        ker="[%u, %v, 0, 0] [1, 1, %c, %f] [1, 1, 1, 1]", lhs="%i", rhs="%k"),
+    # O[n, :, oh, :] (f x ow) += K[:, :, u, v] (f x c) @ I[n, :, ys, xs::sw] (c x ow)
+    "linalg.conv_2d_nchw_fchw": dict(
+        oh="%c2", ow="%c3", of="%c1", kh="%c2", kw="%c3", kc="%c1",
+        out="[%b, 0, %y, 0] [1, %f, 1, %ow] [1, 1, 1, 1]",
+        inp="[%b, 0, %ys, %xs] [1, %c, 1, %ow] [1, 1, 1, {sw}]",
+        ker="[0, 0, %u, %v] [%f, %c, 1, 1] [1, 1, 1, 1]", lhs="%k", rhs="%i"),
+}
+
+
+def convolutions_to_matmuls(module: Any) -> int:
+    """Replace each 2-D convolution of :data:`_CONVOLUTIONS` on memrefs of one float
+    type by a call to a function computing it as ``linalg.matmul`` s on views (see
+    ``_CONV_AS_MATMULS``); return how many were replaced."""
+    from mlir import ir
+    from mlir.dialects import func, memref
+
+    convs: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name in _CONVOLUTIONS and _on_memrefs(op) and _plain_float_memrefs(op):
+            convs.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    names = {ir.StringAttr(op.attributes["sym_name"]).value
+             for op in module.body.operations if "sym_name" in op.attributes}
+    with module.context:
+        for op in convs:
+            name = _fresh("__pymlirjit_conv", names)
+            element = ir.MemRefType(op.operands[0].type).element_type
+            sh, sw = _pair(op, "strides")
+            dh, dw = _pair(op, "dilations")
+            layout = dict(_CONV_LAYOUTS[op.name])
+            layout["inp"] = layout["inp"].format(sw=sw)
+            t4 = f"memref<?x?x?x?x{element}, strided<[?, ?, ?, ?], offset: ?>>"
+            text = _CONV_AS_MATMULS.format(
+                name=name, T4=t4, T2=f"memref<?x?x{element}, strided<[?, ?], offset: ?>>",
+                sh=sh, dh=dh, dw=dw, **layout)
+            owner = ir.Module.parse(text)  # owns the helper until it moves
+            helper = owner.body.operations[0]
+            helper.operation.detach_from_parent()
+            module.body.append(helper)
+            with ir.InsertionPoint(op), op.location:
+                general = ir.MemRefType.parse(t4)
+                args = [v if v.type == general else memref.CastOp(general, v).result
+                        for v in op.operands]
+                func.CallOp([], ir.FlatSymbolRefAttr.get(name), args)
+            op.erase()
+    return len(convs)
+
+
+def _plain_float_memrefs(op: Any) -> bool:
+    """Whether ``op``'s operands are memrefs of one float type in the default memory space."""
+    from mlir import ir
+
+    types = [ir.MemRefType(v.type) for v in op.operands]
+    return (len(types) == 3 and all(t.memory_space is None for t in types)
+            and len({str(t.element_type) for t in types}) == 1
+            and str(types[0].element_type) in ("f16", "bf16", "f32", "f64"))
+
+
+def _pair(op: Any, name: str) -> tuple[int, int]:
+    from mlir import ir
+
+    if name not in op.attributes:
+        return 1, 1
+    first, second = ir.DenseIntElementsAttr(op.attributes[name])
+    return int(first), int(second)
+
+
+def _fresh(prefix: str, taken: set[str]) -> str:
+    index = 0
+    while f"{prefix}_{index}" in taken:
+        index += 1
+    taken.add(f"{prefix}_{index}")
+    return f"{prefix}_{index}"
 
 
 def with_vector_lowering(pipeline: str) -> str:
@@ -194,10 +403,7 @@ def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<sourc
     whether the lowering pipeline needs :func:`with_vector_lowering`."""
     if fastmath:
         set_fastmath(module)
-    if tile and has_tileable_ops(module):
-        tile_and_vectorize(module, filename, parallel)
-        return True
-    return False
+    return tile and tile_and_vectorize(module, filename, parallel)
 
 
 # -- parallel=True ------------------------------------------------------------------------
