@@ -209,8 +209,10 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
     if "linalg.batch_matmul" in found:
         steps.append(lambda: run_schedule(module, BATCH_MATMUL_SCHEDULE, filename))
     if found & set(_CONVOLUTIONS):
-        steps.append(lambda: convolutions_to_matmuls(module)
-                     and run_schedule(module, matmul, filename))
+        def convolutions() -> None:
+            if convolutions_to_matmuls(module):
+                run_schedule(module, matmul, filename)
+        steps.append(convolutions)
     return sum(_or_restore(module, step) for step in steps) > 0
 
 
