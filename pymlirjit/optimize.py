@@ -36,6 +36,7 @@ from .pipeline import _run_passes
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
            "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
            "convolutions_to_matmuls", "fork_safe_task_scheduling", "has_tileable_ops",
+           "hoist_allocas_out_of_loops",
            "optimize", "parallel_hooks", "run_schedule", "serialize_nested_parallel_loops",
            "split_for_threads", "set_fastmath", "thread_count",
            "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
@@ -261,6 +262,34 @@ def run_schedule(module: Any, schedule: str, filename: str = "<source>") -> None
         finally:
             script.operation.erase()
             del attributes[_MARK]
+    hoist_allocas_out_of_loops(module)
+
+
+def hoist_allocas_out_of_loops(module: Any) -> int:
+    """Move each ``memref.alloca`` of a static shape out of the ``scf.for`` and
+    ``scf.if`` around it (up to a function or a parallel loop's body, where each thread
+    needs its own); return how many moved. An alloca in a loop takes new stack on every
+    iteration, freed only when the function returns: the register tiles' buffers of a
+    1024^3 matmul overflowed an 8 MB stack."""
+    from mlir import ir
+
+    allocas: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "memref.alloca" and not list(op.operands):
+            allocas.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    moved = 0
+    for alloca in allocas:
+        outermost, parent = None, alloca.parent
+        while parent is not None and parent.name in ("scf.for", "scf.if"):
+            outermost, parent = parent, parent.parent
+        if outermost is not None:
+            alloca.move_before(outermost)
+            moved += 1
+    return moved
 
 
 # A 2-D convolution is a sum of matmuls: for each image, output row and filter tap
@@ -268,7 +297,7 @@ def run_schedule(module: Any, schedule: str, filename: str = "<source>") -> None
 # row's block at that tap and the filter's (channels x channels) block at that tap.
 # Each such matmul runs on strided views (no copy) and gets the matmul schedule.
 _CONV_AS_MATMULS = """
-func.func private @{name}(%I: {T4}, %K: {T4}, %O: {T4}) {{
+func.func private @{name}(%I: {TI}, %K: {TK}, %O: {TO}) {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
@@ -276,25 +305,25 @@ func.func private @{name}(%I: {T4}, %K: {T4}, %O: {T4}) {{
   %sh = arith.constant {sh} : index
   %dh = arith.constant {dh} : index
   %dw = arith.constant {dw} : index
-  %n = memref.dim %O, %c0 : {T4}
-  %oh = memref.dim %O, {oh} : {T4}
-  %ow = memref.dim %O, {ow} : {T4}
-  %f = memref.dim %O, {of} : {T4}
-  %kh = memref.dim %K, {kh} : {T4}
-  %kw = memref.dim %K, {kw} : {T4}
-  %c = memref.dim %K, {kc} : {T4}
+  %n = memref.dim %O, %c0 : {TO}
+  %oh = memref.dim %O, {oh} : {TO}
+  %ow = memref.dim %O, {ow} : {TO}
+  %f = memref.dim %O, {of} : {TO}
+  %kh = memref.dim %K, {kh} : {TK}
+  %kw = memref.dim %K, {kw} : {TK}
+  %c = memref.dim %K, {kc} : {TK}
   scf.for %b = %c0 to %n step %c1 {{
     scf.for %y = %c0 to %oh step %c1 {{
-      %o = memref.subview %O{out} : {T4} to {T2}
+      %o = memref.subview %O{out} : {TO} to {VO}
       scf.for %u = %c0 to %kh step %c1 {{
         %yh = arith.muli %y, %sh : index
         %uh = arith.muli %u, %dh : index
         %ys = arith.addi %yh, %uh : index
         scf.for %v = %c0 to %kw step %c1 {{
           %xs = arith.muli %v, %dw : index
-          %i = memref.subview %I{inp} : {T4} to {T2}
-          %k = memref.subview %K{ker} : {T4} to {T2}
-          linalg.matmul ins({lhs}, {rhs} : {T2}, {T2}) outs(%o : {T2})
+          %i = memref.subview %I{inp} : {TI} to {VI}
+          %k = memref.subview %K{ker} : {TK} to {VK}
+          linalg.matmul ins({lhs}, {rhs} : {VL}, {VR}) outs(%o : {VO})
         }}
       }}
     }}
@@ -303,20 +332,24 @@ func.func private @{name}(%I: {T4}, %K: {T4}, %O: {T4}) {{
 }}
 """
 
-#: Per layout: the dimension indices and the views of each tap's matmul.
-_CONV_LAYOUTS = {
+#: Per layout: the dimension indices, the views of each tap's matmul, and how far apart
+#: the innermost elements of each view are in units of its operand's innermost stride
+#: (None: a stride the layout leaves unknown).
+_CONV_LAYOUTS: dict[str, dict[str, Any]] = {
     # O[n, oh, :, :] (ow x f) += I[n, ys, xs::sw, :] (ow x c) @ K[u, v, :, :] (c x f)
     "linalg.conv_2d_nhwc_hwcf": dict(
         oh="%c1", ow="%c2", of="%c3", kh="%c0", kw="%c1", kc="%c2",
         out="[%b, %y, 0, 0] [1, 1, %ow, %f] [1, 1, 1, 1]",
         inp="[%b, %ys, %xs, 0] [1, 1, %ow, %c] [1, 1, {sw}, 1]",
-        ker="[%u, %v, 0, 0] [1, 1, %c, %f] [1, 1, 1, 1]", lhs="%i", rhs="%k"),
+        ker="[%u, %v, 0, 0] [1, 1, %c, %f] [1, 1, 1, 1]", lhs="%i", rhs="%k",
+        steps=dict(I=1, K=1, O=1)),
     # O[n, :, oh, :] (f x ow) += K[:, :, u, v] (f x c) @ I[n, :, ys, xs::sw] (c x ow)
     "linalg.conv_2d_nchw_fchw": dict(
         oh="%c2", ow="%c3", of="%c1", kh="%c2", kw="%c3", kc="%c1",
         out="[%b, 0, %y, 0] [1, %f, 1, %ow] [1, 1, 1, 1]",
         inp="[%b, 0, %ys, %xs] [1, %c, 1, %ow] [1, 1, 1, {sw}]",
-        ker="[0, 0, %u, %v] [%f, %c, 1, 1] [1, 1, 1, 1]", lhs="%k", rhs="%i"),
+        ker="[0, 0, %u, %v] [%f, %c, 1, 1] [1, 1, 1, 1]", lhs="%k", rhs="%i",
+        steps=dict(I="sw", K=None, O=1)),
 }
 
 
@@ -340,23 +373,35 @@ def convolutions_to_matmuls(module: Any) -> int:
     with module.context:
         for op in convs:
             name = _fresh("__pymlirjit_conv", names)
-            element = ir.MemRefType(op.operands[0].type).element_type
             sh, sw = _pair(op, "strides")
             dh, dw = _pair(op, "dilations")
             layout = dict(_CONV_LAYOUTS[op.name])
             layout["inp"] = layout["inp"].format(sw=sw)
-            t4 = f"memref<?x?x?x?x{element}, strided<[?, ?, ?, ?], offset: ?>>"
-            text = _CONV_AS_MATMULS.format(
-                name=name, T4=t4, T2=f"memref<?x?x{element}, strided<[?, ?], offset: ?>>",
-                sh=sh, dh=dh, dw=dw, **layout)
+            types: dict[str, str] = {}
+            for role, value in zip("IKO", op.operands, strict=True):
+                given = ir.MemRefType(value.type)
+                # A unit innermost stride known statically keeps the vector loads whole.
+                unit = given.get_strides_and_offset()[0][-1] == 1
+                step = layout["steps"][role]
+                inner = "?" if not unit or step is None else sw if step == "sw" else step
+                element = given.element_type
+                types[f"T{role}"] = (f"memref<?x?x?x?x{element}, strided<[?, ?, ?, "
+                                     f"{1 if unit else '?'}], offset: ?>>")
+                types[f"V{role}"] = f"memref<?x?x{element}, strided<[?, {inner}], offset: ?>>"
+            types["VL"], types["VR"] = (types["VI"], types["VK"]) if layout["lhs"] == "%i" \
+                else (types["VK"], types["VI"])
+            del layout["steps"]
+            text = _CONV_AS_MATMULS.format(name=name, sh=sh, dh=dh, dw=dw, **layout, **types)
             owner = ir.Module.parse(text)  # owns the helper until it moves
             helper = owner.body.operations[0]
             helper.operation.detach_from_parent()
             module.body.append(helper)
             with ir.InsertionPoint(op), op.location:
-                general = ir.MemRefType.parse(t4)
-                args = [v if v.type == general else memref.CastOp(general, v).result
-                        for v in op.operands]
+                args = []
+                for role, value in zip("IKO", op.operands, strict=True):
+                    general = ir.MemRefType.parse(types[f"T{role}"])
+                    args.append(value if value.type == general
+                                else memref.CastOp(general, value).result)
                 func.CallOp([], ir.FlatSymbolRefAttr.get(name), args)
             op.erase()
     return len(convs)
