@@ -3,7 +3,11 @@ convolutions tiled and vectorized."""
 
 from __future__ import annotations
 
+import os
 import re
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +93,29 @@ def test_opt_level_3_vectorizes_the_matmul(session: Session) -> None:
     plain.compile()
     assert "vector<32xf32>" in fast.lowered_mlir
     assert "vector<" not in plain.lowered_mlir
+
+
+def test_register_tiles_do_not_grow_the_stack() -> None:
+    # Each register tile's accumulator is an alloca: inside the loops, each iteration
+    # took new stack until the call returned (a 768^3 matmul needs ~7 MB of it).
+    code = f"""
+import numpy as np
+from pymlirjit import Session
+mm = Session(opt_level=3).compile({MATMUL!r}).mm
+rng = np.random.default_rng(0)
+a, b = (rng.standard_normal((768, 768), dtype=np.float32) for _ in range(2))
+c = np.zeros((768, 768), np.float32)
+mm(a, b, c)
+print(float(np.abs(c - a @ b).max()))
+"""
+    def small_stack() -> None:
+        resource.setrlimit(resource.RLIMIT_STACK, (2 << 20, resource.getrlimit(
+            resource.RLIMIT_STACK)[1]))
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, preexec_fn=small_stack, env=os.environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) < 1e-2
 
 
 BATCH_MATMUL = """
