@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import MLIRError
@@ -204,26 +204,30 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
     as it was (its ops get the plain lowering). Return whether any step applied."""
     found = _tileable(module)
     matmul = PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE
-    steps: list[Callable[[], object]] = []
-    if "linalg.matmul" in found:
-        steps.append(lambda: run_schedule(module, matmul, filename))
+    def scheduled(schedule: str) -> bool:
+        run_schedule(module, schedule, filename)
+        return True
+
+    steps: list[Callable[[], bool]] = []  # each says whether it changed the module
     if "linalg.batch_matmul" in found:
-        steps.append(lambda: run_schedule(module, BATCH_MATMUL_SCHEDULE, filename))
+        steps.append(lambda: scheduled(BATCH_MATMUL_SCHEDULE))
     if found & set(_CONVOLUTIONS):
-        def convolutions() -> None:
-            if convolutions_to_matmuls(module):
-                run_schedule(module, matmul, filename)
-        steps.append(convolutions)
+        steps.append(lambda: convolutions_to_matmuls(module) > 0)
+    if found:
+        steps.append(lambda: matmuls_to_microkernels(module, parallel) > 0)
+        # The matmuls left (other types, layouts or indexing maps) get the schedule.
+        steps.append(lambda: "linalg.matmul" in _tileable(module) and scheduled(matmul))
     return sum(_or_restore(module, step) for step in steps) > 0
 
 
-def _or_restore(module: Any, step: Callable[[], object]) -> bool:
-    """Run ``step``; if MLIR refuses it, put ``module`` back as it was before."""
+def _or_restore(module: Any, step: Callable[[], bool]) -> bool:
+    """Run ``step``; if MLIR refuses it, put ``module`` back as it was before. Return
+    whether the step changed the module."""
     from mlir import ir
 
     backup = module.operation.clone()
     try:
-        step()
+        changed = step()
     except (MLIRError, ir.MLIRError):
         for op in list(module.body.operations):
             op.operation.erase()
@@ -233,7 +237,7 @@ def _or_restore(module: Any, step: Callable[[], object]) -> bool:
         return False
     finally:
         backup.erase()
-    return True
+    return changed
 
 
 def run_schedule(module: Any, schedule: str, filename: str = "<source>") -> None:
@@ -290,6 +294,162 @@ def hoist_allocas_out_of_loops(module: Any) -> int:
             alloca.move_before(outermost)
             moved += 1
     return moved
+
+
+# -- matmul microkernels ------------------------------------------------------------------
+
+#: Rows of C and depth of A/B per block of the microkernel; its columns are
+#: :data:`_LANES` wide: 8 rows of 32 f32 are 16 AVX-512 accumulators.
+_MICRO_ROWS, _MICRO_DEPTH = 8, 256
+#: Columns per block: two AVX-512 vectors of the element type.
+_LANES = {"f32": 32, "f64": 16}
+_DEFAULT_MATMUL_MAPS = ("[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> "
+                        "(d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]")
+
+
+def _microkernel(name: str, element: str, types: tuple[str, str, str],
+                 parallel: bool) -> str:
+    """An MLIR function computing ``C += A @ B``: for each panel of :data:`_LANES`
+    columns and each block of :data:`_MICRO_DEPTH` of the depth, blocks of
+    :data:`_MICRO_ROWS` rows of C stay in vector registers (loop-carried values, so
+    they stay there whatever aliases) while rows of B stream through as vectors and A's
+    elements are broadcast into FMAs; the last partial panel is masked, the last rows
+    are done one at a time. ``parallel`` makes the panels an ``scf.parallel``."""
+    ta, tb, tc = types
+    lanes, rows = _LANES[element], _MICRO_ROWS
+    vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
+    out = [f"func.func private @{name}(%A: {ta}, %B: {tb}, %C: {tc}) {{"]
+    out += [f"  %c{r} = arith.constant {r} : index" for r in range(rows)]
+    out += [f"  %rows = arith.constant {rows} : index",
+            f"  %lanes = arith.constant {lanes} : index",
+            f"  %depth = arith.constant {_MICRO_DEPTH} : index",
+            f"  %zero = arith.constant dense<0.0> : {vt}",
+            f"  %m = memref.dim %A, %c0 : {ta}",
+            f"  %k = memref.dim %A, %c1 : {ta}",
+            f"  %n = memref.dim %B, %c1 : {tb}",
+            "  %mq = arith.divui %m, %rows : index",
+            "  %mf = arith.muli %mq, %rows : index",
+            "  %nq = arith.divui %n, %lanes : index",
+            "  %nf = arith.muli %nq, %lanes : index",
+            "  %nr = arith.subi %n, %nf : index",
+            f"  %mask = vector.create_mask %nr : {mt}",
+            "  %partial = arith.cmpi ult, %nf, %n : index"]
+
+    def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
+        if count > 1:
+            out.extend(f"{pad}%i{r} = arith.addi {first}, %c{r} : index" for r in range(1, count))
+        index = [first] + [f"%i{r}" for r in range(1, count)]
+
+        def load(memref: str, row: str, ty: str) -> str:
+            if masked:
+                return (f"vector.maskedload {memref}[{row}, {j}], %mask, %zero : {ty}, {mt}, "
+                        f"{vt} into {vt}")
+            return f"vector.load {memref}[{row}, {j}] : {ty}, {vt}"
+
+        out.extend(f"{pad}%acc{r} = {load('%C', index[r], tc)}" for r in range(count))
+        carried = ", ".join(f"%x{r} = %acc{r}" for r in range(count))
+        vts = ", ".join([vt] * count)
+        out.append(f"{pad}%res:{count} = scf.for %p = %k0 to %k1 step %c1 "
+                   f"iter_args({carried}) -> ({vts}) {{")
+        out.append(f"{pad}  %b = {load('%B', '%p', tb)}")
+        for r in range(count):
+            out.extend([f"{pad}  %a{r} = memref.load %A[{index[r]}, %p] : {ta}",
+                        f"{pad}  %s{r} = vector.broadcast %a{r} : {element} to {vt}",
+                        f"{pad}  %y{r} = vector.fma %s{r}, %b, %x{r} : {vt}"])
+        out.append(f"{pad}  scf.yield {', '.join(f'%y{r}' for r in range(count))} : {vts}")
+        out.append(f"{pad}}}")
+        for r in range(count):
+            out.append(f"{pad}vector.maskedstore %C[{index[r]}, {j}], %mask, %res#{r} : {tc}, "
+                       f"{mt}, {vt}" if masked else
+                       f"{pad}vector.store %res#{r}, %C[{index[r]}, {j}] : {tc}, {vt}")
+
+    def panel(j: str, masked: bool, pad: str) -> None:
+        out.append(f"{pad}scf.for %k0 = %c0 to %k step %depth {{")
+        out.append(f"{pad}  %kend = arith.addi %k0, %depth : index")
+        out.append(f"{pad}  %k1 = arith.minui %kend, %k : index")
+        out.append(f"{pad}  scf.for %i = %c0 to %mf step %rows {{")
+        block("%i", rows, j, masked, pad + "    ")
+        out.append(f"{pad}  }}")
+        out.append(f"{pad}  scf.for %i = %mf to %m step %c1 {{")
+        block("%i", 1, j, masked, pad + "    ")
+        out.append(f"{pad}  }}")
+        out.append(f"{pad}}}")
+
+    out.append("  scf.parallel (%j) = (%c0) to (%nf) step (%lanes) {" if parallel else
+               "  scf.for %j = %c0 to %nf step %lanes {")
+    panel("%j", False, "    ")
+    if parallel:
+        out.append("    scf.reduce")
+    out.append("  }")
+    out.append("  scf.if %partial {")
+    panel("%nf", True, "    ")
+    out.append("  }")
+    out += ["  return", "}"]
+    return "\n".join(out)
+
+
+def matmuls_to_microkernels(module: Any, parallel: bool = False) -> int:
+    """Replace each ``linalg.matmul`` on memrefs of f32 or f64 (one type, the default
+    indexing maps) whose B and C have a unit innermost stride known statically by a call
+    to a :func:`_microkernel`; return how many were replaced."""
+    from mlir import ir
+
+    chosen: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "linalg.matmul" and _on_memrefs(op) and _microkernel_fits(op):
+            chosen.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    names = _symbols(module)
+    with module.context:
+        for op in chosen:
+            element = str(ir.MemRefType(op.operands[0].type).element_type)
+            unit = f"memref<?x?x{element}, strided<[?, 1], offset: ?>>"
+            types = (f"memref<?x?x{element}, strided<[?, ?], offset: ?>>", unit, unit)
+            name = _fresh("__pymlirjit_matmul", names)
+            _replace_by_call(module, op, name, _microkernel(name, element, types, parallel),
+                             types)
+    return len(chosen)
+
+
+def _microkernel_fits(op: Any) -> bool:
+    from mlir import ir
+
+    if not _plain_float_memrefs(op) or ("indexing_maps" in op.attributes and str(
+            op.attributes["indexing_maps"]) != _DEFAULT_MATMUL_MAPS):
+        return False
+    types = [ir.MemRefType(v.type) for v in op.operands]
+    return (str(types[0].element_type) in _LANES
+            and all(t.get_strides_and_offset()[0][-1] == 1 for t in types[1:]))
+
+
+def _symbols(module: Any) -> set[str]:
+    from mlir import ir
+
+    return {ir.StringAttr(op.attributes["sym_name"]).value
+            for op in module.body.operations if "sym_name" in op.attributes}
+
+
+def _replace_by_call(module: Any, op: Any, name: str, text: str,
+                     types: Sequence[str]) -> None:
+    """Append the function ``text`` (named ``name``, taking ``types``) to ``module`` and
+    replace ``op`` by a call to it with ``op``'s operands cast to ``types``."""
+    from mlir import ir
+    from mlir.dialects import func, memref
+
+    owner = ir.Module.parse(text)  # owns the function until it moves
+    function = owner.body.operations[0]
+    function.operation.detach_from_parent()
+    module.body.append(function)
+    with ir.InsertionPoint(op), op.location:
+        args = []
+        for ty, value in zip(types, op.operands, strict=True):
+            wanted = ir.MemRefType.parse(ty)
+            args.append(value if value.type == wanted else memref.CastOp(wanted, value).result)
+        func.CallOp([], ir.FlatSymbolRefAttr.get(name), args)
+    op.erase()
 
 
 # A 2-D convolution is a sum of matmuls: for each image, output row and filter tap
@@ -358,7 +518,6 @@ def convolutions_to_matmuls(module: Any) -> int:
     type by a call to a function computing it as ``linalg.matmul`` s on views (see
     ``_CONV_AS_MATMULS``); return how many were replaced."""
     from mlir import ir
-    from mlir.dialects import func, memref
 
     convs: list[Any] = []
 
@@ -368,8 +527,7 @@ def convolutions_to_matmuls(module: Any) -> int:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
-    names = {ir.StringAttr(op.attributes["sym_name"]).value
-             for op in module.body.operations if "sym_name" in op.attributes}
+    names = _symbols(module)
     with module.context:
         for op in convs:
             name = _fresh("__pymlirjit_conv", names)
@@ -392,18 +550,7 @@ def convolutions_to_matmuls(module: Any) -> int:
                 else (types["VK"], types["VI"])
             del layout["steps"]
             text = _CONV_AS_MATMULS.format(name=name, sh=sh, dh=dh, dw=dw, **layout, **types)
-            owner = ir.Module.parse(text)  # owns the helper until it moves
-            helper = owner.body.operations[0]
-            helper.operation.detach_from_parent()
-            module.body.append(helper)
-            with ir.InsertionPoint(op), op.location:
-                args = []
-                for role, value in zip("IKO", op.operands, strict=True):
-                    general = ir.MemRefType.parse(types[f"T{role}"])
-                    args.append(value if value.type == general
-                                else memref.CastOp(general, value).result)
-                func.CallOp([], ir.FlatSymbolRefAttr.get(name), args)
-            op.erase()
+            _replace_by_call(module, op, name, text, [types[f"T{role}"] for role in "IKO"])
     return len(convs)
 
 
