@@ -34,9 +34,9 @@ from .errors import MLIRError
 from .pipeline import _run_passes
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
-           "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
+           "THREADS_VARIABLE", "VECTOR_LOWERING", "batch_matmuls_to_matmuls", "clamp_upper_bounds",
            "convolutions_to_matmuls", "fork_safe_task_scheduling", "has_tileable_ops",
-           "hoist_allocas_out_of_loops",
+           "hoist_allocas_out_of_loops", "matmuls_to_microkernels",
            "optimize", "parallel_hooks", "run_schedule", "serialize_nested_parallel_loops",
            "split_for_threads", "set_fastmath", "thread_count",
            "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
@@ -197,24 +197,32 @@ def has_tileable_ops(module: Any) -> bool:
 
 
 def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool = False) -> bool:
-    """Tile and vectorize the ops :func:`has_tileable_ops` finds in ``module``, in place:
-    matmuls by :data:`MATMUL_SCHEDULE` (:data:`PARALLEL_MATMUL_SCHEDULE` if
-    ``parallel``), batch matmuls by :data:`BATCH_MATMUL_SCHEDULE`, 2-D convolutions
-    as matmuls (:func:`convolutions_to_matmuls`). A step that fails leaves the module
-    as it was (its ops get the plain lowering). Return whether any step applied."""
+    """Tile and vectorize the ops :func:`has_tileable_ops` finds in ``module``, in place.
+
+    Batch matmuls and 2-D convolutions on f32/f64 become matmuls on views
+    (:func:`batch_matmuls_to_matmuls`, :func:`convolutions_to_matmuls`); matmuls on f32/f64
+    with unit-stride rows become microkernels (:func:`matmuls_to_microkernels`); the
+    others get :data:`BATCH_MATMUL_SCHEDULE` and :data:`MATMUL_SCHEDULE`
+    (:data:`PARALLEL_MATMUL_SCHEDULE` if ``parallel``). A step that fails leaves the
+    module as it was (its ops get the plain lowering). Return whether any step applied."""
     found = _tileable(module)
     matmul = PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE
+
     def scheduled(schedule: str) -> bool:
         run_schedule(module, schedule, filename)
         return True
 
     steps: list[Callable[[], bool]] = []  # each says whether it changed the module
     if "linalg.batch_matmul" in found:
-        steps.append(lambda: scheduled(BATCH_MATMUL_SCHEDULE))
+        steps.append(lambda: batch_matmuls_to_matmuls(module) > 0)
     if found & set(_CONVOLUTIONS):
         steps.append(lambda: convolutions_to_matmuls(module) > 0)
     if found:
         steps.append(lambda: matmuls_to_microkernels(module, parallel) > 0)
+    if "linalg.batch_matmul" in found:  # those left: other types or indexing maps
+        steps.append(lambda: "linalg.batch_matmul" in _tileable(module)
+                     and scheduled(BATCH_MATMUL_SCHEDULE))
+    if found:
         # The matmuls left (other types, layouts or indexing maps) get the schedule.
         steps.append(lambda: "linalg.matmul" in _tileable(module) and scheduled(matmul))
     return sum(_or_restore(module, step) for step in steps) > 0
@@ -450,6 +458,59 @@ def _replace_by_call(module: Any, op: Any, name: str, text: str,
             args.append(value if value.type == wanted else memref.CastOp(wanted, value).result)
         func.CallOp([], ir.FlatSymbolRefAttr.get(name), args)
     op.erase()
+
+
+_BATCH_AS_MATMULS = """
+func.func private @{name}(%A: {TA}, %B: {TB}, %C: {TC}) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %q = memref.dim %A, %c0 : {TA}
+  %m = memref.dim %A, %c1 : {TA}
+  %k = memref.dim %A, %c2 : {TA}
+  %n = memref.dim %B, %c2 : {TB}
+  scf.for %b = %c0 to %q step %c1 {{
+    %a = memref.subview %A[%b, 0, 0] [1, %m, %k] [1, 1, 1] : {TA} to {VA}
+    %w = memref.subview %B[%b, 0, 0] [1, %k, %n] [1, 1, 1] : {TB} to {VB}
+    %o = memref.subview %C[%b, 0, 0] [1, %m, %n] [1, 1, 1] : {TC} to {VC}
+    linalg.matmul ins(%a, %w : {VA}, {VB}) outs(%o : {VC})
+  }}
+  return
+}}
+"""
+
+
+def batch_matmuls_to_matmuls(module: Any) -> int:
+    """Replace each ``linalg.batch_matmul`` on memrefs of one float type (default
+    indexing maps) by a call to a function running a ``linalg.matmul`` per matrix of
+    the batch, on views (which :func:`matmuls_to_microkernels` then takes); return how
+    many were replaced."""
+    from mlir import ir
+
+    chosen: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "linalg.batch_matmul" and _on_memrefs(op) and \
+                _plain_float_memrefs(op) and "indexing_maps" not in op.attributes:
+            chosen.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    names = _symbols(module)
+    with module.context:
+        for op in chosen:
+            types: dict[str, str] = {}
+            for role, value in zip("ABC", op.operands, strict=True):
+                given = ir.MemRefType(value.type)
+                inner = 1 if given.get_strides_and_offset()[0][-1] == 1 else "?"
+                element = given.element_type
+                types[f"T{role}"] = (f"memref<?x?x?x{element}, strided<[?, ?, {inner}], "
+                                     f"offset: ?>>")
+                types[f"V{role}"] = f"memref<?x?x{element}, strided<[?, {inner}], offset: ?>>"
+            name = _fresh("__pymlirjit_batch_matmul", names)
+            _replace_by_call(module, op, name, _BATCH_AS_MATMULS.format(name=name, **types),
+                             [types[f"T{role}"] for role in "ABC"])
+    return len(chosen)
 
 
 # A 2-D convolution is a sum of matmuls: for each image, output row and filter tap

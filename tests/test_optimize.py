@@ -67,6 +67,20 @@ def test_tiled_matmul_matches_numpy(session: Session, n: int, m: int, k: int) ->
     np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * max(k, 1))
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_matmul_microkernel_f64_matches_numpy(session: Session, parallel: bool) -> None:
+    mm = mlir_kernel(source=MATMUL.replace("f32", "f64"), name="mm", opt_level=3,
+                     parallel=parallel, session=session)(lambda a, b, c: None)
+    rng = np.random.default_rng(7)
+    for n, m, k in SIZES:
+        a, b, c = (rng.standard_normal(shape) for shape in ((n, k), (k, m), (n, m)))
+        expected = c + a @ b
+        mm(a, b, c)
+        np.testing.assert_allclose(c, expected, rtol=1e-12, atol=1e-12 * max(k, 1),
+                                   err_msg=f"{n}x{k} @ {k}x{m}")
+    assert "vector<16xf64>" in mm.lowered_mlir
+
+
 STRIDED = MATMUL.replace("memref<?x?xf32>", "memref<?x?xf32, strided<[?, ?], offset: ?>>")
 
 
@@ -127,21 +141,23 @@ func.func @bmm(%a: memref<?x?x?xf32>, %b: memref<?x?x?xf32>, %c: memref<?x?x?xf3
 """
 
 
-def test_tiled_batch_matmul_matches_numpy(session: Session) -> None:
-    @mlir_kernel(source=BATCH_MATMUL, name="bmm", opt_level=3, session=session)
-    def bmm(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
-
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_tiled_batch_matmul_matches_numpy(session: Session, dtype: type) -> None:
+    # f32, f64: matmuls on views, then microkernels; f16: BATCH_MATMUL_SCHEDULE.
+    element = {np.float32: "f32", np.float64: "f64", np.float16: "f16"}[dtype]
+    bmm = mlir_kernel(source=BATCH_MATMUL.replace("f32", element), name="bmm", opt_level=3,
+                      session=session)(lambda a, b, c: None)
+    tolerance = 1e-2 if dtype == np.float16 else 1e-4
     rng = np.random.default_rng(3)
     for q, n, m, k in [(1, 1, 1, 1), (0, 3, 4, 5), (2, 0, 3, 4), (3, 5, 0, 2), (2, 3, 4, 0),
                        (3, 13, 37, 5), (2, 65, 257, 259), (5, 8, 32, 1), (1, 131, 67, 7)]:
-        a = rng.standard_normal((q, n, k), dtype=np.float32)
-        b = rng.standard_normal((q, k, m), dtype=np.float32)
-        c = rng.standard_normal((q, n, m), dtype=np.float32)
-        expected = c + a @ b
+        a, b, c = (rng.uniform(-1, 1, shape).astype(dtype)
+                   for shape in ((q, n, k), (q, k, m), (q, n, m)))
+        expected = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
         bmm(a, b, c)
-        np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * max(k, 1),
+        np.testing.assert_allclose(c, expected, rtol=tolerance, atol=tolerance * max(k, 1),
                                    err_msg=f"batch {q}, {n}x{k} @ {k}x{m}")
-    assert "vector<32xf32>" in bmm.lowered_mlir
+    assert re.search(r"vector<(32|16)x" + element, bmm.lowered_mlir)
 
 
 CONV_NHWC = """
