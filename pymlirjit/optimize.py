@@ -311,8 +311,19 @@ def hoist_allocas_out_of_loops(module: Any) -> int:
 _MICRO_ROWS, _MICRO_DEPTH = 8, 256
 #: Columns per block: two AVX-512 vectors of the element type.
 _LANES = {"f32": 32, "f64": 16}
-_DEFAULT_MATMUL_MAPS = ("[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> "
-                        "(d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]")
+_DEFAULT_MAPS = {
+    "linalg.matmul": "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> "
+                     "(d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]",
+    "linalg.batch_matmul": "[affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, "
+                           "d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> "
+                           "(d0, d1, d2)>]"}
+
+
+def _default_maps(op: Any) -> bool:
+    """Whether ``op`` (a matmul or batch matmul) has the indexing maps of its name
+    (not transposed or broadcast operands)."""
+    return ("indexing_maps" not in op.attributes
+            or str(op.attributes["indexing_maps"]) == _DEFAULT_MAPS[op.name])
 
 
 def _microkernel(name: str, element: str, types: tuple[str, str, str],
@@ -425,8 +436,7 @@ def matmuls_to_microkernels(module: Any, parallel: bool = False) -> int:
 def _microkernel_fits(op: Any) -> bool:
     from mlir import ir
 
-    if not _plain_float_memrefs(op) or ("indexing_maps" in op.attributes and str(
-            op.attributes["indexing_maps"]) != _DEFAULT_MATMUL_MAPS):
+    if not _plain_float_memrefs(op) or not _default_maps(op):
         return False
     types = [ir.MemRefType(v.type) for v in op.operands]
     return (str(types[0].element_type) in _LANES
@@ -491,7 +501,7 @@ def batch_matmuls_to_matmuls(module: Any) -> int:
 
     def visit(op: Any) -> Any:
         if op.name == "linalg.batch_matmul" and _on_memrefs(op) and \
-                _plain_float_memrefs(op) and "indexing_maps" not in op.attributes:
+                _plain_float_memrefs(op) and _default_maps(op):
             chosen.append(op)
         return ir.WalkResult.ADVANCE
 
