@@ -5,12 +5,15 @@ Two independent steps run on a parsed module before the lowering pipeline:
 - :func:`set_fastmath` marks every floating-point ``arith`` and ``math`` operation with
   ``#arith.fastmath<fast>`` (numba's ``fastmath=True``): LLVM may then reassociate, so
   floating-point reductions vectorize, and contract multiply-adds into FMAs.
-- :func:`tile_and_vectorize` runs a transform-dialect script (:data:`MATMUL_SCHEDULE`)
-  through ``transform-interpreter``: each ``linalg.matmul`` on memrefs is tiled for the
-  cache, then into 8x32 register tiles whose accumulator lives in a stack buffer (so
-  LLVM can keep it in vector registers: a buffer of the caller might alias the inputs),
-  and vectorized into FMAs of the host's widest vectors; edges of odd sizes are masked.
-  :data:`VECTOR_LOWERING` are the passes that lower what it leaves.
+- :func:`tile_and_vectorize` makes ``linalg.matmul``, ``linalg.batch_matmul`` and 2-D
+  convolutions on memrefs fast: f32/f64 matmuls become generated microkernels whose
+  register blocks are loop-carried vectors (:func:`matmuls_to_microkernels`), batch
+  matmuls and convolutions become such matmuls on views; the other matmuls go through
+  transform-dialect scripts (:data:`MATMUL_SCHEDULE`, run by ``transform-interpreter``:
+  tiled for the cache, then into 8x32 register tiles whose accumulator lives in a stack
+  buffer, so LLVM can keep it in vector registers, a buffer of the caller might alias the
+  inputs), vectorized into FMAs of the host's widest vectors; edges of odd sizes are
+  masked. :data:`VECTOR_LOWERING` are the passes that lower what they leave.
 
 >>> from pymlirjit.pipeline import new_context, parse_module
 >>> m = parse_module('''func.func @f(%a: f64, %b: f64) -> f64 {
