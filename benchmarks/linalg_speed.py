@@ -1,5 +1,6 @@
-"""``python -m benchmarks.linalg_speed``: linalg.matmul (opt_level=3: tiled and vectorized)
-and a dot product (fastmath) against numpy and numba @njit (same algorithm), in one run.
+"""``python -m benchmarks.linalg_speed``: linalg.matmul, linalg.batch_matmul and
+linalg.conv_2d_nchw_fchw (opt_level=2: plain loops; opt_level=3: tiled and vectorized) and
+a dot product (fastmath) against numpy and numba @njit (same algorithm), in one run.
 
 Run it single-threaded against one OpenBLAS thread::
 
@@ -11,18 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from pymlirjit import Session, mlir_kernel
 
-MATMUL = """
-func.func @mm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
-  linalg.matmul ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>)
-  return
-}
-"""
+from ._kernel_sources import MLIR, NUMBA, NUMPY, symbol
 
 DOT = """
 func.func @dot(%a: memref<?xf64>, %b: memref<?xf64>) -> f64 {
@@ -58,33 +55,39 @@ def main() -> None:
     import numba
 
     session = Session()
-    n = 512
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    c = np.zeros((n, n), np.float32)
-    rows = []
-    for level in (2, 3):
-        mm = mlir_kernel(source=MATMUL, name="mm", opt_level=level, session=session)(
-            lambda a, b, c: None)
-        rows.append((f"linalg.matmul f32 {n}^3, opt_level={level}",
-                     best(lambda mm=mm: mm(a, b, c))))
 
-    @numba.njit(fastmath=True)
-    def nb_mm(a: Any, b: Any, c: Any) -> None:
-        for i in range(a.shape[0]):
-            for k in range(a.shape[1]):
-                x = a[i, k]
-                for j in range(b.shape[1]):
-                    c[i, j] += x * b[k, j]
+    def uniform(*shape: int) -> np.ndarray:
+        return rng.uniform(0.0, 1.0, shape).astype(np.float32)
 
-    rows.append(("numba @njit matmul (i,k,j loops, fastmath)", best(lambda: nb_mm(a, b, c))))
-    rows.append(("numpy a @ b", best(lambda: a @ b)))
-    flops = 2.0 * n ** 3
-    for name, t in rows:
-        print(f"{name:45s} {t * 1e3:9.3f} ms  {flops / t / 1e9:7.1f} GFLOP/s  "
-              f"{t / rows[-1][1]:6.2f}x numpy")
-    print()
+    n, q, m, h = 512, 32, 128, 130
+    cases = [("matmul", f"linalg.matmul f32 {n}^3",
+              (uniform(n, n), uniform(n, n), np.zeros((n, n), np.float32)), 2.0 * n ** 3),
+             ("batch_matmul", f"linalg.batch_matmul f32 {q}x{m}^3",
+              (uniform(q, m, m), uniform(q, m, m), np.zeros((q, m, m), np.float32)),
+              2.0 * q * m ** 3),
+             ("conv2d", f"linalg.conv_2d_nchw_fchw 16->16ch 3x3 {h}^2",
+              (uniform(1, 16, h, h), uniform(16, 16, 3, 3),
+               np.zeros((1, 16, h - 2, h - 2), np.float32)), 2.0 * 16 * 16 * 9 * (h - 2) ** 2)]
+    for kernel, title, args, flops in cases:
+        expected = args[2].copy()
+        NUMPY[kernel](*args[:2], expected)
+        rows = []
+        for level in (2, 3):
+            function = getattr(session.compile(MLIR[kernel, "linalg"], opt_level=level),
+                               symbol(kernel))
+            function(*args)
+            np.testing.assert_allclose(args[2], expected, rtol=1e-4, atol=1e-3)
+            rows.append((f"{title}, opt_level={level}",
+                         best(partial(function, *args))))
+        numba_kernel = numba.njit(fastmath=True)(NUMBA[kernel])
+        rows.append((f"numba @njit {kernel} (same loops, fastmath)",
+                     best(partial(numba_kernel, *args))))
+        rows.append((f"numpy {kernel}", best(partial(NUMPY[kernel], *args))))
+        for name, t in rows:
+            print(f"{name:50s} {t * 1e3:9.3f} ms  {flops / t / 1e9:7.1f} GFLOP/s  "
+                  f"{t / rows[-1][1]:6.2f}x numpy")
+        print()
     size = 10 ** 7
     x, y = rng.standard_normal(size), rng.standard_normal(size)
     rows = []
@@ -103,7 +106,7 @@ def main() -> None:
     rows.append(("numba @njit dot (fastmath)", best(lambda: nb_dot(x, y))))
     rows.append(("numpy x @ y", best(lambda: x @ y)))
     for name, t in rows:
-        print(f"{name:45s} {t * 1e3:9.3f} ms  {2 * size / t / 1e9:7.1f} GFLOP/s  "
+        print(f"{name:50s} {t * 1e3:9.3f} ms  {2 * size / t / 1e9:7.1f} GFLOP/s  "
               f"{t / rows[-1][1]:6.2f}x numpy")
 
 

@@ -5,12 +5,16 @@ Two independent steps run on a parsed module before the lowering pipeline:
 - :func:`set_fastmath` marks every floating-point ``arith`` and ``math`` operation with
   ``#arith.fastmath<fast>`` (numba's ``fastmath=True``): LLVM may then reassociate, so
   floating-point reductions vectorize, and contract multiply-adds into FMAs.
-- :func:`tile_and_vectorize` runs a transform-dialect script (:data:`MATMUL_SCHEDULE`)
-  through ``transform-interpreter``: each ``linalg.matmul`` on memrefs is tiled for the
-  cache, then into 8x32 register tiles whose accumulator lives in a stack buffer (so
-  LLVM can keep it in vector registers: a buffer of the caller might alias the inputs),
-  and vectorized into FMAs of the host's widest vectors; edges of odd sizes are masked.
-  :data:`VECTOR_LOWERING` are the passes that lower what it leaves.
+- :func:`tile_and_vectorize` (:mod:`pymlirjit.linalg_schedules`) makes ``linalg.matmul``,
+  ``linalg.batch_matmul`` and 2-D convolutions on memrefs fast: f32/f64 matmuls become
+  generated microkernels whose register blocks are loop-carried vectors, batch matmuls
+  and convolutions become such matmuls on views (:mod:`pymlirjit.linalg_rewrites`); the
+  other matmuls go through transform-dialect scripts (:data:`MATMUL_SCHEDULE`, run by
+  ``transform-interpreter``: tiled for the cache, then into 8x32 register tiles whose
+  accumulator lives in a stack buffer, so LLVM can keep it in vector registers, a buffer
+  of the caller might alias the inputs), vectorized into FMAs of the host's widest
+  vectors; edges of odd sizes are masked. :data:`VECTOR_LOWERING` are the passes that
+  lower what they leave.
 
 >>> from pymlirjit.pipeline import new_context, parse_module
 >>> m = parse_module('''func.func @f(%a: f64, %b: f64) -> f64 {
@@ -30,75 +34,21 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .errors import MLIRError
-from .pipeline import _run_passes
+from .linalg_schedules import (
+    BATCH_MATMUL_SCHEDULE,
+    MATMUL_SCHEDULE,
+    PARALLEL_MATMUL_SCHEDULE,
+    has_tileable_ops,
+    run_schedule,
+    tile_and_vectorize,
+)
 
-__all__ = ["MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE", "THREADS_VARIABLE",
-           "VECTOR_LOWERING", "clamp_upper_bounds", "fork_safe_task_scheduling",
-           "has_tileable_ops", "optimize", "parallel_hooks", "serialize_nested_parallel_loops",
-           "split_for_threads", "set_fastmath", "thread_count",
-           "tile_and_vectorize", "with_parallel_loops", "with_vector_lowering"]
-
-#: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
-#: accumulators, one k step at a time (an outer product of a column of A and a row of B).
-_REGISTER_TILE = (8, 32)
-#: Cache tile (rows, columns, depth): a 256x256 block of B is 256 KB in f32, within L2.
-_CACHE_TILE = (64, 256, 256)
-
-#: The transform script, appended to the module and run by ``transform-interpreter``.
-MATMUL_SCHEDULE = """
-module attributes {{transform.with_named_sequence}} {{
-transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
-    %mm = transform.structured.match ops{{["linalg.matmul"]}} in %root
-      : (!transform.any_op) -> !transform.any_op
-    transform.foreach %mm : !transform.any_op {{
-    ^bb0(%op: !transform.any_op):
-      %t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes [{c0}, {c1}, {c2}]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
-                                  !transform.any_op)
-      %t2, %l2:2 = transform.structured.tile_using_for %t1 tile_sizes [{r0}, {r1}, 0]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
-      %p = transform.structured.promote %t2 {{operands_to_promote = [2], use_alloca,
-        use_full_tile_buffers = [false, false, true]}} : (!transform.any_op) -> !transform.any_op
-      %t3, %l3 = transform.structured.tile_using_for %p tile_sizes [0, 0, 1]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      transform.structured.vectorize %t3 vector_sizes [{r0}, {r1}, 1] : !transform.any_op
-    }}
-    %f = transform.structured.match ops{{["func.func"]}} in %root
-      : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %f {{
-      transform.apply_patterns.vector.lower_masked_transfers
-      transform.apply_patterns.vector.transfer_permutation_patterns
-      transform.apply_patterns.vector.reduction_to_contract
-      transform.apply_patterns.canonicalization
-    }} : !transform.any_op
-    transform.apply_patterns to %f {{
-      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
-      transform.apply_patterns.vector.lower_outerproduct
-      transform.apply_patterns.canonicalization
-    }} : !transform.any_op
-    transform.yield
-  }}
-}}
-""".format(c0=_CACHE_TILE[0], c1=_CACHE_TILE[1], c2=_CACHE_TILE[2],
-           r0=_REGISTER_TILE[0], r1=_REGISTER_TILE[1])
-
-#: :data:`MATMUL_SCHEDULE` for ``parallel=True``: the cache tiles of the two parallel
-#: dimensions become the iterations of an ``scf.forall`` (run by several threads, see
-#: :func:`with_parallel_loops`); the depth stays a sequential loop inside each.
-PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(
-    "%t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes "
-    f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}, {_CACHE_TILE[2]}]\n"
-    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,\n"
-    "                                  !transform.any_op)",
-    "%t0, %l0 = transform.structured.tile_using_forall %op tile_sizes "
-    f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}]\n"
-    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
-    "      %t1, %l1 = transform.structured.tile_using_for %t0 tile_sizes "
-    f"[0, 0, {_CACHE_TILE[2]}]\n"
-    "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
-
-_MARK = "transform.with_named_sequence"
+__all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
+           "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
+           "fork_safe_task_scheduling", "has_tileable_ops", "optimize", "parallel_hooks",
+           "run_schedule", "serialize_nested_parallel_loops", "split_for_threads",
+           "set_fastmath", "thread_count", "tile_and_vectorize", "with_parallel_loops",
+           "with_vector_lowering"]
 
 #: Lower what the schedule leaves (vector transfers, masks, ``ub.poison``): inserted in
 #: the default pipeline before its scf and arith lowerings.
@@ -132,52 +82,6 @@ def _takes_fastmath(opview: type) -> bool:
     return isinstance(getattr(opview, "fastmath", None), property)
 
 
-def has_tileable_ops(module: Any) -> bool:
-    """Whether ``module`` has a ``linalg.matmul`` on memrefs (what the schedule handles;
-    tensor ops are bufferized first by the default pipeline's own passes)."""
-    from mlir import ir
-
-    found = False
-
-    def visit(op: Any) -> Any:
-        nonlocal found
-        if op.name == "linalg.matmul" and all(
-                isinstance(v.type, ir.MemRefType) for v in op.operands):
-            found = True
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
-
-
-def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool = False) -> None:
-    """Run :data:`MATMUL_SCHEDULE` (:data:`PARALLEL_MATMUL_SCHEDULE` if ``parallel``)
-    on ``module`` in place, then remove the script."""
-    from mlir import ir
-    from mlir.passmanager import PassManager
-
-    with module.context, ir.Location.unknown():
-        # The schedule module owns the script until it moves.
-        schedule = ir.Module.parse(PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE)
-        script = schedule.body.operations[0]
-        script.operation.detach_from_parent()
-        # The interpreter looks for its entry point in the root module, which must then
-        # say it holds named sequences.
-        module.body.append(script)
-        attributes = module.operation.attributes
-        attributes[_MARK] = ir.UnitAttr.get()
-        try:
-            _run_passes(PassManager.parse("builtin.module(transform-interpreter)"), module,
-                        filename)
-        except MLIRError as exc:
-            raise MLIRError(f"tiling and vectorizing linalg failed: {exc.summary}",
-                            exc.diagnostics) from None
-        finally:
-            script.operation.erase()
-            del attributes[_MARK]
-
-
 def with_vector_lowering(pipeline: str) -> str:
     """``pipeline`` (normalized) with :data:`VECTOR_LOWERING` inserted, unless it
     lowers the vector dialect already."""
@@ -194,10 +98,7 @@ def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<sourc
     whether the lowering pipeline needs :func:`with_vector_lowering`."""
     if fastmath:
         set_fastmath(module)
-    if tile and has_tileable_ops(module):
-        tile_and_vectorize(module, filename, parallel)
-        return True
-    return False
+    return tile and tile_and_vectorize(module, filename, parallel)
 
 
 # -- parallel=True ------------------------------------------------------------------------

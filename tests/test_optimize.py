@@ -1,4 +1,5 @@
-"""The optimizing passes: fast-math flags and linalg.matmul tiled and vectorized."""
+"""The optimizing passes: fast-math flags; where the linalg rewrites and schedules
+(tests/test_linalg_rewrites.py, tests/test_linalg_schedules.py) enter the pipeline."""
 
 from __future__ import annotations
 
@@ -9,13 +10,6 @@ from pymlirjit import Session, mlir_kernel
 from pymlirjit.optimize import set_fastmath, with_vector_lowering
 from pymlirjit.pipeline import DEFAULT_PIPELINE, new_context, normalize_pipeline, parse_module
 from pymlirjit.prepare import CompileOptions
-
-MATMUL = """
-func.func @mm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
-  linalg.matmul ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>)
-  return
-}
-"""
 
 DOT = """
 func.func @dot(%a: memref<?xf64>, %b: memref<?xf64>) -> f64 {
@@ -33,52 +27,6 @@ func.func @dot(%a: memref<?xf64>, %b: memref<?xf64>) -> f64 {
   return %s : f64
 }
 """
-
-SIZES = [(1, 1, 1), (0, 5, 3), (7, 0, 2), (3, 5, 0), (8, 32, 1), (131, 67, 257),
-         (2, 97, 13), (64, 256, 256), (65, 257, 259)]
-
-
-@pytest.mark.parametrize(("n", "m", "k"), SIZES)
-def test_tiled_matmul_matches_numpy(session: Session, n: int, m: int, k: int) -> None:
-    @mlir_kernel(source=MATMUL, opt_level=3, session=session)
-    def mm(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
-
-    rng = np.random.default_rng(n * 1000 + m * 10 + k)
-    a = rng.standard_normal((n, k), dtype=np.float32)
-    b = rng.standard_normal((k, m), dtype=np.float32)
-    c = rng.standard_normal((n, m), dtype=np.float32)
-    expected = c + a @ b
-    mm(a, b, c)
-    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * max(k, 1))
-
-
-STRIDED = MATMUL.replace("memref<?x?xf32>", "memref<?x?xf32, strided<[?, ?], offset: ?>>")
-
-
-def test_tiled_matmul_takes_strided_views(session: Session) -> None:
-    @mlir_kernel(source=STRIDED, opt_level=3, session=session)
-    def mm(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
-
-    rng = np.random.default_rng(1)
-    big = rng.standard_normal((40, 80), dtype=np.float32)
-    a, b = big[1:30:2, 3:40], big[:37, 41:80]
-    c = np.zeros((40, 60), np.float32)[5:20, 2:41]
-    mm(a, b, c)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-3)
-
-
-def test_opt_level_3_vectorizes_the_matmul(session: Session) -> None:
-    @mlir_kernel(source=MATMUL, name="mm", opt_level=3, session=session)
-    def fast(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
-
-    @mlir_kernel(source=MATMUL, name="mm", session=session)
-    def plain(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
-
-    fast.compile()
-    plain.compile()
-    assert "vector<32xf32>" in fast.lowered_mlir
-    assert "vector<" not in plain.lowered_mlir
-
 
 def test_user_pipeline_is_run_as_written() -> None:
     options = CompileOptions.make([*DEFAULT_PIPELINE, "canonicalize"], opt_level=3)
