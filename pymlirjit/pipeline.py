@@ -14,6 +14,7 @@ import functools
 import os
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
 from typing import Any, TypeVar
@@ -313,7 +314,8 @@ def _parse(source: str, context: Any, filename: str) -> Any:
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           filename: str = "<source>",
           before: Callable[[Any, str], str] | None = None,
-          hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
+          hooks: Mapping[str, Callable[[Any], object]] | None = None,
+          keep: Callable[[str], bool] | None = None) -> Any:
     """Run ``pipeline`` (the default one if ``None``; :data:`SPARSE_PIPELINE` instead
     for a module with sparse tensors) on ``module`` in place; return it.
 
@@ -322,11 +324,15 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     :mod:`pymlirjit.optimize`) and returns the pipeline to run. ``hooks`` maps the name
     of a top-level pass to a function run on the module just before that pass's first
     top-level occurrence (and not at all if the pipeline has none).
+
+    External declarations that nothing calls once lowered are erased: those of MLIR's
+    async runtime always (convert-async-to-llvm declares them all), and, if ``keep`` is
+    given, every other one whose name ``keep`` does not accept.
     """
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None) and _uses_sparse_tensors(module):
         text = normalize_pipeline(SPARSE_PIPELINE)
-    return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}))
+    return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep))
 
 
 #: The default pipeline of a module with sparse tensors: MLIR's sparsifier, which also
@@ -341,7 +347,8 @@ def _uses_sparse_tensors(module: Any) -> bool:
 
 def _lower(module: Any, text: str, filename: str,
            before: Callable[[Any, str], str] | None = None,
-           hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
+           hooks: Mapping[str, Callable[[Any], object]] | None = None,
+           keep: Callable[[str], bool] | None = None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -358,23 +365,40 @@ def _lower(module: Any, text: str, filename: str,
                 hook(module)
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)
-    _drop_unused_async_declarations(module)
+    _drop_unused_declarations(module, keep)
     _check_lowered(module, filename)
     return module
 
 
-def _drop_unused_async_declarations(module: Any) -> None:
-    """convert-async-to-llvm declares the whole async runtime even in modules without
-    async ops; erase what nothing calls, so such modules need no runtime library."""
+#: ``@name`` or ``@"quoted name"`` in printed MLIR.
+_SYMBOL_REFERENCE = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w$.-]+))')
+
+_ASYNC_RUNTIME = "mlirAsyncRunti"
+
+
+def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -> None:
+    """Erase the external ``llvm.func`` declarations nothing refers to (see
+    :func:`lower`): convert-async-to-llvm declares the whole async runtime even in
+    modules without async ops, and such modules must need no runtime library; as in
+    mlir-runner, a library function declared but never called needs no definition."""
     from mlir import ir
 
-    text = str(module)
-    for op in list(module.body.operations):
+    candidates = []
+    for op in module.body.operations:
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        uses = re.findall(rf"@{name}\b", text)
-        if name.startswith("mlirAsyncRunti") and len(uses) == 1:
+        if name.startswith(_ASYNC_RUNTIME) or (keep is not None and not keep(name)):
+            candidates.append((name, op))
+    if not candidates:
+        return  # nothing could go: skip printing the module
+    # Uses are counted in the module printed once: reading every attribute of every op
+    # from Python would abort the process on a dense complex constant (the bindings
+    # cannot downcast it and throw through C++). Large constants are elided.
+    text = module.operation.get_asm(large_elements_limit=16)
+    used = Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))
+    for name, op in candidates:
+        if used[name] <= 1:  # its own declaration only
             op.operation.erase()
 
 

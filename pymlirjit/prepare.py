@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -239,14 +238,17 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     # kernel, not the outlined function), else where memref accesses and scf still exist.
     at = "async-parallel-for" if options.parallel_loops else "convert-scf-to-cf"
     hooks[at] = _in_order(add_checks, hooks.get(at))
+
+    def keep(name: str) -> bool:  # a declaration linked to Python or native code
+        return name in prepared.registrations or name in prepared.externs
+
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg
-                 or options.parallel_loops else None, hooks)
+                 or options.parallel_loops else None, hooks, keep)
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])
     _add_c_interfaces(prepared)
-    _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     return prepared
 
@@ -285,30 +287,6 @@ def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
             if name.startswith(prefix) and path not in needed:
                 needed.append(path)
     return tuple(needed)
-
-
-#: ``@name`` or ``@"quoted name"`` in printed MLIR.
-_SYMBOL_REFERENCE = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w$.-]+))')
-
-
-def _drop_unused_declarations(prepared: PreparedModule) -> None:
-    """Erase external declarations nothing refers to: as in mlir-runner, a library
-    function a module declares but never calls needs no definition."""
-    from mlir import ir
-
-    # Symbol uses are counted in the printed module: reading every attribute of every op
-    # from Python would abort the process on a dense complex constant (the bindings
-    # cannot downcast it and throw through C++). Large constants are elided.
-    module = prepared.module
-    text = module.operation.get_asm(large_elements_limit=16)
-    used = Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))
-    keep = set(prepared.registrations) | set(prepared.externs)
-    for op in list(module.body.operations):
-        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        if used[name] <= 1 and name not in keep:  # its own declaration only
-            op.operation.erase()
 
 
 def _is_public(op: Any) -> bool:

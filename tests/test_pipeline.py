@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mlir._mlir_libs
@@ -136,6 +137,32 @@ def test_lower_returns_the_module_in_the_llvm_dialect() -> None:
     module = parse_module("func.func @f() { return }", new_context())
     assert lower(module) is module
     assert "llvm.func @f" in str(module)
+
+
+def test_unused_declarations_are_erased_once_lowered() -> None:
+    """The async runtime's declarations always go when nothing calls them; other unused
+    declarations only with ``keep``, unless it accepts them (quoted names included)."""
+    source = """
+    func.func private @used(f64) -> f64
+    func.func private @"odd.used name"(f64) -> f64
+    func.func private @unused(f64)
+    func.func private @kept(f64)
+    func.func @f(%x: f64) -> f64 {
+      %y = call @used(%x) : (f64) -> f64
+      %z = call @"odd.used name"(%y) : (f64) -> f64
+      return %z : f64
+    }
+    """
+
+    def declared(keep: Callable[[str], bool] | None) -> set[str]:
+        module = lower(parse_module(source, new_context()), keep=keep)
+        return {op.attributes["sym_name"].value for op in module.body.operations
+                if len(op.regions[0].blocks) == 0}
+
+    everything = declared(None)
+    assert {"used", "odd.used name", "unused", "kept"} <= everything
+    assert not [name for name in everything if name.startswith("mlirAsyncRuntime")]
+    assert declared(lambda name: name == "kept") == {"used", "odd.used name", "kept"}
 
 
 def test_nothing_reaches_stderr(capfd: pytest.CaptureFixture[str]) -> None:
