@@ -325,9 +325,9 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     of a top-level pass to a function run on the module just before that pass's first
     top-level occurrence (and not at all if the pipeline has none).
 
-    External declarations that nothing calls once lowered are erased: those of MLIR's
-    async runtime always (convert-async-to-llvm declares them all), and, if ``keep`` is
-    given, every other one whose name ``keep`` does not accept.
+    External declarations nothing calls once lowered are erased: MLIR's async runtime's
+    always (convert-async-to-llvm declares them all); with ``keep``, every other one whose
+    name ``keep`` does not accept.
     """
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None) and _uses_sparse_tensors(module):
@@ -377,10 +377,8 @@ _ASYNC_RUNTIME = "mlirAsyncRunti"
 
 
 def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -> None:
-    """Erase the external ``llvm.func`` declarations nothing refers to (see
-    :func:`lower`): convert-async-to-llvm declares the whole async runtime even in
-    modules without async ops, and such modules must need no runtime library; as in
-    mlir-runner, a library function declared but never called needs no definition."""
+    """Erase the external ``llvm.func`` declarations nothing refers to (see :func:`lower`):
+    as in mlir-runner, a function declared but never called needs no definition."""
     from mlir import ir
 
     candidates = []
