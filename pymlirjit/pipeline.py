@@ -268,11 +268,12 @@ def check_opt_level(opt_level: object) -> int:
     return level
 
 
-def new_context() -> Any:
-    """A fresh MLIR context with every upstream dialect and pass registered."""
+def new_context(dialects: Sequence[str] | None = None) -> Any:
+    """A fresh MLIR context with every upstream dialect and pass registered: all loaded, or
+    only ``dialects`` (the others load when parsed or a pass needs them: milliseconds less)."""
     from mlir import ir
 
-    context = ir.Context()
+    context = ir.Context(load_on_create_dialects=dialects)
     # No thread pool: its threads do not survive a fork, and destroying a context whose
     # pool is gone aborts the process (LLVM: "pthread_join failed"); on two cores the
     # parallel pass manager gains little anyway.
@@ -390,9 +391,8 @@ def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -
             candidates.append((name, op))
     if not candidates:
         return  # nothing could go: skip printing the module
-    # Uses are counted in the module printed once: reading every attribute of every op
-    # from Python would abort the process on a dense complex constant (the bindings
-    # cannot downcast it and throw through C++). Large constants are elided.
+    # Counted in the printed module: reading every attribute from Python would abort on a
+    # dense complex constant (the bindings throw through C++). Large constants are elided.
     text = module.operation.get_asm(large_elements_limit=16)
     used = Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))
     for name, op in candidates:

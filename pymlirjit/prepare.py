@@ -114,6 +114,14 @@ def _describe(source: Any) -> str:
     return getattr(source, "__qualname__", None) or type(source).__name__
 
 
+#: The dialects loaded in a compile's context from the start: those whose ops pymlirjit
+#: creates from Python while compiling (checks, optimize, vectormath), which would be
+#: unregistered ops if created before their dialect loads. Parsing and passes load the
+#: others as needed (loading every dialect would cost several ms per compile).
+COMPILE_DIALECTS = ("builtin", "func", "arith", "math", "scf", "cf", "memref", "vector",
+                    "llvm", "ub")
+
+
 def prepare(text: str, options: CompileOptions,
             resolve: Callable[[str], Callback | LinkedExtern | None],
             filename: str = "<source>") -> PreparedModule:
@@ -125,7 +133,7 @@ def prepare(text: str, options: CompileOptions,
     from mlir import ir
 
     del options  # nothing in the preparation depends on them yet (room for fastmath)
-    context = new_context()
+    context = new_context(COMPILE_DIALECTS)
     module = parse_module(text, context, filename)
     _check_reserved_names(module, filename)
     public_names = _rename_definitions_named_like_c_functions(module)

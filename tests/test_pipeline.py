@@ -139,6 +139,27 @@ def test_lower_returns_the_module_in_the_llvm_dialect() -> None:
     assert "llvm.func @f" in str(module)
 
 
+def test_a_context_may_load_only_some_dialects() -> None:
+    """Loading every dialect costs milliseconds: a context made with ``dialects`` loads
+    those, and the parser and the passes load the others as they need them."""
+    context = new_context(())
+    assert not context.is_registered_operation("arith.addf")
+    assert new_context().is_registered_operation("arith.addf")
+    module = parse_module("""
+    func.func @f(%x: f64, %n: index) -> f64 {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %r = scf.for %i = %c0 to %n step %c1 iter_args(%s = %x) -> f64 {
+        %t = arith.addf %s, %x : f64
+        scf.yield %t : f64
+      }
+      return %r : f64
+    }
+    """, context)
+    assert context.is_registered_operation("arith.addf")
+    assert "llvm.fadd" in str(lower(module))
+
+
 def test_unused_declarations_are_erased_once_lowered() -> None:
     """The async runtime's declarations always go when nothing calls them; other unused
     declarations only with ``keep``, unless it accepts them (quoted names included)."""
