@@ -267,7 +267,7 @@ def run(config: Config) -> CaseResult:
         ours, theirs, _ = interleaved(
             lambda source=source: per_run_cold(lambda: _pymlirjit_cold(source), repeat=1),
             lambda source=source: per_run_cold(lambda: _direct_cold(source), repeat=1),
-            staged, repeat=repeat)
+            staged, repeat=config.pick(repeat, 1))
         direct = f"direct {key}"
         result.add(f"pymlirjit {key}", f"pymlirjit cold, fresh Session, {label}", ours, direct)
         result.add(direct, f"upstream directly: parse+passes+engine+lookup, {label}",
@@ -283,8 +283,8 @@ def run(config: Config) -> CaseResult:
             f"{result.ratio(f'stages {key}', direct):.2f}x"))
 
     # What the optimizing options add to a cold compile, against the default options.
-    for key, source, label in (("large", LARGE, f"{lines}-line"),
-                               ("linalg", LINALG, "linalg.matmul")):
+    optimized = (("large", LARGE, f"{lines}-line"), ("linalg", LINALG, "linalg.matmul"))
+    for key, source, label in optimized[1:] if config.quick else optimized:
         variants: dict[str, dict[str, Any]] = {
             "default": {}, "opt3": {"opt_level": 3}, "fastmath": {"fastmath": True},
             "opt3+fastmath": {"opt_level": 3, "fastmath": True}}
@@ -293,7 +293,7 @@ def run(config: Config) -> CaseResult:
         measured = interleaved(
             *(lambda source=source, options=options: per_run_cold(
                 lambda: _pymlirjit_cold(source, **options), repeat=1)
-              for options in variants.values()), repeat=repeat)
+              for options in variants.values()), repeat=config.pick(repeat, 1))
         base = f"{key} default"
         for (name, options), samples in zip(variants.items(), measured):
             spelled = ", ".join(f"{k}={v}" for k, v in options.items()) or "default options"
@@ -321,7 +321,7 @@ def run(config: Config) -> CaseResult:
                                  "compile (new processes)", speedup >= 10,
                                  f"{speedup:.1f}x"))
 
-    imports = max(3, repeat)
+    imports = config.pick(max(3, repeat), 1)
     result.add("import", "import pymlirjit (new process, start not counted)",
                _import_times(["pymlirjit"], imports), "import")
     result.add("import mlir", "  import of the MLIR bindings alone (ir, execution_engine)",
