@@ -343,7 +343,9 @@ SPARSE_PIPELINE = ("sparsifier{enable-runtime-library=false}",)
 
 
 def _uses_sparse_tensors(module: Any) -> bool:
-    return "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16)
+    # No sparse encoding in a context that never loaded the dialect: no need to print.
+    return bool(module.context.is_registered_operation("sparse_tensor.convert")
+                and "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16))
 
 
 def _lower(module: Any, text: str, filename: str,
@@ -374,8 +376,6 @@ def _lower(module: Any, text: str, filename: str,
 #: ``@name`` or ``@"quoted name"`` in printed MLIR.
 _SYMBOL_REFERENCE = re.compile(r'@(?:"((?:[^"\\]|\\.)*)"|([\w$.-]+))')
 
-_ASYNC_RUNTIME = "mlirAsyncRunti"
-
 
 def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -> None:
     """Erase the external ``llvm.func`` declarations nothing refers to (see :func:`lower`):
@@ -387,10 +387,10 @@ def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        if name.startswith(_ASYNC_RUNTIME) or (keep is not None and not keep(name)):
+        if name.startswith("mlirAsyncRunti") or (keep is not None and not keep(name)):
             candidates.append((name, op))
-    if not candidates:
-        return  # nothing could go: skip printing the module
+    if not candidates:  # nothing could go: skip printing the module
+        return
     # Counted in the printed module: reading every attribute from Python would abort on a
     # dense complex constant (the bindings throw through C++). Large constants are elided.
     text = module.operation.get_asm(large_elements_limit=16)

@@ -1002,6 +1002,15 @@ func.func @stored() -> index {
     assert module.stored() == 2
 
 
+def test_no_sparse_test_needs_printing_where_the_dialect_never_loaded() -> None:
+    """The test for sparse tensors prints the module only where the sparse_tensor dialect
+    is loaded: the default pipeline must not load it into a compile's context."""
+    context = new_context(("func",))
+    lower(parse_module("func.func @f(%x: f64) -> f64 { return %x : f64 }", context))
+    assert context.is_registered_operation("llvm.return")
+    assert not context.is_registered_operation("sparse_tensor.convert")
+
+
 def test_lower_affine_runs_before_scf_to_cf() -> None:
     stages = list(DEFAULT_PIPELINE)
     assert stages.index("lower-affine") < stages.index("convert-scf-to-cf")
