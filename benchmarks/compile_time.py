@@ -1,17 +1,25 @@
 """e. Compile time: cold compiles (a fresh :class:`~pymlirjit.Session` each time) of a
-tiny module and of a ~100-line module, and an in-process cache hit."""
+tiny module and of a ~100-line module against the same work done with upstream's API
+directly, where the time goes (native entry points apart), what the optimizing options
+add, cache hits (in process, and from the disk cache in a new process) and the time
+``import pymlirjit`` takes."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import tempfile
-
-from mlir.execution_engine import ExecutionEngine
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pymlirjit import Session
-from pymlirjit.pipeline import lower, new_context, parse_module
+from pymlirjit.module import attach_native_entries, build_engine, engine_module
+from pymlirjit.options import CompileOptions
+from pymlirjit.pipeline import normalize_pipeline
+from pymlirjit.prepare import lower, prepare
 
 from ._timing import (
     CaseResult,
@@ -20,10 +28,9 @@ from ._timing import (
     Target,
     interleaved,
     per_call,
-    per_run_cold,
 )
 
-__all__ = ["LARGE", "SMALL", "run"]
+__all__ = ["LARGE", "LINALG", "SMALL", "run"]
 
 SMALL = """
 func.func @add(%a: f64, %b: f64) -> f64 {
@@ -133,26 +140,97 @@ func.func @clamp(%x: memref<?xf64>, %lo: f64, %hi: f64) -> i64 {
 """
 
 
-def _pymlirjit_cold(source: str) -> None:
-    module = Session().compile(source)
+#: One linalg.matmul on memrefs: what ``opt_level=3`` tiles and vectorizes.
+LINALG = """
+func.func @matmul(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
+  linalg.matmul ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>)
+  return
+}
+"""
+
+#: The cold compile's target: at most this times parse + passes + engine done directly.
+TARGET_RATIO = 1.1
+
+
+def _pymlirjit_cold(source: str, **options: Any) -> object:
+    module = Session(**options).compile(source)
     assert module.functions
+    return module
 
 
-def _upstream_cold(source: str) -> None:
-    """Parse, mark for the C interface, lower, JIT and look up every function with
-    upstream's engine directly: the work a cold pymlirjit compile wraps."""
+def _cold(compile_: Callable[[], object]) -> Samples:
+    """ns for one ``compile_()`` (garbage collected first), what it made freed only once
+    timed: a compile ends when the code can be called; freeing it is not counted."""
+    gc.collect()
+    start = time.perf_counter_ns()
+    made = compile_()
+    elapsed = time.perf_counter_ns() - start
+    del made
+    return Samples((float(elapsed),))
+
+
+def _pymlirjit_stages(source: str) -> tuple[float, float]:
+    """A cold compile's stages run one by one (as ``Session.compile`` runs them without
+    a disk cache): ns for parse, preparation, passes, JIT engine and lookups, and ns for
+    the native entry points (llvmlite) generated after them."""
+    options = CompileOptions.make()
+    gc.collect()
+    start = time.perf_counter_ns()
+    prepared = lower(prepare(source, options, lambda name: None), options)
+    engine = build_engine(prepared, options)
+    module = engine_module(engine, prepared, source, options)
+    middle = time.perf_counter_ns()
+    attach_native_entries(module)
+    end = time.perf_counter_ns()
+    assert all(f.native_entry is not None for f in module.functions.values())
+    return float(middle - start), float(end - middle)
+
+
+def _direct_cold(source: str) -> object:
+    """What a cold compile wraps, with upstream's API called directly: parse, mark the
+    functions for the C interface, run the same passes (pymlirjit's default pipeline)
+    in one pass manager, JIT with upstream's engine and look up every function. The
+    context is made as pymlirjit makes its own (no thread pool), so that both run the
+    passes alike."""
     from mlir import ir
+    from mlir.execution_engine import ExecutionEngine
+    from mlir.passmanager import PassManager
 
-    context = new_context()
-    module = parse_module(source, context)
-    names = []
-    with context:
+    context = ir.Context()
+    context.enable_multithreading(False)
+    with context, ir.Location.unknown():
+        module = ir.Module.parse(source)
+        names = []
         for op in module.body.operations:
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
             names.append(ir.StringAttr(op.attributes["sym_name"]).value)
-    engine = ExecutionEngine(lower(module), opt_level=2)
-    for name in names:
-        assert engine.raw_lookup("_mlir_ciface_" + name)
+        PassManager.parse(_PIPELINE).run(module.operation)
+        engine = ExecutionEngine(module, opt_level=2)
+        for name in names:
+            assert engine.raw_lookup("_mlir_ciface_" + name)
+    return engine, module, context
+
+
+_PIPELINE = normalize_pipeline(None)
+
+
+_IMPORT = """
+import sys, time
+start = time.perf_counter()
+for name in sys.argv[1:]:
+    __import__(name)
+print(time.perf_counter() - start)
+"""
+
+
+def _import_times(modules: Sequence[str], repeat: int) -> Samples:
+    """ns to import ``modules`` in a fresh interpreter (its start not counted)."""
+    values = []
+    for _ in range(repeat):
+        done = subprocess.run([sys.executable, "-c", _IMPORT, *modules],
+                              capture_output=True, text=True, check=True)
+        values.append(float(done.stdout) * 1e9)
+    return Samples(tuple(values))
 
 
 _NEW_PROCESS = """
@@ -184,22 +262,60 @@ def _new_process_compiles(source: str, repeat: int) -> tuple[Samples, Samples]:
 
 
 def run(config: Config) -> CaseResult:
-    """Measure cold compiles (pymlirjit and bare upstream) and a cache hit."""
+    """Measure cold compiles (pymlirjit, its stages, upstream directly), the optimizing
+    options, cache hits and imports."""
     repeat = config.repeat
     lines = len(LARGE.strip().splitlines())
     result = CaseResult("e", "compile (ns per compile, opt level 2)")
     for key, source, label in (("small", SMALL, "4-line add"),
                                ("large", LARGE, f"{lines}-line, 5 functions")):
         _pymlirjit_cold(source)  # load what loads lazily, once, outside the timing
-        _upstream_cold(source)
-        ours, theirs = interleaved(
-            lambda source=source: per_run_cold(lambda: _pymlirjit_cold(source), repeat=1),
-            lambda source=source: per_run_cold(lambda: _upstream_cold(source), repeat=1),
-            repeat=repeat)
-        result.add(f"pymlirjit {key}", f"pymlirjit cold, fresh Session, {label}", ours,
-                   f"upstream {key}")
-        result.add(f"upstream {key}", f"upstream parse+lower+engine+lookup, {label}", theirs,
-                   f"upstream {key}")
+        _direct_cold(source)
+        stages: list[tuple[float, float]] = []
+
+        def staged(source: str = source, stages: list[tuple[float, float]] = stages,
+                   ) -> Samples:
+            stages.append(_pymlirjit_stages(source))
+            return Samples((sum(stages[-1]),))
+
+        ours, theirs, _ = interleaved(
+            lambda source=source: _cold(lambda: _pymlirjit_cold(source)),
+            lambda source=source: _cold(lambda: _direct_cold(source)),
+            staged, repeat=config.pick(repeat, 1))
+        direct = f"direct {key}"
+        result.add(f"pymlirjit {key}", f"pymlirjit cold, fresh Session, {label}", ours, direct)
+        result.add(direct, f"upstream directly: parse+passes+engine+lookup, {label}",
+                   theirs, direct)
+        result.add(f"stages {key}", "  pymlirjit stages without native entries",
+                   Samples(tuple(s[0] for s in stages)), direct)
+        result.add(f"entries {key}", "  pymlirjit native entries (llvmlite)",
+                   Samples(tuple(s[1] for s in stages)), direct)
+        ratio = result.ratio(f"pymlirjit {key}", direct)
+        result.targets.append(Target(
+            f"cold compile {key} <= {TARGET_RATIO}x upstream called directly",
+            ratio <= TARGET_RATIO, f"{ratio:.2f}x; without native entries "
+            f"{result.ratio(f'stages {key}', direct):.2f}x"))
+
+    # What the optimizing options add to a cold compile, against the default options.
+    optimized = (("large", LARGE, f"{lines}-line"), ("linalg", LINALG, "linalg.matmul"))
+    for key, source, label in optimized[1:] if config.quick else optimized:
+        variants: dict[str, dict[str, Any]] = {
+            "default": {}, "opt3": {"opt_level": 3}, "fastmath": {"fastmath": True},
+            "opt3+fastmath": {"opt_level": 3, "fastmath": True}}
+        for options in variants.values():
+            _pymlirjit_cold(source, **options)
+        measured = interleaved(
+            *(lambda source=source, options=options: _cold(
+                lambda: _pymlirjit_cold(source, **options))
+              for options in variants.values()), repeat=config.pick(repeat, 1))
+        base = f"{key} default"
+        for (name, options), samples in zip(variants.items(), measured):
+            spelled = ", ".join(f"{k}={v}" for k, v in options.items()) or "default options"
+            result.add(f"{key} {name}", f"pymlirjit cold, {spelled}, {label}", samples, base)
+        for name in ("opt3", "opt3+fastmath"):
+            extra = result.ratio(f"{key} {name}", base)
+            result.targets.append(Target(f"optimizing pipeline's cost, {name} vs default, "
+                                         f"{label}", None, f"{extra:.2f}x"))
 
     session = Session()
     session.compile(LARGE)
@@ -219,9 +335,13 @@ def run(config: Config) -> CaseResult:
                                  "compile (new processes)", speedup >= 10,
                                  f"{speedup:.1f}x"))
 
-    for key, reference in (("small", "11 ms (tiny module)"),
-                           ("large", "80 ms (53-line scf matmul)")):
-        ms = result.median(f"pymlirjit {key}") / 1e6
-        result.targets.append(Target(f"cold compile {key}: reference figure {reference}, "
-                                     f"no target", None, f"{ms:.1f} ms here"))
+    imports = config.pick(max(3, repeat), 1)
+    result.add("import", "import pymlirjit (new process, start not counted)",
+               _import_times(["pymlirjit"], imports), "import")
+    result.add("import mlir", "  import of the MLIR bindings alone (ir, execution_engine)",
+               _import_times(["mlir.ir", "mlir.execution_engine"], imports), "import")
+    result.add("import numpy", "  import numpy alone", _import_times(["numpy"], imports),
+               "import")
+    ms = result.median("import") / 1e6
+    result.targets.append(Target("import pymlirjit, reported", None, f"{ms:.0f} ms"))
     return result

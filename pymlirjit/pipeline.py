@@ -19,6 +19,7 @@ from numbers import Integral
 from typing import Any, TypeVar
 
 from . import ffi
+from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
@@ -267,11 +268,12 @@ def check_opt_level(opt_level: object) -> int:
     return level
 
 
-def new_context() -> Any:
-    """A fresh MLIR context with every upstream dialect and pass registered."""
+def new_context(dialects: Sequence[str] | None = None) -> Any:
+    """A fresh MLIR context with every upstream dialect and pass registered: all loaded, or
+    only ``dialects`` (the others load when parsed or a pass needs them: milliseconds less)."""
     from mlir import ir
 
-    context = ir.Context()
+    context = ir.Context(load_on_create_dialects=dialects)
     # No thread pool: its threads do not survive a fork, and destroying a context whose
     # pool is gone aborts the process (LLVM: "pthread_join failed"); on two cores the
     # parallel pass manager gains little anyway.
@@ -313,7 +315,8 @@ def _parse(source: str, context: Any, filename: str) -> Any:
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           filename: str = "<source>",
           before: Callable[[Any, str], str] | None = None,
-          hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
+          hooks: Mapping[str, Callable[[Any], object]] | None = None,
+          keep: Callable[[str], bool] | None = None) -> Any:
     """Run ``pipeline`` (the default one if ``None``; :data:`SPARSE_PIPELINE` instead
     for a module with sparse tensors) on ``module`` in place; return it.
 
@@ -322,11 +325,15 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     :mod:`pymlirjit.optimize`) and returns the pipeline to run. ``hooks`` maps the name
     of a top-level pass to a function run on the module just before that pass's first
     top-level occurrence (and not at all if the pipeline has none).
+
+    External declarations nothing calls once lowered are erased: MLIR's async runtime's
+    always (convert-async-to-llvm declares them all); with ``keep``, every other one whose
+    name ``keep`` does not accept.
     """
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None) and _uses_sparse_tensors(module):
         text = normalize_pipeline(SPARSE_PIPELINE)
-    return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}))
+    return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep))
 
 
 #: The default pipeline of a module with sparse tensors: MLIR's sparsifier, which also
@@ -336,12 +343,15 @@ SPARSE_PIPELINE = ("sparsifier{enable-runtime-library=false}",)
 
 
 def _uses_sparse_tensors(module: Any) -> bool:
-    return "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16)
+    # No sparse encoding in a context that never loaded the dialect: no need to print.
+    return bool(module.context.is_registered_operation("sparse_tensor.convert")
+                and "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16))
 
 
 def _lower(module: Any, text: str, filename: str,
            before: Callable[[Any, str], str] | None = None,
-           hooks: Mapping[str, Callable[[Any], object]] | None = None) -> Any:
+           hooks: Mapping[str, Callable[[Any], object]] | None = None,
+           keep: Callable[[str], bool] | None = None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -358,23 +368,31 @@ def _lower(module: Any, text: str, filename: str,
                 hook(module)
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)
-    _drop_unused_async_declarations(module)
+    _drop_unused_declarations(module, keep)
     _check_lowered(module, filename)
     return module
 
 
-def _drop_unused_async_declarations(module: Any) -> None:
-    """convert-async-to-llvm declares the whole async runtime even in modules without
-    async ops; erase what nothing calls, so such modules need no runtime library."""
+def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -> None:
+    """Erase the external ``llvm.func`` declarations nothing refers to (see :func:`lower`):
+    as in mlir-runner, a function declared but never called needs no definition."""
     from mlir import ir
 
-    text = str(module)
-    for op in list(module.body.operations):
+    candidates = []
+    for op in module.body.operations:
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        uses = re.findall(rf"@{name}\b", text)
-        if name.startswith("mlirAsyncRunti") and len(uses) == 1:
+        if name.startswith("mlirAsyncRunti") or (keep is not None and not keep(name)):
+            candidates.append((name, op))
+    if not candidates:  # nothing could go: skip printing the module
+        return
+    # Counted in the printed module: reading every attribute from Python would abort on a
+    # dense complex constant (the bindings throw through C++). Large constants are elided.
+    text = module.operation.get_asm(large_elements_limit=16)
+    used = symbol_references(text)
+    for name, op in candidates:
+        if used[name] <= 1:  # its own declaration only
             op.operation.erase()
 
 

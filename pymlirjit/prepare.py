@@ -27,7 +27,6 @@ from .abi import (
     defined_function_symbol,
     entry_shim_symbol,
     kernel_shim,
-    symbol_references,
 )
 from .callbacks import Callback
 from .checks import insert_checks
@@ -116,6 +115,14 @@ def _describe(source: Any) -> str:
     return getattr(source, "__qualname__", None) or type(source).__name__
 
 
+#: The dialects loaded in a compile's context from the start: those whose ops pymlirjit
+#: creates from Python while compiling (checks, optimize, vectormath), which would be
+#: unregistered ops if created before their dialect loads. Parsing and passes load the
+#: others as needed (loading every dialect would cost several ms per compile).
+COMPILE_DIALECTS = ("builtin", "func", "arith", "math", "scf", "cf", "memref", "vector",
+                    "llvm", "ub")
+
+
 def prepare(text: str, options: CompileOptions,
             resolve: Callable[[str], Callback | LinkedExtern | None],
             filename: str = "<source>") -> PreparedModule:
@@ -127,7 +134,7 @@ def prepare(text: str, options: CompileOptions,
     from mlir import ir
 
     del options  # nothing in the preparation depends on them yet (room for fastmath)
-    context = new_context()
+    context = new_context(COMPILE_DIALECTS)
     module = parse_module(text, context, filename)
     _check_reserved_names(module, filename)
     public_names = _rename_definitions_named_like_c_functions(module)
@@ -241,14 +248,17 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     # kernel, not the outlined function), else where memref accesses and scf still exist.
     at = "async-parallel-for" if options.parallel_loops else "convert-scf-to-cf"
     hooks[at] = _in_order(add_checks, hooks.get(at))
+
+    def keep(name: str) -> bool:  # a declaration linked to Python or native code
+        return name in prepared.registrations or name in prepared.externs
+
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg
-                 or options.parallel_loops else None, hooks)
+                 or options.parallel_loops else None, hooks, keep)
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])
     _add_c_interfaces(prepared)
-    _drop_unused_declarations(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     return prepared
 
@@ -287,29 +297,6 @@ def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
             if name.startswith(prefix) and path not in needed:
                 needed.append(path)
     return tuple(needed)
-
-
-#: ``@name`` or ``@"quoted name"`` in printed MLIR.
-
-
-def _drop_unused_declarations(prepared: PreparedModule) -> None:
-    """Erase external declarations nothing refers to: as in mlir-runner, a library
-    function a module declares but never calls needs no definition."""
-    from mlir import ir
-
-    # Symbol uses are counted in the printed module: reading every attribute of every op
-    # from Python would abort the process on a dense complex constant (the bindings
-    # cannot downcast it and throw through C++). Large constants are elided.
-    module = prepared.module
-    text = module.operation.get_asm(large_elements_limit=16)
-    used = symbol_references(text)
-    keep = set(prepared.registrations) | set(prepared.externs)
-    for op in list(module.body.operations):
-        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        if used[name] <= 1 and name not in keep:  # its own declaration only
-            op.operation.erase()
 
 
 def _is_public(op: Any) -> bool:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mlir._mlir_libs
@@ -136,6 +137,53 @@ def test_lower_returns_the_module_in_the_llvm_dialect() -> None:
     module = parse_module("func.func @f() { return }", new_context())
     assert lower(module) is module
     assert "llvm.func @f" in str(module)
+
+
+def test_a_context_may_load_only_some_dialects() -> None:
+    """Loading every dialect costs milliseconds: a context made with ``dialects`` loads
+    those, and the parser and the passes load the others as they need them."""
+    context = new_context(())
+    assert not context.is_registered_operation("arith.addf")
+    assert new_context().is_registered_operation("arith.addf")
+    module = parse_module("""
+    func.func @f(%x: f64, %n: index) -> f64 {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %r = scf.for %i = %c0 to %n step %c1 iter_args(%s = %x) -> f64 {
+        %t = arith.addf %s, %x : f64
+        scf.yield %t : f64
+      }
+      return %r : f64
+    }
+    """, context)
+    assert context.is_registered_operation("arith.addf")
+    assert "llvm.fadd" in str(lower(module))
+
+
+def test_unused_declarations_are_erased_once_lowered() -> None:
+    """The async runtime's declarations always go when nothing calls them; other unused
+    declarations only with ``keep``, unless it accepts them (quoted names included)."""
+    source = """
+    func.func private @used(f64) -> f64
+    func.func private @"odd.used name"(f64) -> f64
+    func.func private @unused(f64)
+    func.func private @kept(f64)
+    func.func @f(%x: f64) -> f64 {
+      %y = call @used(%x) : (f64) -> f64
+      %z = call @"odd.used name"(%y) : (f64) -> f64
+      return %z : f64
+    }
+    """
+
+    def declared(keep: Callable[[str], bool] | None) -> set[str]:
+        module = lower(parse_module(source, new_context()), keep=keep)
+        return {op.attributes["sym_name"].value for op in module.body.operations
+                if len(op.regions[0].blocks) == 0}
+
+    everything = declared(None)
+    assert {"used", "odd.used name", "unused", "kept"} <= everything
+    assert not [name for name in everything if name.startswith("mlirAsyncRuntime")]
+    assert declared(lambda name: name == "kept") == {"used", "odd.used name", "kept"}
 
 
 def test_nothing_reaches_stderr(capfd: pytest.CaptureFixture[str]) -> None:
@@ -952,6 +1000,15 @@ func.func @stored() -> index {
 }
 """)
     assert module.stored() == 2
+
+
+def test_no_sparse_test_needs_printing_where_the_dialect_never_loaded() -> None:
+    """The test for sparse tensors prints the module only where the sparse_tensor dialect
+    is loaded: the default pipeline must not load it into a compile's context."""
+    context = new_context(("func",))
+    lower(parse_module("func.func @f(%x: f64) -> f64 { return %x : f64 }", context))
+    assert context.is_registered_operation("llvm.return")
+    assert not context.is_registered_operation("sparse_tensor.convert")
 
 
 def test_lower_affine_runs_before_scf_to_cf() -> None:

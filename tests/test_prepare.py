@@ -287,3 +287,19 @@ def test_unused_declarations_are_found_without_reading_constants_from_python() -
                             timeout=300)
     assert result.returncode == 0, result.stderr[-500:]
     assert result.stdout == "5.0\n"
+
+
+def test_a_compile_loads_the_dialects_it_needs_only() -> None:
+    prepared = prepare("func.func @f(%x: f64) -> f64 { return %x : f64 }",
+                       CompileOptions.make(), lambda name: None)
+    assert not prepared.context.is_registered_operation("linalg.matmul")
+    assert all(prepared.context.is_registered_operation(f"{dialect}.{op}") for dialect, op in
+               (("arith", "constant"), ("scf", "if"), ("llvm", "call"), ("ub", "poison")))
+    prepared = prepare("""
+    func.func @g(%a: memref<2x2xf32>, %b: memref<2x2xf32>, %c: memref<2x2xf32>) {
+      linalg.matmul ins(%a, %b : memref<2x2xf32>, memref<2x2xf32>)
+                    outs(%c : memref<2x2xf32>)
+      return
+    }""", CompileOptions.make(), lambda name: None)
+    assert prepared.context.is_registered_operation("linalg.matmul")
+    assert "llvm.fmul" in str(lower(prepared, CompileOptions.make()).module)
