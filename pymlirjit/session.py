@@ -46,7 +46,6 @@ from .externs import linkable as _linkable
 from .function import CompiledFunction, set_origin
 from .module import (
     CompiledModule,
-    attach_native_entries,
     build_artifact,
     build_engine,
     engine_module,
@@ -243,7 +242,6 @@ class Session:
             module, declared = self._compile_or_load(key, filename, self._disk_cache(cache))
             if chosen.parallel_loops:
                 claim_task_pool(module.engine)
-            attach_native_entries(module)
             set_origin(module, _FunctionOrigin(weakref.ref(self), key))
             full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))
             if any(isinstance(cb, LinkedExtern) for cb in explicit):
