@@ -620,6 +620,7 @@ def test_numpy_error_model_gives_zero_and_raises_the_cpu_flag_not_an_exception()
         m = Session(error_model="numpy").compile(DIVISIONS)
         for name, a, b in [("divsi", 7, 0), ("remsi", 7, 0), ("divui", 7, 0),
                            ("floordivsi", 7, 2), ("divsi", -2**63, -1)]:
+            m[name](1, 1)  # its native entry built (code generation may raise FE_INEXACT)
             libm.feclearexcept(0x3D)
             say(name, *outcome(m[name], a, b), libm.fetestexcept(0x3D))
     """, DIVISIONS=DIVISIONS)
