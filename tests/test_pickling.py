@@ -282,3 +282,49 @@ def test_pickling_an_array_kernel_round_trips_its_results() -> None:
     array = np.arange(3.0) + 7.0
     assert pickle.loads(pickle.dumps(first))(array) == first(array) == 7.0
     assert isinstance(pickle.loads(pickle.dumps(pickling_bump)), Callback)
+
+
+def test_a_callback_pickled_by_value_ships_the_function_of_its_first_pickling() -> None:
+    pytest.importorskip("cloudpickle")
+    factor = [2.0]
+
+    def scaled(x: f64) -> f64:
+        return factor[0] * x
+
+    cb = callback(registry=CallbackRegistry())(scaled)
+    first = pickle.dumps(cb)
+    factor[0] = 3.0  # cloudpickle would ship the new value: the token already names the old
+    second = pickle.dumps(cb)
+    assert first == second and cb(1.0) == 3.0
+    done = run(f"""
+        import pickle
+        late = pickle.loads({second!r})
+        print(late is pickle.loads({first!r}), late(1.0))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "2.0"]  # every receiver: one function per token
+
+
+def test_a_kernel_pickled_by_value_carries_its_options_and_callbacks(session: Session) -> None:
+    pytest.importorskip("cloudpickle")
+
+    @callback(session=session)
+    def pickled_offset(x: f64) -> f64:
+        return x + 0.5
+
+    @mlir_kernel(source=BUMPED.replace("pickling_bump", "pickled_offset"), session=session,
+                 name="bumped", opt_level=0, fastmath=True, release_gil=False)
+    def offset(a: f64) -> f64: ...
+
+    data = pickle.dumps(offset)
+    assert pickle.dumps(offset) == data  # its parts are pickled once
+    done = run(f"""
+        import pickle
+        kernel = pickle.loads({data!r})
+        result = kernel(1.0)
+        print(result, kernel._overrides.given(), kernel.release_gil,
+              kernel._options.opt_level, kernel._options.fastmath)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1.5", "{'opt_level':", "0,", "'fastmath':", "True}",
+                                   "False", "0", "True"]
