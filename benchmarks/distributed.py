@@ -86,12 +86,12 @@ def _median_us(function: Callable[[], Any], number: int, repeat: int = 5) -> flo
 
 
 def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> float:
-    """Median microseconds of ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as a
-    receiver that has not unpickled ``obj`` before (the token table cleared first)."""
+    """Microseconds per ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as a receiver
+    that has not unpickled ``obj`` before (the token table cleared first)."""
     from pymlirjit import pickling as tokens
 
     if not fresh:
-        return _median_us(lambda: pickle.loads(pickle.dumps(obj)), number)
+        return _median_us(lambda: pickle.loads(pickle.dumps(obj)), number, 1)
 
     def once() -> None:
         tokens._by_token.clear()
@@ -99,7 +99,7 @@ def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> float:
 
     known = dict(tokens._by_token)
     try:
-        return _median_us(once, number)
+        return _median_us(once, number, 1)
     finally:  # the sender's objects again: unpickling gives them back, as before
         tokens._by_token.clear()
         tokens._by_token.update(known)
@@ -145,16 +145,22 @@ def pickling(quick: bool) -> None:
         rows += [("numba dispatcher of this module's function", numba.njit(
                      importable.block_sum_py)),
                  ("numba dispatcher made at run time", numba.njit(numba_local))]
-    floor = _round_trip_us(importable.block_sum_py, number)
-    print(f"pickle round trip, dumps + loads (target < 50 us; a plain function: "
+    # Rounds of one sample of each, in turn (a burst of load hits every row alike).
+    samples: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(5 if quick else 9):
+        for label, obj in rows:
+            for fresh in (False, True):
+                samples.setdefault((label, fresh), []).append(_round_trip_us(
+                    obj, max(number // 10, 20) if fresh else number, fresh))
+    taken = {key: statistics.median(values) for key, values in samples.items()}
+    floor = taken[rows[0][0], False]
+    print(f"pickle round trip, dumps + loads, medians (target < 50 us; a plain function: "
           f"{floor:.1f} us)")
     print(f"  {'':<44} {'receiver has it':>15} {'first in receiver':>18}")
     for label, obj in rows:
-        data = pickle.dumps(obj)
-        took = _round_trip_us(obj, number)
-        first = _round_trip_us(obj, max(number // 10, 20), fresh=True)
+        took, first = taken[label, False], taken[label, True]
         print(f"  {label:<44} {took:8.1f} us {took / floor:5.1f}x {first:9.1f} us "
-              f"{first / floor:6.1f}x  ({len(data)} bytes)")
+              f"{first / floor:6.1f}x  ({len(pickle.dumps(obj))} bytes)")
 
 
 FRESH = """
@@ -263,7 +269,8 @@ def chunked(quick: bool) -> None:
                 _check(got, expected)
     print(f"chunked reduction over {total:.0e} elements, {len(chunks)} blocks, "
           f"{os.cpu_count()} cpus shared with whatever else runs (medians of {repeat} "
-          f"rounds; speedup: the median of each round's; target >= 1.7x)")
+          f"rounds; speedup: the median of each round's; target >= 1.7x; load average "
+          f"{os.getloadavg()[0]:.1f} at the end)")
     ones = samples["one process"]
     for label, taken in samples.items():
         speedup = statistics.median(one / t for one, t in zip(ones, taken))
@@ -285,7 +292,9 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(wanted) - set(parts))
     if unknown:
         parser.error(f"unknown parts {unknown}: choose among {sorted(parts)}")
-    print(f"machine: {os.cpu_count()} cpus, python {sys.version.split()[0]}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} cpus, load average {load}, python "
+          f"{sys.version.split()[0]}")
     for name in wanted:
         parts[name](args.quick)
 
