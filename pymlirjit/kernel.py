@@ -35,7 +35,6 @@ from .externs import Dependents, Linkable, compile_targets
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .options import CompileOptions, OptionOverrides
-from .pickling import pickled_once
 from .prepare import built_text
 from .session import _SYMBOL_REFERENCE, CompiledModule, Session, default_session
 from .signature import Signature, annotations_of, argument_label, check_annotation
@@ -203,15 +202,17 @@ class Kernel(NativeCallable):
         when one is configured; unpickled twice in a process, it is one kernel."""
         if importable(self):
             return self.__qualname__
-        def parts() -> tuple[bytes, list[str]]:  # what never changes, pickled once
+        parts = self.__dict__.get("_pickled_parts")
+        if parts is None:  # made once: what never changes, pickled (unpickled if needed)
             stub = self.__wrapped__
             stand_in: Any = stub if stub is None or isinstance(stub, _Stub) else _Stub(
                 stub.__name__, self.__qualname__, self.__module__, self.__doc__,
                 tuple(inspect.signature(stub).parameters))
             text = self.mlir
-            return (pickle.dumps((text, self.name, self._overrides, self._cache, stand_in)),
-                    sorted(set(_SYMBOL_REFERENCE.findall(text))))
-        fixed, symbols = pickled_once(self, parts)
+            fixed = pickle.dumps((text, self.name, self._overrides, self._cache, stand_in))
+            parts = self.__dict__["_pickled_parts"] = (
+                fixed, sorted(set(_SYMBOL_REFERENCE.findall(text))))
+        fixed, symbols = parts
         session = self.session
         callbacks = list(self._callbacks)
         for name in symbols:
