@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -328,3 +329,27 @@ def test_a_kernel_pickled_by_value_carries_its_options_and_callbacks(session: Se
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1.5", "{'opt_level':", "0,", "'fastmath':", "True}",
                                    "False", "0", "True"]
+
+
+def test_parts_pickled_at_once_by_two_threads_are_one_value() -> None:
+    from pymlirjit.pickling import pickled_once
+
+    class Holder:
+        pass
+
+    holder, both_making = Holder(), threading.Barrier(2, timeout=10)
+    made = iter([b"first", b"second"])
+    got: list[bytes] = []
+
+    def make() -> bytes:
+        part = next(made)
+        both_making.wait()  # each thread has made its own parts before either keeps them
+        return part
+
+    threads = [threading.Thread(target=lambda: got.append(pickled_once(holder, make)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 2 and got[0] == got[1] == pickled_once(holder, make)
