@@ -22,9 +22,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import pickle
-import sys
 import threading
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, SupportsIndex, TypeVar, overload
@@ -41,6 +39,7 @@ from .memref import (
     fill_descriptor_with_copy,
     result_array,
 )
+from .pickling import function_by_value, importable, interned, pickle_token, pickled_once
 from .signature import Signature, as_signature, function_name
 from .sourcelines import located_type_error
 from .types import (
@@ -128,14 +127,15 @@ class Callback:
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         # By reference (module and qualified name) when importable, as functions pickle;
-        # else by value: the function through cloudpickle, the signature, the name.
+        # else by value: the name, the signature and the function through cloudpickle,
+        # pickled once (see pymlirjit.pickling: one token, one function).
         if importable(self):
             return getattr(self, "__qualname__", self.name)
+        fixed = pickled_once(self, lambda: pickle.dumps((
+            self.name, self.signature,
+            function_by_value(self.__wrapped__, f"callback {self.name!r}"))))
         registered = _default_registry.get(self.name) is self
-        return _callback_by_value, (pickle_token(self), self.name, self.signature,
-                                    _function_by_value(self.__wrapped__,
-                                                       f"callback {self.name!r}"),
-                                    registered)
+        return _callback_by_value, (pickle_token(self), fixed, registered)
 
     def __copy__(self) -> Callback:
         return self  # like a function: its copies are itself
@@ -144,71 +144,11 @@ class Callback:
         return self
 
 
-# -- pickling: by reference when importable, else by value -------------------------------
+# -- unpickling by value (the shared helpers: pymlirjit.pickling) ---------------------
 
-def importable(obj: Any) -> bool:
-    """Whether ``obj`` is what its ``__module__`` and ``__qualname__`` name (so another
-    process, importing that module, finds the same object). Objects of ``__main__`` are
-    not: a worker's ``__main__`` is not the sender's (a Dask or Ray worker, a notebook)."""
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    if module is None or module.__name__ in ("__main__", "__mp_main__"):
-        return False
-    found: Any = module
-    for part in getattr(obj, "__qualname__", "<locals>").split("."):
-        if part == "<locals>":
-            return False
-        found = getattr(found, part, None)
-    return found is obj
-
-
-# Objects unpickled by value, by the token their first pickling gave them: unpickling
-# one twice in a process (a task per chunk in a pool) gives the same object, which
-# compiles once; unpickling in the sending process (or a forked child) gives the original.
-_by_token: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-_token_lock = threading.Lock()
-
-
-def pickle_token(obj: Any) -> str:
-    """The token ``obj`` is pickled by value with (made on first use)."""
-    token: str | None = obj.__dict__.get("_pickle_token")
-    if token is None:
-        with _token_lock:
-            token = obj.__dict__.setdefault("_pickle_token", uuid.uuid4().hex)
-            _by_token.setdefault(token, obj)
-    return token
-
-
-def interned(token: str, make: Callable[[], Any]) -> Any:
-    """The object unpickled before with ``token`` in this process, else ``make()``'s."""
-    found = _by_token.get(token)
-    if found is not None:
-        return found
-    made = make()
-    with _token_lock:
-        found = _by_token.setdefault(token, made)
-    if found is made:
-        made.__dict__["_pickle_token"] = token
-    return found
-
-
-def _function_by_value(function: Callable[..., Any], what: str) -> bytes:
-    try:
-        import cloudpickle
-    except ImportError:
-        raise pickle.PicklingError(
-            f"cannot pickle {what}: its function {function!r} is not importable by module "
-            f"and name (defined in __main__, a notebook or a function?), and pickling a "
-            f"function by value needs cloudpickle (pip install cloudpickle)") from None
-    try:
-        return bytes(cloudpickle.dumps(function))
-    except Exception as exc:
-        raise pickle.PicklingError(f"cannot pickle {what}: cloudpickle cannot pickle its "
-                                   f"function {function!r}: {exc}") from exc
-
-
-def _callback_by_value(token: str, name: str, signature: Signature, function: bytes,
-                       registered: bool) -> Callback:
+def _callback_by_value(token: str, fixed: bytes, registered: bool) -> Callback:
     def make() -> Callback:
+        name, signature, function = pickle.loads(fixed)
         cb = Callback(pickle.loads(function), signature, name)
         # Linked by name as in the sender, unless this process defines that name itself.
         if registered and _default_registry.get(name) is None:

@@ -247,3 +247,25 @@ def test_a_ray_local_cluster_runs_kernels(tmp_path: Path) -> None:
     done = run_script(tmp_path, RAY)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ray ok" in done.stdout
+
+
+def test_the_benchmark_measures_the_pickle_round_trip_against_its_baselines() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--quick",
+                           "--only", "pickling"], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    rows = {line[:46].strip(): line[46:].split() for line in done.stdout.splitlines()
+            if line.startswith("  ") and " us " in line}
+    labels = ["plain function of this module", "importable kernel (by reference)",
+              "kernel made at run time (by value)", "... with a callback (cloudpickle)"]
+    if importlib.util.find_spec("numba") is not None:
+        labels += ["numba dispatcher of this module's function",
+                   "numba dispatcher made at run time"]
+    assert sorted(rows) == sorted(labels), done.stdout
+    for label in labels:  # two timings (us) and the pickle's size, for every row
+        took, first = float(rows[label][0]), float(rows[label][3])
+        assert took > 0 and first > 0 and rows[label][-1] == "bytes)", done.stdout
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--only", "nope"],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "unknown parts ['nope']" in bad.stderr

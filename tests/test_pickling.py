@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -282,3 +283,73 @@ def test_pickling_an_array_kernel_round_trips_its_results() -> None:
     array = np.arange(3.0) + 7.0
     assert pickle.loads(pickle.dumps(first))(array) == first(array) == 7.0
     assert isinstance(pickle.loads(pickle.dumps(pickling_bump)), Callback)
+
+
+def test_a_callback_pickled_by_value_ships_the_function_of_its_first_pickling() -> None:
+    pytest.importorskip("cloudpickle")
+    factor = [2.0]
+
+    def scaled(x: f64) -> f64:
+        return factor[0] * x
+
+    cb = callback(registry=CallbackRegistry())(scaled)
+    first = pickle.dumps(cb)
+    factor[0] = 3.0  # cloudpickle would ship the new value: the token already names the old
+    second = pickle.dumps(cb)
+    assert first == second and cb(1.0) == 3.0
+    done = run(f"""
+        import pickle
+        late = pickle.loads({second!r})
+        print(late is pickle.loads({first!r}), late(1.0))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "2.0"]  # every receiver: one function per token
+
+
+def test_a_kernel_pickled_by_value_carries_its_options_and_callbacks(session: Session) -> None:
+    pytest.importorskip("cloudpickle")
+
+    @callback(session=session)
+    def pickled_offset(x: f64) -> f64:
+        return x + 0.5
+
+    @mlir_kernel(source=BUMPED.replace("pickling_bump", "pickled_offset"), session=session,
+                 name="bumped", opt_level=0, fastmath=True, release_gil=False)
+    def offset(a: f64) -> f64: ...
+
+    data = pickle.dumps(offset)
+    assert pickle.dumps(offset) == data  # its parts are pickled once
+    done = run(f"""
+        import pickle
+        kernel = pickle.loads({data!r})
+        result = kernel(1.0)
+        print(result, kernel._overrides.given(), kernel.release_gil,
+              kernel._options.opt_level, kernel._options.fastmath)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1.5", "{'opt_level':", "0,", "'fastmath':", "True}",
+                                   "False", "0", "True"]
+
+
+def test_parts_pickled_at_once_by_two_threads_are_one_value() -> None:
+    from pymlirjit.pickling import pickled_once
+
+    class Holder:
+        pass
+
+    holder, both_making = Holder(), threading.Barrier(2, timeout=10)
+    made = iter([b"first", b"second"])
+    got: list[bytes] = []
+
+    def make() -> bytes:
+        part = next(made)
+        both_making.wait()  # each thread has made its own parts before either keeps them
+        return part
+
+    threads = [threading.Thread(target=lambda: got.append(pickled_once(holder, make)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 2 and got[0] == got[1] == pickled_once(holder, make)

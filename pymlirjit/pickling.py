@@ -1,0 +1,94 @@
+"""Pickling by reference when importable, else by value, as numba's dispatchers and
+functions pickle: the helpers kernels, callbacks and sessions share.
+
+An object pickled by value gets a token on its first pickling, and keeps the pickled
+form of what never changes in it (its ``_pickled_parts``): later picklings only copy those
+bytes, and a receiver that unpickled that token before returns the object it made then,
+without unpickling the parts again. So one token is one value: every receiver rebuilds
+the object from the same bytes, those of its first pickling.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import threading
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["function_by_value", "importable", "interned", "pickle_token", "pickled_once"]
+
+T = TypeVar("T")
+
+
+def importable(obj: Any) -> bool:
+    """Whether ``obj`` is what its ``__module__`` and ``__qualname__`` name (so another
+    process, importing that module, finds the same object). Objects of ``__main__`` are
+    not: a worker's ``__main__`` is not the sender's (a Dask or Ray worker, a notebook)."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if module is None or module.__name__ in ("__main__", "__mp_main__"):
+        return False
+    found: Any = module
+    for part in getattr(obj, "__qualname__", "<locals>").split("."):
+        if part == "<locals>":
+            return False
+        found = getattr(found, part, None)
+    return found is obj
+
+
+# Objects unpickled by value, by the token their first pickling gave them: unpickling
+# one twice in a process (a task per chunk in a pool) gives the same object, which
+# compiles once; unpickling in the sending process (or a forked child) gives the original.
+_by_token: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+_token_lock = threading.Lock()
+
+
+def pickle_token(obj: Any) -> str:
+    """The token ``obj`` is pickled by value with (made on first use)."""
+    token: str | None = obj.__dict__.get("_pickle_token")
+    if token is None:
+        with _token_lock:
+            token = obj.__dict__.setdefault("_pickle_token", uuid.uuid4().hex)
+            _by_token.setdefault(token, obj)
+    return token
+
+
+def interned(token: str, make: Callable[[], Any]) -> Any:
+    """The object unpickled before with ``token`` in this process, else ``make()``'s."""
+    found = _by_token.get(token)
+    if found is not None:
+        return found
+    made = make()
+    with _token_lock:
+        found = _by_token.setdefault(token, made)
+    if found is made:
+        made.__dict__["_pickle_token"] = token
+    return found
+
+
+def function_by_value(function: Callable[..., Any], what: str) -> bytes:
+    """``function`` pickled by value through cloudpickle (its code, and the current values
+    of the globals and cells it uses); ``what`` names its owner in the error."""
+    try:
+        import cloudpickle
+    except ImportError:
+        raise pickle.PicklingError(
+            f"cannot pickle {what}: its function {function!r} is not importable by module "
+            f"and name (defined in __main__, a notebook or a function?), and pickling a "
+            f"function by value needs cloudpickle (pip install cloudpickle)") from None
+    try:
+        return bytes(cloudpickle.dumps(function))
+    except Exception as exc:
+        raise pickle.PicklingError(f"cannot pickle {what}: cloudpickle cannot pickle its "
+                                   f"function {function!r}: {exc}") from exc
+
+
+def pickled_once(obj: Any, make: Callable[[], T]) -> T:
+    """``obj``'s pickled parts: what ``make()`` returns, made on its first pickling (the
+    first of two threads pickling it at once wins, so a token never names two values)."""
+    parts: T | None = obj.__dict__.get("_pickled_parts")
+    if parts is None:
+        parts = obj.__dict__.setdefault("_pickled_parts", make())
+    return parts
