@@ -10,6 +10,7 @@ so an option added here reaches each of them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,7 @@ class CompileOptions:
              error_model: str = "python") -> CompileOptions:
         """Options from any accepted spelling, checked (``pipeline=None``: the default
         pipeline; libraries by path or by runtime library name)."""
-        return cls(normalize_pipeline(None), 2, ()).overridden(OptionOverrides.of(
+        return _defaults().overridden(OptionOverrides.of(
             pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
             boundscheck=boundscheck, error_model=error_model))
 
@@ -103,7 +104,10 @@ class CompileOptions:
 
     def overridden(self, overrides: OptionOverrides) -> CompileOptions:
         """These options with ``overrides`` applied, checked."""
-        given = overrides.given()
+        # What equals its current value (same type: 1 is not True) needs no check; this
+        # makes a Session() (and one unpickled) cheap.
+        given = {name: value for name, value in overrides.given().items()
+                 if not (type(value) is type(getattr(self, name)) and value == getattr(self, name))}
         if not given:
             return self
         if "pipeline" in given:
@@ -146,3 +150,8 @@ class CompileOptions:
         """``parallel=True``, more than one thread and the default pipeline (not a user's)."""
         return (self.parallel and self.threads > 1
                 and self.pipeline == normalize_pipeline(None))
+
+
+@functools.cache
+def _defaults() -> CompileOptions:
+    return CompileOptions(normalize_pipeline(None), 2, ())
