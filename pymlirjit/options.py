@@ -49,6 +49,8 @@ class OptionOverrides:
            shared_libs: Iterable[str] | None = None,
            **flags: Any) -> OptionOverrides:
         """Overrides from the keywords of ``mlir_kernel`` and ``Session.compile``."""
+        if pipeline is not None and not isinstance(pipeline, str):
+            pipeline = tuple(pipeline)  # a list given: kept as a value, like the rest
         return cls(pipeline, opt_level, None if shared_libs is None else tuple(shared_libs),
                    **flags)
 
