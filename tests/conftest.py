@@ -36,3 +36,14 @@ def session() -> Session:
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+def skip_unless_ndarray_is_generic_with_defaults() -> None:
+    """Skip a ``mypy --strict`` test where numpy's stubs give ``np.ndarray`` no default
+    type arguments (numpy before 2.3, the newest Python 3.10 has): ``--strict`` rejects a
+    bare ``np.ndarray`` there, and ``a *= 2`` on an ndarray subclass."""
+    import numpy as np
+
+    if np.lib.NumpyVersion(np.__version__) < "2.3.0":
+        pytest.skip(f"numpy {np.__version__}'s stubs: a bare np.ndarray is an error under "
+                    f"mypy --strict (the examples are typed for numpy 2.3 and later)")

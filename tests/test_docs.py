@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip_unless_ndarray_is_generic_with_defaults
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(
@@ -162,12 +164,7 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
     """``mypy --strict``'s errors for each typed page: its blocks, in order, make one
     module whose lines are the page's (so errors carry the page's line numbers)."""
     pytest.importorskip("mypy")
-    import numpy as np
-
-    if np.lib.NumpyVersion(np.__version__) < "2.3.0":  # the newest numpy Python 3.10 has
-        pytest.skip("numpy's stubs before 2.3 give np.ndarray no default type arguments "
-                    "(mypy --strict rejects a bare np.ndarray): the examples are typed "
-                    "for numpy 2.3 and later")
+    skip_unless_ndarray_is_generic_with_defaults()
     tmp = tmp_path_factory.mktemp("mypy-docs")
     return _mypy_errors(tmp)
 

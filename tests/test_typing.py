@@ -14,6 +14,7 @@ import pymlirjit.typing as annotations
 from pymlirjit import Session, callback
 from pymlirjit.types import to_type
 from pymlirjit.typing import complex128, f32, i1, i32
+from tests.conftest import skip_unless_ndarray_is_generic_with_defaults
 
 
 @pytest.mark.parametrize("name", annotations.__all__)
@@ -101,6 +102,7 @@ rows: np.ndarray = np.ones((2, 3)).view(np.ndarray)
 
 def test_type_checkers_read_array_annotations_as_numpy_arrays(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
+    skip_unless_ndarray_is_generic_with_defaults()
     arrays = tmp_path / "arrays.py"
     arrays.write_text(textwrap.dedent(ARRAYS))
     done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
