@@ -32,7 +32,7 @@ from .callbacks import Callback
 from .checks import insert_checks
 from .errors import Diagnostic, MLIRError, SignatureError
 from .externs import LinkedExtern
-from .failures import FAIL_SIGNATURE, FAIL_SYMBOL, raise_failure, source_id
+from .failures import FAIL_SYMBOL, raise_failure, source_id
 from .optimize import optimize, with_vector_lowering
 from .options import CompileOptions
 from .pipeline import lower as lower_module
@@ -42,7 +42,7 @@ from .pipeline import (
     runtime_library,
 )
 from .signature import Signature, as_signature, from_func_op
-from .types import ScalarType, TensorType
+from .types import ScalarType, TensorType, i32, i64
 from .vectormath import use_vector_library
 
 __all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "built_text", "lower",
@@ -276,7 +276,10 @@ def _in_order(*hooks: Callable[[Any], object] | None) -> Callable[[Any], None]:
 def builtin_callbacks() -> dict[str, Callback]:
     """The callbacks a lowered module may link without declaring them, by name: the one
     checked code calls to raise (see :mod:`pymlirjit.checks`)."""
-    return {FAIL_SYMBOL: Callback(raise_failure, FAIL_SIGNATURE, name=FAIL_SYMBOL)}
+    # Its signature built from types, not parsed: parsing needs an MLIR context (~10 ms),
+    # which a module loaded from the disk cache otherwise never makes.
+    signature = Signature.of([i32, i64, i64, i64, i64], [])
+    return {FAIL_SYMBOL: Callback(raise_failure, signature, name=FAIL_SYMBOL)}
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:

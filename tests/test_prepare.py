@@ -303,3 +303,11 @@ def test_a_compile_loads_the_dialects_it_needs_only() -> None:
     }""", CompileOptions.make(), lambda name: None)
     assert prepared.context.is_registered_operation("linalg.matmul")
     assert "llvm.fmul" in str(lower(prepared, CompileOptions.make()).module)
+
+
+def test_the_failure_callback_has_the_signature_checked_code_declares() -> None:
+    from pymlirjit.failures import FAIL_SIGNATURE, FAIL_SYMBOL
+    from pymlirjit.prepare import builtin_callbacks
+    from pymlirjit.signature import as_signature
+
+    assert builtin_callbacks()[FAIL_SYMBOL].signature == as_signature(FAIL_SIGNATURE)
