@@ -341,6 +341,10 @@ def _run(code: str, *args: str, env: dict[str, str] | None = None) -> str:
 
 FORK = """
 import os, sys
+import warnings
+# Forking once the runtime's threads exist is what this tests: Python 3.12+'s warning
+# that fork() in a multi-threaded process may deadlock is the risk under test.
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 import numpy as np
 from pymlirjit import Session
 from tests.test_parallel import ADD, STENCIL
@@ -393,6 +397,10 @@ def test_disk_cache_serves_a_parallel_module_to_a_fresh_process(tmp_path: Path) 
 
 FORK_THEN_LOAD = """
 import os, sys
+import warnings
+# Forking once the runtime's threads exist is what this tests: Python 3.12+'s warning
+# that fork() in a multi-threaded process may deadlock is the risk under test.
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 import numpy as np
 from pymlirjit import Session
 from tests.test_parallel import ADD, STENCIL
