@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ffi
+from .checks import ERROR_MODELS
 from .cli_check import add_check_parser, check_command
 from .cli_loading import load_callbacks, resolve_shared_libs
 from .cli_values import (
@@ -110,7 +111,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                      help="parallel loops on several threads (PYMLIRJIT_NUM_THREADS caps them)")
     run.add_argument("--boundscheck", action="store_true",
                      help="out-of-bounds memref accesses raise IndexError")
-    run.add_argument("--error-model", choices=("python", "numpy"), default="python",
+    run.add_argument("--error-model", choices=ERROR_MODELS, default="python",
                      help="integer division by zero: an error (python, the default) or 0 "
                           "(numpy)")
     run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
