@@ -66,23 +66,30 @@ def _load_library(path: str) -> ctypes.CDLL:
         raise LinkError(f"cannot load shared library {path!r}: {exc}", [path]) from None
 
 
-def address_of(callback: Any) -> int:
-    """The native address of ``callback``: an int, a ctypes function pointer, a
-    ``c_void_p``, or an object with an ``address`` attribute."""
-    if isinstance(callback, int) and not isinstance(callback, bool):
-        address = callback
-    elif isinstance(callback, ctypes._CFuncPtr):  # type: ignore[attr-defined]
-        address = ctypes.cast(callback, ctypes.c_void_p).value or 0
-    elif isinstance(callback, ctypes.c_void_p):
-        address = callback.value or 0
-    elif hasattr(callback, "address"):
-        address = int(callback.address)
-    else:
-        raise TypeError(f"cannot take the native address of {type(callback).__name__}: pass "
-                        f"a ctypes function pointer, an int address or an object with .address")
-    if not address:
-        raise ValueError("a runtime symbol cannot be registered at address 0")
-    return address
+ADDRESS_KINDS = "an int address, a ctypes function pointer or an object with an int .address"
+
+
+def address_of(target: Any, what: str = "a runtime symbol", kinds: str = ADDRESS_KINDS) -> int:
+    """The native address ``target`` stands for: an int, a ctypes function pointer, a
+    ``c_void_p``, or an object with an int ``address`` attribute (a numba ``cfunc``).
+    Errors say ``what`` the address is for and which ``kinds`` of target it accepts."""
+    address: Any = None
+    if isinstance(target, int) and not isinstance(target, bool):
+        address = target
+    elif isinstance(target, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+        address = ctypes.cast(target, ctypes.c_void_p).value or 0
+    elif isinstance(target, ctypes.c_void_p):
+        address = target.value or 0
+    elif hasattr(target, "address"):
+        address = target.address
+        if not isinstance(address, int) or isinstance(address, bool):
+            raise TypeError(f"{what}: {type(target).__name__}.address must be an int, got "
+                            f"{address!r}")
+    if address is None:
+        raise TypeError(f"{what}: cannot take the native address of {target!r}; give {kinds}")
+    if not 0 < address < 1 << 64:
+        raise ValueError(f"{what}: address {address:#x} is not a valid address")
+    return int(address)
 
 
 def _external_symbols(module: Any) -> tuple[frozenset[str], frozenset[str]]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, SupportsIndex
 
 from .callbacks import Callback, Invalidated
+from .engine import ADDRESS_KINDS, address_of
 from .errors import LinkError, SignatureError
 from .signature import Signature, as_signature
 from .types import f32, f64, i1, i8, i16, i32, i64, ptr
@@ -85,7 +86,8 @@ class Extern:
             self._signature = as_signature(signature)
         if _is_function(target):
             return  # a kernel: compiled (and its signature known) when linked
-        self._address = _address(name, target)
+        self._address = address_of(target, f"extern @{name}: target",
+                                   f"{ADDRESS_KINDS} (a numba cfunc) or a kernel")
         if self._signature is None:
             self._signature = _ctypes_signature(name, target)
 
@@ -210,29 +212,6 @@ def compiling(name: str, target: Any) -> Iterator[None]:
         yield
     finally:
         stack.pop()
-
-
-def _address(name: str, target: Any) -> int:
-    if isinstance(target, bool):
-        raise TypeError(f"extern @{name}: target must be an address, got {target!r}")
-    if isinstance(target, int):
-        address = target
-    elif isinstance(target, ctypes._CFuncPtr):  # type: ignore[attr-defined]
-        address = ctypes.cast(target, ctypes.c_void_p).value or 0
-    elif isinstance(target, ctypes.c_void_p):
-        address = target.value or 0
-    elif hasattr(target, "address"):
-        address = target.address
-        if not isinstance(address, int) or isinstance(address, bool):
-            raise TypeError(f"extern @{name}: {_describe(target)}.address must be an int, "
-                            f"got {address!r}")
-    else:
-        raise TypeError(f"extern @{name}: target must be an int address, a ctypes function "
-                        f"pointer, an object with .address (a numba cfunc) or a kernel; got "
-                        f"{_describe(target)}")
-    if not 0 < address < 1 << 64:
-        raise ValueError(f"extern @{name}: {address:#x} is not a valid address")
-    return address
 
 
 def _ctypes_signature(name: str, target: Any) -> Signature:
