@@ -32,13 +32,20 @@ def check_private_folder(folder: Path) -> Refused | None:
     info = os.stat(folder)
     if not stat.S_ISDIR(info.st_mode):
         return Refused("file-type", f"{folder} is not a folder")
+    return _refuse_unowned(folder, info, 0o022, "may be written by group or others",
+                           f"; make it private: chmod 700 {folder}")
+
+
+def _refuse_unowned(path: Path, info: os.stat_result, open_bits: int, open_to: str,
+                    advice: str = "") -> Refused | None:
+    """Why ``path`` (``info``) is not this user's alone: another owner, or one of
+    ``open_bits`` set in its mode."""
     if info.st_uid != os.geteuid():
-        return Refused("owner", f"{folder} belongs to uid {info.st_uid}, not to this "
-                                  f"process's uid {os.geteuid()}")
-    if info.st_mode & 0o022:
-        return Refused("permissions", f"{folder} may be written by group or others "
-                                        f"(mode {stat.S_IMODE(info.st_mode):o}); make it "
-                                        f"private: chmod 700 {folder}")
+        return Refused("owner", f"{path} belongs to uid {info.st_uid}, not to this "
+                                f"process's uid {os.geteuid()}")
+    if info.st_mode & open_bits:
+        return Refused("permissions", f"{path} {open_to} (mode "
+                                      f"{stat.S_IMODE(info.st_mode):o}){advice}")
     return None
 
 
@@ -71,12 +78,10 @@ def read_private(path: Path, *, group_may_read: bool) -> bytes:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise Refused("file-type", f"{path} is not a regular file")
-        if info.st_uid != os.geteuid():
-            raise Refused("owner", f"{path} belongs to uid {info.st_uid}, not to this "
-                                    f"process's uid {os.geteuid()}")
-        if info.st_mode & (0o022 if group_may_read else 0o077):
-            raise Refused("permissions", f"{path} is open to group or others (mode "
-                                          f"{stat.S_IMODE(info.st_mode):o})")
+        refused = _refuse_unowned(path, info, 0o022 if group_may_read else 0o077,
+                                  "is open to group or others")
+        if refused is not None:
+            raise refused
         return file.read()
 
 
