@@ -1,6 +1,8 @@
 """``python -m benchmarks.linalg_speed``: linalg.matmul, linalg.batch_matmul and
-linalg.conv_2d_nchw_fchw (opt_level=2: plain loops; opt_level=3: tiled and vectorized) and
-a dot product (fastmath) against numpy and numba @njit (same algorithm), in one run.
+linalg.conv_2d_nchw_fchw (opt_level=2: plain loops; opt_level=3: tiled and vectorized), a
+dot product (fastmath), and linalg on tensors (a matmul, a chain of elementwise ops that
+opt_level=3 fuses, a row reduction) against numpy and numba @njit (same algorithm), in
+one run.
 
 Run it single-threaded against one OpenBLAS thread::
 
@@ -108,6 +110,120 @@ def main() -> None:
     for name, t in rows:
         print(f"{name:50s} {t * 1e3:9.3f} ms  {2 * size / t / 1e9:7.1f} GFLOP/s  "
               f"{t / rows[-1][1]:6.2f}x numpy")
+
+    tensors_and_elementwise(session, rng)
+
+
+TENSOR_MATMUL = """
+func.func @mm(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>, %c: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %r = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>)
+                     outs(%c : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}
+"""
+
+#: exp(a * b + c): three named ops, one loop once fused.
+CHAIN = """
+func.func @chain(%a: tensor<?xf64>, %b: tensor<?xf64>, %c: tensor<?xf64>) -> tensor<?xf64> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?xf64>
+  %e = tensor.empty(%n) : tensor<?xf64>
+  %p = linalg.mul ins(%a, %b : tensor<?xf64>, tensor<?xf64>) outs(%e : tensor<?xf64>)
+       -> tensor<?xf64>
+  %s = linalg.add ins(%p, %c : tensor<?xf64>, tensor<?xf64>) outs(%e : tensor<?xf64>)
+       -> tensor<?xf64>
+  %x = linalg.exp ins(%s : tensor<?xf64>) outs(%e : tensor<?xf64>) -> tensor<?xf64>
+  return %x : tensor<?xf64>
+}
+"""
+
+ROW_SUM = """
+#all = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+func.func @rowsum(%a: memref<?x?xf64>, %out: memref<?xf64>) {
+  linalg.generic {indexing_maps = [#all, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%a : memref<?x?xf64>) outs(%out : memref<?xf64>) {
+  ^bb0(%x: f64, %acc: f64):
+    %s = arith.addf %x, %acc : f64
+    linalg.yield %s : f64
+  }
+  return
+}
+"""
+
+
+def _print(rows: list[tuple[str, float]]) -> None:
+    for name, t in rows:
+        print(f"{name:50s} {t * 1e3:9.3f} ms  {t / rows[-1][1]:6.2f}x numpy")
+    print()
+
+
+def tensors_and_elementwise(session: Session, rng: np.random.Generator) -> None:
+    """linalg on tensors: a matmul (bufferized early at opt_level=3, so it gets the
+    microkernel), an elementwise chain (fused at opt_level=3) and a row reduction."""
+    import numba
+
+    print()
+    n = 512
+    a, b = (rng.uniform(0.0, 1.0, (n, n)).astype(np.float32) for _ in range(2))
+    c = np.zeros((n, n), np.float32)
+    rows = []
+    for level in (2, 3):
+        mm = mlir_kernel(source=TENSOR_MATMUL, name="mm", opt_level=level,
+                         session=session)(lambda a, b, c: None)
+        np.testing.assert_allclose(mm(a, b, c), a @ b, rtol=1e-4, atol=1e-3)
+        rows.append((f"linalg.matmul on tensors f32 {n}^3, opt_level={level}",
+                     best(lambda mm=mm: mm(a, b, c), repeat=3 if level == 2 else 7)))
+    rows.append(("numpy a @ b", best(lambda: a @ b)))
+    _print(rows)
+
+    size = 10 ** 6
+    x, y, z = (rng.standard_normal(size) for _ in range(3))
+    rows = []
+    for level, fast in ((2, False), (3, False), (3, True)):
+        chain = mlir_kernel(source=CHAIN, name="chain", opt_level=level, fastmath=fast,
+                            session=session)(lambda a, b, c: None)
+        np.testing.assert_allclose(chain(x, y, z), np.exp(x * y + z), rtol=1e-12)
+        rows.append((f"exp(a*b+c) tensors 10^6, opt_level={level}, fastmath={fast}",
+                     best(lambda chain=chain: chain(x, y, z))))
+
+    @numba.njit(fastmath=True)
+    def nb_chain(a: Any, b: Any, c: Any) -> Any:
+        out = np.empty_like(a)
+        for i in range(a.shape[0]):
+            out[i] = np.exp(a[i] * b[i] + c[i])
+        return out
+
+    rows.append(("numba @njit exp(a*b+c) loop (fastmath)", best(lambda: nb_chain(x, y, z))))
+    rows.append(("numpy np.exp(a * b + c)", best(lambda: np.exp(x * y + z))))
+    _print(rows)
+
+    m = rng.standard_normal((1000, 1000))
+    out = np.zeros(1000)
+    rows = []
+    for fast in (False, True):
+        rowsum = mlir_kernel(source=ROW_SUM, name="rowsum", opt_level=3, fastmath=fast,
+                             session=session)(lambda a, o: None)
+
+        def run(rowsum: Any = rowsum) -> None:
+            out[:] = 0.0
+            rowsum(m, out)
+
+        run()
+        np.testing.assert_allclose(out, m.sum(axis=1), rtol=1e-10)
+        rows.append((f"row sums 1000^2 (linalg.generic), O3, fastmath={fast}", best(run)))
+
+    @numba.njit(fastmath=True)
+    def nb_rowsum(a: Any, o: Any) -> None:
+        for i in range(a.shape[0]):
+            s = 0.0
+            for j in range(a.shape[1]):
+                s += a[i, j]
+            o[i] = s
+
+    rows.append(("numba @njit row sums (fastmath)", best(lambda: nb_rowsum(m, out))))
+    rows.append(("numpy a.sum(axis=1, out=o)", best(lambda: m.sum(axis=1, out=out))))
+    _print(rows)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from .linalg_rewrites import (
 from .pipeline import _run_passes
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
-           "has_tileable_ops", "hoist_allocas_out_of_loops", "run_schedule",
+           "has_tileable_ops", "hoist_allocas_out_of_loops", "or_restore", "run_schedule",
            "tile_and_vectorize"]
 
 #: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
@@ -165,10 +165,10 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
     if found:
         # The matmuls left (other types, layouts or indexing maps) get the schedule.
         steps.append(lambda: "linalg.matmul" in _tileable(module) and scheduled(matmul))
-    return sum(_or_restore(module, step) for step in steps) > 0
+    return sum(or_restore(module, step) for step in steps) > 0
 
 
-def _or_restore(module: Any, step: Callable[[], bool]) -> bool:
+def or_restore(module: Any, step: Callable[[], bool]) -> bool:
     """Run ``step``; if MLIR refuses it, put ``module`` back as it was before. Return
     whether the step changed the module."""
     from mlir import ir

@@ -42,6 +42,7 @@ from .linalg_schedules import (
     run_schedule,
     tile_and_vectorize,
 )
+from .linalg_tensors import prepare_tensors
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
            "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
@@ -98,7 +99,10 @@ def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<sourc
     whether the lowering pipeline needs :func:`with_vector_lowering`."""
     if fastmath:
         set_fastmath(module)
-    return tile and tile_and_vectorize(module, filename, parallel)
+    if not tile:
+        return False
+    prepare_tensors(module, filename)
+    return tile_and_vectorize(module, filename, parallel)
 
 
 # -- parallel=True ------------------------------------------------------------------------
