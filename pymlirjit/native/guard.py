@@ -10,6 +10,7 @@ from llvmlite import ir
 from ..abi import BoundaryABI
 from ..callframe import FAILED
 from ..relocation import FOREIGN_RECORD, HAND_OVER
+from .allocations import end_allocations
 from .builder import (
     _boundary_function_type,
     _FunctionBuilder,
@@ -63,6 +64,12 @@ class _GuardBuilder(_FunctionBuilder):
                 b.store(returned, result_slot)
         b.call(self.libc["pthread_setspecific"], [key, previous])
         failed = b.load(self.record_slot(record, FAILED))
+        if jump_buffer is not None:
+            # What the call's code allocated: freed if it failed (unwound, or ran on
+            # after a kernel it called failed: its results are zeroed below), else the
+            # caller's (handed to the caller's call if it may unwind).
+            end_allocations(self, jump_buffer,
+                            b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), previous)
         with b.if_then(b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), likely=False):
             self.hand_over(record, previous, failed)
             if result_slot is not None:
