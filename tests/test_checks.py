@@ -1033,3 +1033,37 @@ def test_results_kept_across_many_failing_calls_stay_valid() -> None:
             twice(3, 4, 2)[0].tolist(), kept(3, 5, 1).tolist())
     """), cwd=ROOT, SOURCE=ALLOCATING_FIRST)
     assert rows == [["True", "True", "[2, 4, 4]", "[5, 5, 5]"]]
+
+
+def test_only_code_that_may_unwind_allocates_through_the_trackers() -> None:
+    # A module with a failure callback and no shared library may unwind: its memref
+    # allocations go through the trackers, which LLVM still knows as malloc and free
+    # (an allocation nothing reads is removed). Other modules call the C library.
+    from pymlirjit.failures import ALLOCATION_TRACKERS
+
+    source = """
+    func.func @f(%n: index, %b: i64) -> memref<?xi64> {
+      %c0 = arith.constant 0 : index
+      %m = memref.alloc(%n) : memref<?xi64>
+      %t = memref.alloc(%n) : memref<?xi64>
+      %q = arith.divsi %n_i, %b : i64
+      memref.store %q, %m[%c0] : memref<?xi64>
+      memref.dealloc %t : memref<?xi64>
+      return %m : memref<?xi64>
+    }"""
+    divided = source.replace("%n_i", "%b")
+    plain = source.replace("%q = arith.divsi %n_i, %b : i64", "%q = arith.addi %b, %b : i64")
+    unwinding = Session().compile(divided)
+    running_on = Session(shared_libs=["mlir_c_runner_utils"]).compile(divided)
+    unchecked = Session().compile(plain)
+    assert unwinding.f.unwind and not running_on.f.unwind
+    assert not unchecked.f.unwind and not unchecked.f._links_callbacks
+    lowered = unwinding.lowered_mlir
+    assert all(f"@{tracker}(" in lowered for tracker in
+               (ALLOCATION_TRACKERS["malloc"], ALLOCATION_TRACKERS["free"]))
+    assert "@malloc(" not in lowered and "@free(" not in lowered
+    assert '"allockind", "9"' in lowered  # what LLVM knows of malloc
+    for other in (running_on, unchecked):
+        assert "@malloc(" in other.lowered_mlir and "__pymlirjit_malloc" not in other.lowered_mlir
+    for m in (unwinding, running_on, unchecked):
+        assert m.f(3, 2)[0] == (1 if m is not unchecked else 4)

@@ -53,6 +53,17 @@ __all__ = ["add_trackers", "end_allocations", "track_allocations"]
 _I1 = ir.IntType(1)
 
 
+# LLVM's function attributes of an allocator (allockind: alloc 1, free 4,
+# uninitialized 8, aligned 32; allocsize: the size argument's index << 32, 0xFFFFFFFF
+# for no element count), by C function.
+_ALLOCATOR_ATTRIBUTES = {
+    "malloc": [("allockind", "9"), ("allocsize", str(0xFFFFFFFF)), ("alloc-family", "malloc")],
+    "aligned_alloc": [("allockind", "41"), ("allocsize", str(1 << 32 | 0xFFFFFFFF)),
+                      ("alloc-family", "malloc")],
+    "free": [("allockind", "4"), ("alloc-family", "malloc")],
+}
+
+
 def track_allocations(module: Any) -> tuple[str, ...]:
     """Make the lowered (LLVM dialect) MLIR ``module`` allocate and free through the
     trackers instead of ``malloc``, ``aligned_alloc`` and ``free`` (what
@@ -66,8 +77,17 @@ def track_allocations(module: Any) -> tuple[str, ...]:
         for name, tracker in ALLOCATION_TRACKERS.items():
             if name not in table or len(table[name].regions[0].blocks) > 0:
                 continue  # not called, or the module's own function of that name
+            declaration = table[name]
             mlir_ir.SymbolTable.replace_all_symbol_uses(name, tracker, module.operation)
-            mlir_ir.SymbolTable.set_symbol_name(table[name], tracker)
+            mlir_ir.SymbolTable.set_symbol_name(declaration, tracker)
+            # What LLVM knows of the C functions by name, said of the trackers (which
+            # behave alike): it may then still remove an allocation nothing reads.
+            declaration.attributes["passthrough"] = mlir_ir.ArrayAttr.get([
+                mlir_ir.ArrayAttr.get([mlir_ir.StringAttr.get(key), mlir_ir.StringAttr.get(value)])
+                for key, value in _ALLOCATOR_ATTRIBUTES[name]])
+            if name == "free":
+                declaration.attributes["arg_attrs"] = mlir_ir.ArrayAttr.get([
+                    mlir_ir.DictAttr.get({"llvm.allocptr": mlir_ir.UnitAttr.get()})])
             used.append(tracker)
     return tuple(used)
 _LIST = _i64.as_pointer()
@@ -291,6 +311,25 @@ def end_allocations(fb: _FunctionBuilder, jump_buffer: ir.Value, free_them: ir.V
                     b.call(_hand(unit), [allocations, b.bitcast(hand_to, _LIST)])
 
 
+def _block(b: ir.IRBuilder, name: str) -> ir.Block:
+    return b.function.append_basic_block(name)
+
+
+def _innermost_list(b: ir.IRBuilder, record: ir.Value, otherwise: ir.Block,
+                    ) -> tuple[ir.Value, ir.Value]:
+    """The allocation list of the call whose record is ``record`` (an ``i64*``) and its
+    count; branches to ``otherwise`` if there is no record or its call cannot unwind."""
+    has_record = _block(b, "has_record")
+    unwinds = _block(b, "unwinds")
+    b.cbranch(_is_null(b, record), otherwise, has_record)
+    b.position_at_end(has_record)
+    jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
+    b.cbranch(b.icmp_unsigned("==", jump_buffer, ir.Constant(_i64, 0)), otherwise, unwinds)
+    b.position_at_end(unwinds)
+    allocations = allocation_list(b, jump_buffer)
+    return allocations, b.load(_field(b, allocations, LIST_COUNT))
+
+
 def add_trackers(unit: _Unit, frame_key: int) -> list[str]:
     """Define the trackers of :data:`~pymlirjit.failures.ALLOCATION_TRACKERS` in ``unit``
     (exported, by those names), finding the thread's call record with the pthread key
@@ -304,18 +343,50 @@ def add_trackers(unit: _Unit, frame_key: int) -> list[str]:
         if c_name == "free":
             pointer = fb.function.args[0]
             with b.if_then(b.not_(_is_null(b, pointer))):
-                record = b.call(unit.libc["pthread_getspecific"], [key])
-                b.call(_untrack(unit), [b.bitcast(record, _LIST), b.ptrtoint(pointer, _i64)])
+                record = b.bitcast(b.call(unit.libc["pthread_getspecific"], [key]), _LIST)
+                address = b.ptrtoint(pointer, _i64)
+                # The common case inline: the newest item of the innermost call's list.
+                newest = _block(b, "newest")
+                search = _block(b, "search")
+                freed = _block(b, "free")
+                allocations, count = _innermost_list(b, record, search)
+                last = b.sub(count, ir.Constant(_i64, 1))
+                items = b.inttoptr(b.load(_field(b, allocations, LIST_ITEMS)), _LIST)
+                nonempty = b.icmp_unsigned("!=", count, ir.Constant(_i64, 0))
+                b.cbranch(nonempty, newest, search)
+                b.position_at_end(newest)
+                is_newest = b.icmp_unsigned("==", b.load(b.gep(items, [last])), address)
+                with b.if_then(is_newest, likely=True):
+                    b.store(last, _field(b, allocations, LIST_COUNT))
+                    b.call(c_function, [pointer])
+                    b.ret_void()
+                b.branch(search)
+                b.position_at_end(search)
+                b.call(_untrack(unit), [record, address])
+                b.branch(freed)
+                b.position_at_end(freed)
                 b.call(c_function, [pointer])
             b.ret_void()
         else:
             memory = b.call(c_function, list(fb.function.args))
             record = b.bitcast(b.call(unit.libc["pthread_getspecific"], [key]), _LIST)
-            with b.if_then(b.not_(b.or_(_is_null(b, memory), _is_null(b, record)))):
-                jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
-                with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
-                    b.call(_track(unit), [allocation_list(b, jump_buffer),
-                                          b.ptrtoint(memory, _i64)])
+            untracked = _block(b, "untracked")
+            with b.if_then(_is_null(b, memory), likely=False):
+                b.ret(memory)
+            allocations, count = _innermost_list(b, record, untracked)
+            # The common case inline: room on the list.
+            room = b.icmp_unsigned("<", count,
+                                   b.load(_field(b, allocations, LIST_CAPACITY)))
+            with b.if_else(room, likely=True) as (fits, grows):
+                with fits:
+                    items = b.inttoptr(b.load(_field(b, allocations, LIST_ITEMS)), _LIST)
+                    b.store(b.ptrtoint(memory, _i64), b.gep(items, [count]))
+                    b.store(b.add(count, ir.Constant(_i64, 1)),
+                            _field(b, allocations, LIST_COUNT))
+                with grows:
+                    b.call(_track(unit), [allocations, b.ptrtoint(memory, _i64)])
+            b.ret(memory)
+            b.position_at_end(untracked)
             b.ret(memory)
         names.append(symbol)
     return names
