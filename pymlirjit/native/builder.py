@@ -317,7 +317,8 @@ class _FunctionBuilder:
                          ) -> tuple[ir.Value, ir.Value, ir.Value | None, ir.Value]:
         """Make a new call record on the stack the thread's innermost one (see
         pymlirjit.callframe): it says whether a callback failed, where a failing one may
-        ``longjmp`` to (a jump buffer, with ``unwind``), and whether this thread keeps the
+        ``longjmp`` to (a jump buffer, with ``unwind``, followed by the call's empty
+        allocation list: see :data:`ALLOCATIONS`), and whether this thread keeps the
         GIL. Returns the record (an ``i64*``), the record it hides, the jump buffer if
         any, and the thread key (an i32) to restore the hidden one with."""
         b = self.builder

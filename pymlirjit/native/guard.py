@@ -27,9 +27,11 @@ class _GuardBuilder(_FunctionBuilder):
     ``_mlir_ciface_`` entry) that gives each call a record of its own, as a native
     entry does, whoever calls it (ctypes, with or without the GIL; C code; another
     thread). Its record says the GIL is not held (trampolines then take it, which is
-    right either way); with ``unwind``, a failing callback longjmps back to the guard.
-    On failure the guard hands the error to the enclosing call's record (or the
-    foreign one), which raises it when it ends, and returns zeros."""
+    right either way); with ``unwind``, a failing callback longjmps back to the guard,
+    and the guard ends the call's allocation list (see
+    :mod:`pymlirjit.native.allocations`). On failure the guard frees what the call
+    allocated (its results too), hands the error to the enclosing call's record (or
+    the foreign one), which raises it when it ends, and returns zeros."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
                  calls: Any, unwind: bool) -> None:
