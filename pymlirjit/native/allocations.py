@@ -51,7 +51,7 @@ from .builder import (
 __all__ = ["add_trackers", "end_allocations", "track_allocations"]
 
 _I1 = ir.IntType(1)
-
+_LIST = _i64.as_pointer()  # an allocation list, or a call record
 
 # LLVM's function attributes of an allocator (allockind: alloc 1, free 4,
 # uninitialized 8, aligned 32; allocsize: the size argument's index << 32, 0xFFFFFFFF
@@ -83,14 +83,13 @@ def track_allocations(module: Any) -> tuple[str, ...]:
             # What LLVM knows of the C functions by name, said of the trackers (which
             # behave alike): it may then still remove an allocation nothing reads.
             declaration.attributes["passthrough"] = mlir_ir.ArrayAttr.get([
-                mlir_ir.ArrayAttr.get([mlir_ir.StringAttr.get(key), mlir_ir.StringAttr.get(value)])
-                for key, value in _ALLOCATOR_ATTRIBUTES[name]])
+                mlir_ir.ArrayAttr.get([mlir_ir.StringAttr.get(k), mlir_ir.StringAttr.get(v)])
+                for k, v in _ALLOCATOR_ATTRIBUTES[name]])
             if name == "free":
                 declaration.attributes["arg_attrs"] = mlir_ir.ArrayAttr.get([
                     mlir_ir.DictAttr.get({"llvm.allocptr": mlir_ir.UnitAttr.get()})])
             used.append(tracker)
     return tuple(used)
-_LIST = _i64.as_pointer()
 
 
 def _field(b: ir.IRBuilder, allocations: ir.Value, index: int) -> ir.Value:
@@ -292,14 +291,16 @@ def end_allocations(fb: _FunctionBuilder, jump_buffer: ir.Value, free_them: ir.V
     buffer ``jump_buffer``), the end of that call's allocation list: free what is on it
     if ``free_them`` (an i1: the call unwound, or failed); else drop it, or with
     ``hand_to`` (the record the call hid, an ``i8*``) hand it to that call. Costs a
-    compare on the path of a call that allocated nothing it did not free."""
+    few compares where the list still fits the room it has on the stack."""
     b = fb.builder
     unit = fb.unit
     allocations = allocation_list(b, jump_buffer)
     count = b.load(_field(b, allocations, LIST_COUNT))
     items = b.load(_field(b, allocations, LIST_ITEMS))
     on_heap = b.icmp_unsigned("!=", items, _inline_items(b, allocations))
-    pending = b.or_(b.icmp_unsigned("!=", count, ir.Constant(_i64, 0)), on_heap)
+    listed = b.icmp_unsigned("!=", count, ir.Constant(_i64, 0))
+    # Dropped, a list that never left its room on this stack needs nothing done.
+    pending = b.or_(on_heap, b.and_(listed, free_them) if hand_to is None else listed)
     with b.if_then(pending, likely=False):
         if hand_to is None:
             b.call(_release(unit), [allocations, free_them])
