@@ -14,14 +14,21 @@ import hashlib
 import re
 from typing import Any
 
-__all__ = ["ASSERTION", "FAIL_SIGNATURE", "FAIL_SYMBOL", "INDEX", "SEPARATOR",
-           "ZERO_DIVISION", "raise_failure", "register_source", "source_id"]
+__all__ = ["ALLOCATION_TRACKERS", "ASSERTION", "FAIL_SIGNATURE", "FAIL_SYMBOL", "INDEX",
+           "SEPARATOR", "ZERO_DIVISION", "raise_failure", "register_source", "source_id"]
 
 #: The runtime symbol checked code calls to record a failure (a reserved name).
 FAIL_SYMBOL = "__pymlirjit_fail"
 #: Its MLIR signature: kind, message address, then the failing dimension, index and size
 #: (bounds checks only).
 FAIL_SIGNATURE = "(i32, i64, i64, i64, i64) -> ()"
+
+#: In a module whose calls a failure may unwind (``longjmp``), compiled code allocates
+#: through these reserved symbols instead of the C library's (C function -> tracker,
+#: see :mod:`pymlirjit.native.allocations`): a call that unwinds frees what it allocated.
+ALLOCATION_TRACKERS = {"malloc": "__pymlirjit_malloc",
+                       "aligned_alloc": "__pymlirjit_aligned_alloc",
+                       "free": "__pymlirjit_free"}
 
 #: The kinds of failure.
 ZERO_DIVISION, INDEX, ASSERTION = 1, 2, 3

@@ -250,7 +250,8 @@ class _PythonCall:
     entries hand the calls they do not take to). It refers to no CompiledFunction, so as
     to create no reference cycle. In a module with callbacks whose calls unwind, it calls
     the function's guard, so that a failing callback ends the call as it ends a native
-    entry's. (Calls that run on need none: the call's own record fails, and the results
+    entry's (the guard frees what a failed call allocated, its results too, and zeroes
+    them). (Calls that run on need none: the call's own record fails, and the results
     stay for the call to free; a guard would zero them.)"""
 
     def __init__(self, engine: Any, display_name: str, signature: Signature,

@@ -33,7 +33,7 @@ from .callbacks import Callback, TrampolineHelpers, prepare_entries
 from .callframe import call_machinery, culprit_token
 from .engine import ExecutionEngine
 from .errors import LinkError, SignatureError
-from .failures import FAIL_SYMBOL
+from .failures import ALLOCATION_TRACKERS, FAIL_SYMBOL
 from .function import CompiledFunction
 from .objectfile import ObjectEngine
 from .options import CompileOptions
@@ -78,6 +78,25 @@ def call_policy(calls_back: bool, shared_libs: Sequence[str],
 
 def _only_failure_callback(linked: Iterable[str]) -> bool:
     return set(linked) == {FAIL_SYMBOL}
+
+
+def _unwinds(prepared: PreparedModule, options: CompileOptions) -> bool:
+    """Whether calls of ``prepared``'s functions may unwind (see :func:`call_policy`):
+    its code then allocates through the trackers (:mod:`pymlirjit.native.allocations`)."""
+    calls_back = bool(prepared.linked) or any(e.calls_python
+                                              for e in prepared.externs.values())
+    return call_policy(calls_back, prepared.shared_libs(options))[1]
+
+
+def _trackers_needed(needed: Iterable[str]) -> dict[str, int]:
+    """The allocation trackers of this process among the symbols ``needed``."""
+    wanted = set(ALLOCATION_TRACKERS.values()).intersection(needed)
+    if not wanted:
+        return {}
+    from .native.batch import process_trackers  # llvmlite loads only when needed
+
+    return {symbol: address for symbol, address in process_trackers().items()
+            if symbol in wanted}
 
 
 class CompiledCode(Protocol):
@@ -197,6 +216,8 @@ def build_native_code(functions: Mapping[str, tuple[Signature, str]],
 
     batch = NativeBatch(relocatable=True)
     calls = call_machinery() if runtime_symbols else None
+    if calls is not None and unwind:  # the code allocates through them
+        batch.add_allocation_trackers(calls.frame_key)
     entries: dict[str, str] = {}
     guards: dict[str, str] = {}
     for i, (name, (signature, entry)) in enumerate(functions.items()):
@@ -291,8 +312,14 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     code runs. The module's global constructors run when the engine serves a module
     (:func:`engine_module`), not here: a module loaded from the cache entry built from
     the engine runs its own, and they must run once."""
+    if _unwinds(prepared, options):
+        from .native.allocations import track_allocations
+
+        track_allocations(prepared.module)
     engine = ExecutionEngine(prepared.module, options.opt_level,
                              prepared.shared_libs(options))
+    for symbol, address in _trackers_needed(engine.needed_symbols).items():
+        engine.raw_register_runtime(symbol, address)
     prepare_entries(prepared.registrations.values())
     for symbol, cb in prepared.registrations.items():
         engine.raw_register_runtime(symbol, cb)  # the engine keeps the callback alive
@@ -426,7 +453,8 @@ def _load_object(entry: CachedModule, symbols: dict[str, Callback],
                  callbacks: dict[str, Callback], options: CompileOptions,
                  ) -> tuple[CompiledCode, dict[str, int], dict[str, int]]:
     prepare_entries(symbols.values())
-    return ObjectEngine(entry.code, symbols, options.shared_libs, entry.needed), {}, {}
+    natives: dict[str, Any] = {**symbols, **_trackers_needed(entry.needed)}
+    return ObjectEngine(entry.code, natives, options.shared_libs, entry.needed), {}, {}
 
 
 #: The loader of each artifact kind a cache entry holds (``CachedModule.kind``): given

@@ -21,7 +21,7 @@ FLOORS: list[set[str]] = [
      "cprototype", "ufunc_loops",
      "failures"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
-     "native.halffloat", "native.results", "native.trampoline"},
+     "native.halffloat", "native.results", "native.trampoline", "native.allocations"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
     {"cache"},
     {"callbacks", "function", "prepare", "module", "externs"},

@@ -12,6 +12,7 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
+from .allocations import add_trackers
 from .builder import (
     _C_API,
     _LIBC,
@@ -22,7 +23,7 @@ from .entry import _EntryBuilder
 from .guard import _GuardBuilder
 from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
 
-__all__ = ["NativeBatch"]
+__all__ = ["NativeBatch", "process_trackers"]
 
 
 class _Jit:
@@ -162,6 +163,15 @@ class NativeBatch:
                       unwind).build()
         return len(self.symbols) - 1
 
+    def add_allocation_trackers(self, frame_key: int) -> list[str]:
+        """Add the allocation trackers compiled code of modules whose calls may unwind
+        calls instead of ``malloc``, ``aligned_alloc`` and ``free`` (see
+        :mod:`pymlirjit.native.allocations`), exported by their reserved names, which it
+        returns; ``frame_key`` is the call machinery's pthread key."""
+        names = add_trackers(self.unit, frame_key)
+        self.symbols.extend(names)
+        return names
+
     def add_forwarder(self, symbol: str, abi: BoundaryABI, slot: str) -> int:
         """Relocatable code: a function ``symbol`` with ``abi``'s boundary signature
         that calls the function whose address the slot ``slot`` holds (a callback's
@@ -184,3 +194,20 @@ class NativeBatch:
         names in ``symbols``), for a shared library."""
         assert self.relocatable, "only relocatable code is emitted"
         return self.jit.emit_object(self.unit.module)
+
+
+_tracker_code: list[object] = []  # the process trackers' machine code, kept for good
+
+
+@functools.cache
+def process_trackers() -> dict[str, int]:
+    """The allocation trackers of this process (symbol -> address; see
+    :mod:`pymlirjit.native.allocations`), compiled once, which code JIT-compiled or
+    linked in this process calls (a shared library defines its own)."""
+    from ..callframe import call_machinery
+
+    batch = NativeBatch()
+    names = batch.add_allocation_trackers(call_machinery().frame_key)
+    addresses, code = batch.compile()
+    _tracker_code.append(code)
+    return dict(zip(names, addresses))

@@ -187,8 +187,18 @@ _LIBC: dict[str, ir.FunctionType] = {
     "free": ir.FunctionType(ir.VoidType(), [_ptr]),
     "malloc": ir.FunctionType(_ptr, [_i64]),
     "memcpy": ir.FunctionType(_ptr, [_ptr, _ptr, _i64]),
+    "realloc": ir.FunctionType(_ptr, [_ptr, _i64]),
+    "aligned_alloc": ir.FunctionType(_ptr, [_i64, _i64]),
 }
 _JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
+# A call that can unwind keeps, right after its jmp_buf, the list of the memory its
+# compiled code allocated and has not freed (see pymlirjit.native.allocations), by i64
+# field: the items (an i64 array), their count, the array's capacity, then the first
+# INLINE_ALLOCATIONS items' own room (the array while it fits there).
+ALLOCATIONS = _JMP_BUF_BYTES
+LIST_ITEMS, LIST_COUNT, LIST_CAPACITY, LIST_INLINE = 0, 1, 2, 3
+INLINE_ALLOCATIONS = 8
+_UNWIND_AREA_BYTES = ALLOCATIONS + 8 * (LIST_INLINE + INLINE_ALLOCATIONS)
 
 
 def _declare_libc(module: ir.Module) -> dict[str, ir.Function]:
@@ -307,7 +317,8 @@ class _FunctionBuilder:
                          ) -> tuple[ir.Value, ir.Value, ir.Value | None, ir.Value]:
         """Make a new call record on the stack the thread's innermost one (see
         pymlirjit.callframe): it says whether a callback failed, where a failing one may
-        ``longjmp`` to (a jump buffer, with ``unwind``), and whether this thread keeps the
+        ``longjmp`` to (a jump buffer, with ``unwind``, followed by the call's empty
+        allocation list: see :data:`ALLOCATIONS`), and whether this thread keeps the
         GIL. Returns the record (an ``i64*``), the record it hides, the jump buffer if
         any, and the thread key (an i32) to restore the hidden one with."""
         b = self.builder
@@ -317,10 +328,16 @@ class _FunctionBuilder:
         jump_buffer = None
         address: ir.Value = ir.Constant(_i64, 0)
         if unwind:
-            buffer = b.alloca(ir.ArrayType(_i8, _JMP_BUF_BYTES))
+            buffer = b.alloca(ir.ArrayType(_i8, _UNWIND_AREA_BYTES))
             buffer.align = 16
             jump_buffer = b.bitcast(buffer, _ptr)
             address = b.ptrtoint(jump_buffer, _i64)
+            allocations = allocation_list(b, jump_buffer)
+            inline = b.gep(allocations, [ir.Constant(_i64, LIST_INLINE)])
+            for index, value in [(LIST_ITEMS, b.ptrtoint(inline, _i64)),
+                                 (LIST_COUNT, ir.Constant(_i64, 0)),
+                                 (LIST_CAPACITY, ir.Constant(_i64, INLINE_ALLOCATIONS))]:
+                b.store(value, b.gep(allocations, [ir.Constant(_i64, index)]))
         for index, value in [(FAILED, ir.Constant(_i64, 0)), (JUMP_BUFFER, address),
                              (HOLDS_GIL, ir.Constant(_i64, int(holds_gil))),
                              (PREVIOUS, b.ptrtoint(previous, _i64))]:
@@ -423,6 +440,14 @@ class _FunctionBuilder:
             return b.call(self.api["PyBool_FromLong"], [b.zext(value, _i64)])
         wide = b.sext(value, _i64) if t.bits < 64 else value
         return b.call(self.api["PyLong_FromLongLong"], [wide])
+
+
+def allocation_list(b: ir.IRBuilder, jump_buffer: ir.Value) -> ir.Value:
+    """The allocation list (an ``i64*``, see :data:`ALLOCATIONS`) of the call whose jump
+    buffer is ``jump_buffer`` (a pointer or an i64)."""
+    if isinstance(jump_buffer.type, ir.IntType):
+        jump_buffer = b.inttoptr(jump_buffer, _ptr)
+    return b.bitcast(b.gep(jump_buffer, [ir.Constant(_i64, ALLOCATIONS)]), _i64.as_pointer())
 
 
 def _zero_results(b: ir.IRBuilder, abi: BoundaryABI, args: list[ir.Value]) -> None:

@@ -20,6 +20,7 @@ from ..relocation import (
 )
 from ..types import MemRefType, ScalarType, TensorType
 from ..vectorcall import IN_FLIGHT_OFFSET
+from .allocations import end_allocations
 from .builder import (
     _POSITIONAL_CALL,
     ARRAY_DATA,
@@ -375,6 +376,8 @@ class _EntryBuilder(_ResultsBuilder):
                 if result_slot is not None:
                     b.store(returned, result_slot)
             value = b.load(result_slot) if result_slot is not None else None
+            # What the call's code allocated: freed if it unwound, else its results'.
+            end_allocations(self, jump_buffer, b.not_(wrote))
         else:
             value = b.call(target, c_args)
         if state is not None:

@@ -10,6 +10,7 @@ from llvmlite import ir
 from ..abi import BoundaryABI
 from ..callframe import FAILED
 from ..relocation import FOREIGN_RECORD, HAND_OVER
+from .allocations import end_allocations
 from .builder import (
     _boundary_function_type,
     _FunctionBuilder,
@@ -26,9 +27,11 @@ class _GuardBuilder(_FunctionBuilder):
     ``_mlir_ciface_`` entry) that gives each call a record of its own, as a native
     entry does, whoever calls it (ctypes, with or without the GIL; C code; another
     thread). Its record says the GIL is not held (trampolines then take it, which is
-    right either way); with ``unwind``, a failing callback longjmps back to the guard.
-    On failure the guard hands the error to the enclosing call's record (or the
-    foreign one), which raises it when it ends, and returns zeros."""
+    right either way); with ``unwind``, a failing callback longjmps back to the guard,
+    and the guard ends the call's allocation list (see
+    :mod:`pymlirjit.native.allocations`). On failure the guard frees what the call
+    allocated (its results too), hands the error to the enclosing call's record (or
+    the foreign one), which raises it when it ends, and returns zeros."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
                  calls: Any, unwind: bool) -> None:
@@ -63,6 +66,12 @@ class _GuardBuilder(_FunctionBuilder):
                 b.store(returned, result_slot)
         b.call(self.libc["pthread_setspecific"], [key, previous])
         failed = b.load(self.record_slot(record, FAILED))
+        if jump_buffer is not None:
+            # What the call's code allocated: freed if it failed (unwound, or ran on
+            # after a kernel it called failed: its results are zeroed below), else the
+            # caller's (handed to the caller's call if it may unwind).
+            end_allocations(self, jump_buffer,
+                            b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), previous)
         with b.if_then(b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), likely=False):
             self.hand_over(record, previous, failed)
             if result_slot is not None:

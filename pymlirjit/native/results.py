@@ -162,7 +162,9 @@ class _ResultsBuilder(_FunctionBuilder):
         NULL, not a global's mark, no argument's, not an earlier result's), with the
         ``free`` its owner would have used: for a call that failed, whose results no
         one will see. Only if ``returned`` (an i1; ``None``: always): a call unwound by
-        ``longjmp`` never wrote its results, and its struct holds stack garbage."""
+        ``longjmp`` never wrote its results, and its struct holds stack garbage (what
+        it allocated is freed from its allocation list instead: see
+        :mod:`pymlirjit.native.allocations`)."""
         b = self.builder
         types = self.abi.boundary.results
         arrays = [(i, t) for i, t in enumerate(types) if isinstance(t, (MemRefType, TensorType))]
