@@ -34,7 +34,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from .errors import SignatureError
 from .function import CompiledFunction
 from .types import ScalarType, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
+
+if TYPE_CHECKING:
+    from .native.entry import ExactTypes
 
 __all__ = ["GenericDispatch", "describe", "free_aliases"]
 
@@ -129,6 +132,15 @@ class _Role:
                         f"scalar or a Python bool, int, float or complex, got "
                         f"{type(value).__name__}")
 
+    def binds(self, scalar_type: type) -> tuple[int, str] | None:
+        """What :meth:`bind` gives for any value of exactly ``scalar_type`` (a Python or
+        numpy scalar type whose instances it tells by type alone), or ``None`` if it
+        raises."""
+        try:
+            return self.bind(scalar_type())
+        except TypeError:
+            return None
+
     def _type(self, spelling: Any) -> ScalarType:
         try:
             found = to_type(spelling)
@@ -181,8 +193,10 @@ class GenericDispatch(NativeCallable):
     arguments and runs that binding, compiled once (:meth:`specialize`).
     :attr:`signatures` lists the compiled bindings.
 
-    Calls whose aliases are all bound by arrays go from one compiled binding's native
-    entry to the next without Python; the others pass through :meth:`dispatch`.
+    Calls go from one compiled binding's native entry to the next without Python:
+    each takes exactly the calls :meth:`bind` gives its binding (by the dtypes of
+    arrays, and the exact types of scalars binding an alias: see
+    :meth:`_exact_types`) and hands the others on, finally to :meth:`dispatch`.
     """
 
     # Given by the kernel class this is mixed into.
@@ -214,14 +228,16 @@ class GenericDispatch(NativeCallable):
             self._roles, self._problem = [], exc
         self._names = names
         self._arrays = sorted({r.position for r in self._roles if r.array})
-        by_array = {r.alias for r in self._roles if r.array}
-        # Native entries decide by dtype alone: a chain of them is exact only if no
-        # alias is left to a scalar's type.
-        self._chains = set(self.aliases) <= by_array
+        self._chains = self._problem is None
         self._by_key: dict[Any, Any] = {}
         self._bound: dict[tuple[tuple[str, str], ...], Any] = {}
         self._linked: list[CompiledFunction] = []  # what the chain points into
         self._links: list[_Link] = []
+        # Per binding: the argument types its entry tests (see _exact_types).
+        self._tests: dict[tuple[tuple[str, str], ...], ExactTypes | None] = {}
+        # id(function) -> (function, address, code) of the entries that test them,
+        # kept while the function is chained or retired.
+        self._exact: dict[int, tuple[CompiledFunction, int, object]] = {}
 
     @property
     def signatures(self) -> list[dict[str, str]]:
@@ -355,6 +371,85 @@ class GenericDispatch(NativeCallable):
         """The last binding's host assembly (see :meth:`compile`)."""
         return str(self._last().inspect_asm())
 
+    def _exact_types(self, binding: dict[str, str]) -> ExactTypes | None:
+        """The exact argument types of the calls :meth:`bind` gives ``binding``, as the
+        native entry of that binding tests them (it checks arrays' dtypes itself); ``()``
+        if there is nothing to test (no scalar binds an alias), ``None`` if no call's
+        arguments bind it (made by :meth:`specialize` only).
+
+        Mirrors :meth:`bind`, for the scalar types an entry unboxes: each scalar
+        binding an alias must bind one (a ``np.uint8`` binds none); where an array binds
+        the alias, it decides. Else either numpy scalars decide (at least one given,
+        all binding the same type: Python scalars beside them convert), or, with only
+        Python scalars, the widest kind given does."""
+        from .native.entry import UNBOXED_TYPES, TypeRoute
+
+        scalars = [r for r in self._roles if not r.array]
+        by_array = {r.alias for r in self._roles if r.array}
+        kinds = {r.position: {t: k for t in UNBOXED_TYPES if (k := r.binds(t)) is not None}
+                 for r in scalars}
+        groups = []
+        beside = [r.position for r in scalars if r.alias in by_array]
+        if beside:
+            groups.append((TypeRoute(tuple((p, tuple(kinds[p])) for p in beside)),))
+        for alias in self.aliases:
+            if alias in by_array:
+                continue
+            bound, routes = binding[alias], []
+            positions = [r.position for r in scalars if r.alias == alias]
+
+            def of(p: int, strength: int, accept: Callable[[str], bool]) -> tuple[type, ...]:
+                return tuple(t for t, (s, m) in kinds[p].items() if s == strength and accept(m))
+
+            numpy = {p: of(p, 1, bound.__eq__) for p in positions}
+            if any(numpy.values()):
+                routes.append(TypeRoute(
+                    tuple((p, numpy[p] + of(p, 0, lambda m: True)) for p in positions),
+                    tuple((p, numpy[p]) for p in positions if numpy[p])))
+            if bound in _WEAK_ORDER:
+                rank = _WEAK_ORDER.index(bound)
+                widest = {p: of(p, 0, bound.__eq__) for p in positions}
+                if any(widest.values()):
+                    routes.append(TypeRoute(
+                        tuple((p, of(p, 0, lambda m: _WEAK_ORDER.index(m) <= rank))
+                              for p in positions),
+                        tuple((p, widest[p]) for p in positions if widest[p])))
+            if not routes:
+                return None
+            groups.append(tuple(routes))
+        return tuple(groups)
+
+    def _entries(self) -> list[tuple[CompiledFunction, int]]:
+        """Each compiled binding that calls may take natively, with the native entry
+        taking exactly its calls (those testing argument types built now, in one
+        batch: generated code for this process, whatever the cache)."""
+        chosen: list[tuple[CompiledFunction, int | None]] = []
+        wanted: list[tuple[CompiledFunction, ExactTypes]] = []
+        for key, kernel in self._bound.items():
+            function = kernel._compiled
+            if function is None or function.native_entry is None:
+                continue
+            if key not in self._tests:
+                self._tests[key] = self._exact_types(dict(key))
+            exact = self._tests[key]
+            if exact is None:
+                continue
+            chosen.append((function, None if exact else function.native_entry))
+            if exact and id(function) not in self._exact:
+                wanted.append((function, exact))
+        if wanted:
+            from .callframe import call_machinery
+            from .native import NativeBatch
+
+            batch = NativeBatch()
+            indices = [batch.add_kernel_entry(
+                f.abi, f._raw_address, call_machinery() if f._links_callbacks else None,
+                f.release_gil, f.unwind, exact=exact) for f, exact in wanted]
+            addresses, code = batch.compile()
+            for (function, _), index in zip(wanted, indices):
+                self._exact[id(function)] = (function, addresses[index], code)
+        return [(f, a if a is not None else self._exact[id(f)][1]) for f, a in chosen]
+
     def _chain(self) -> None:
         """Point this kernel's vectorcall slot at the native entry of each compiled
         binding in turn, then at :meth:`dispatch`."""
@@ -366,23 +461,21 @@ class GenericDispatch(NativeCallable):
             session.callbacks.watch(self)
             default_registry().watch(self)
             functions = [k._compiled for k in self._bound.values() if k._compiled is not None]
-            natives = [f for f in functions if f.native_entry is not None]
             self._clear()
+            natives = self._entries()
             after: Any = self.dispatch
             self._dispatch_ref = after
             links = []
-            for function in reversed(natives[1:]):
+            for function, entry in reversed(natives[1:]):
                 link = _Link(after)
-                assert function.native_entry is not None
-                set_entry(link, function.native_entry, after, function._python_call.in_flight)
+                set_entry(link, entry, after, function._python_call.in_flight)
                 links.append(link)
                 after = link
             self._links = links
             self._linked = functions
             if natives:
-                first = natives[0]
-                assert first.native_entry is not None
-                set_entry(self, first.native_entry, after, first._python_call.in_flight)
+                first, entry = natives[0]
+                set_entry(self, entry, after, first._python_call.in_flight)
 
     def _clear(self) -> None:
         clear_entry(self)  # first: no call enters the chain from now on
@@ -392,6 +485,10 @@ class GenericDispatch(NativeCallable):
         self._retired.extend(self._linked)
         self._linked = []
         self._retired = [f for f in self._retired if f.calls_in_flight]
+        # An entry testing types runs on the counter of calls in flight of its function:
+        # its code lives while that function is retired, or is a binding's still.
+        keep = self._retired + [k._compiled for k in self._bound.values()]
+        self._exact = {i: e for i, e in self._exact.items() if any(e[0] is f for f in keep)}
 
     def invalidate(self) -> None:
         """Let go of the chain of native entries (see :meth:`Kernel.invalidate`): the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,24 @@ from .results import _ResultsBuilder
 # Python path).
 _NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
                                          np.uint32, np.uint16, np.uint8)
+#: Every type of scalar argument an entry unboxes (for some parameter type).
+UNBOXED_TYPES: tuple[type[Any], ...] = (float, int, bool, np.float64, np.float32, np.bool_,
+                                        *_NUMPY_INTEGERS)
+
+
+@dataclass(frozen=True)
+class TypeRoute:
+    """A condition on the exact types of a call's arguments: the argument at each
+    position of ``allowed`` is of one of the types given for it, and (unless
+    ``required`` is empty) one at a position of ``required`` is of one of those."""
+
+    allowed: tuple[tuple[int, tuple[type[Any], ...]], ...]
+    required: tuple[tuple[int, tuple[type[Any], ...]], ...] = ()
+
+
+#: The calls an entry takes, by their arguments' exact types (generic kernels: see
+#: pymlirjit.generic): those for which, in every group, one route holds.
+ExactTypes = tuple[tuple[TypeRoute, ...], ...]
 
 
 class _EntryBuilder(_ResultsBuilder):
@@ -55,10 +74,11 @@ class _EntryBuilder(_ResultsBuilder):
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
                  calls: Any, release_gil: bool | None,
-                 unwind: bool) -> None:
+                 unwind: bool, exact: ExactTypes = ()) -> None:
         super().__init__(unit, name, ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64,
                                                             _ptr]))
         self.abi = abi
+        self.exact = exact
         self.release_gil = release_gil
         self.unwind = unwind and calls is not None
         self.fallback = self.function.append_basic_block("fallback")
@@ -154,6 +174,39 @@ class _EntryBuilder(_ResultsBuilder):
         for v, block in incoming:
             value.add_incoming(v, block)
         return value
+
+    def exact_types(self, args: ir.Value) -> None:
+        """Hand over every call whose arguments' exact types ``self.exact`` does not
+        take (a test on type pointers alone, before any argument is read)."""
+        b = self.builder
+        types: dict[int, ir.Value] = {}
+        true, false = ir.Constant(ir.IntType(1), 1), ir.Constant(ir.IntType(1), 0)
+
+        def one_of(position: int, candidates: tuple[type[Any], ...]) -> ir.Value:
+            if position not in types:
+                obj = b.load(b.gep(args, [ir.Constant(_i64, position)]))
+                types[position] = self.field(obj, OB_TYPE, _i64)
+            found = false
+            for candidate in candidates:
+                found = b.or_(found, b.icmp_unsigned("==", types[position],
+                                                     self.object_id(candidate)))
+            return found
+
+        taken = true
+        for group in self.exact:
+            holds = false
+            for route in group:
+                ok = true
+                for position, candidates in route.allowed:
+                    ok = b.and_(ok, one_of(position, candidates))
+                if route.required:
+                    some = false
+                    for position, candidates in route.required:
+                        some = b.or_(some, one_of(position, candidates))
+                    ok = b.and_(ok, some)
+                holds = b.or_(holds, ok)
+            taken = b.and_(taken, holds)
+        self.check(taken, "exact_types")
 
     def numpy_value(self, obj: ir.Value, scalar_type: type[Any]) -> ir.Value:
         """The value of a numpy scalar of ``scalar_type``: a double for a floating type,
@@ -336,6 +389,8 @@ class _EntryBuilder(_ResultsBuilder):
         # (the counter's address takes one for the whole call).
         fallback = self.fallback
         self.fallback = self.function.append_basic_block("positional_fallback")
+        if self.exact:
+            self.exact_types(args)
         c_args: list[ir.Value] = []
         for i, t in enumerate(signature.param_types):
             obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
