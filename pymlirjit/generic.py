@@ -4,7 +4,8 @@ A source that uses a type alias it does not define (``!T`` in ``memref<?x!T>`` a
 ``arith.mulf %a, %b : !T``) is generic. Each call binds every such alias from the
 arguments: an array's dtype binds the alias of its element type, a numpy scalar its own
 type; a Python ``float`` binds a float alias to ``f64``, an ``int`` to ``i64`` (weakly:
-an array or numpy scalar binding the same alias wins, and the Python value converts).
+an array or numpy scalar binding the same alias wins, and the Python value converts; a
+scalar beside an array binding its alias binds nothing, and converts).
 The binding is compiled once, as the source with ``!T = f32`` put in front of it (on
 its first line: MLIR's line numbers stay the user's), and cached by that text in memory
 and on disk like any other module.
@@ -45,7 +46,7 @@ from .types import ScalarType, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
 if TYPE_CHECKING:
-    from .native.entry import ExactTypes
+    from .native.entry import ExactTypes, TypeTest
 
 __all__ = ["GenericDispatch", "describe", "free_aliases"]
 
@@ -60,6 +61,10 @@ _COMPLEX = re.compile(r"^complex<\s*!([A-Za-z_][\w$]*)\s*>$")
 # What a Python scalar binds a `!T` parameter to, weakest first: the strongest one given wins.
 _WEAK = {bool: "i1", int: "i64", float: "f64", complex: "complex<f64>"}
 _WEAK_ORDER = list(_WEAK.values())
+# The scalar types whose instances bind by type alone: those an entry may test for.
+_SCALAR_TYPES: tuple[type, ...] = (
+    *_WEAK, np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+    np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128)
 
 
 def free_aliases(text: str) -> tuple[str, ...]:
@@ -196,8 +201,16 @@ class GenericDispatch(NativeCallable):
     Calls go from one compiled binding's native entry to the next without Python:
     each takes exactly the calls :meth:`bind` gives its binding (by the dtypes of
     arrays, and the exact types of scalars binding an alias: see
-    :meth:`_exact_types`) and hands the others on, finally to :meth:`dispatch`.
+    :meth:`_exact_types`) and hands the others on, finally to :meth:`dispatch`. The
+    entries testing scalar types are generated once the kernel has dispatched
+    :attr:`native_after` calls in Python, or by :meth:`compile`.
     """
+
+    #: How many calls :meth:`dispatch` takes in Python before the kernel generates the
+    #: native entries of bindings that scalars bind (which costs ~20 ms of code
+    #: generation per batch, saving ~0.4 us per call: a process calling less does
+    #: without). :meth:`compile` generates them at once.
+    native_after = 10_000
 
     # Given by the kernel class this is mixed into.
     name: str
@@ -229,6 +242,8 @@ class GenericDispatch(NativeCallable):
         self._names = names
         self._arrays = sorted({r.position for r in self._roles if r.array})
         self._chains = self._problem is None
+        self._native = False  # whether entries testing scalar types are chained
+        self._python_calls = 0  # calls dispatched in Python so far (until _native)
         self._by_key: dict[Any, Any] = {}
         self._bound: dict[tuple[tuple[str, str], ...], Any] = {}
         self._linked: list[CompiledFunction] = []  # what the chain points into
@@ -279,14 +294,19 @@ class GenericDispatch(NativeCallable):
         """The binding a call with these arguments runs (alias -> MLIR type)."""
         if self._problem is not None:
             raise self._problem
-        found: dict[str, tuple[int, str, str]] = {}
+        given = []
         for role in self._roles:
             if role.position < len(args):
-                value = args[role.position]
+                given.append((role, args[role.position]))
             elif self._names and role.name in kwargs:
-                value = kwargs[role.name]
-            else:
-                continue  # missing: the bound kernel's call says so
+                given.append((role, kwargs[role.name]))
+            # else missing: the bound kernel's call says so
+        found: dict[str, tuple[int, str, str]] = {}
+        # Arrays first: a scalar beside an array binding its alias binds nothing (it
+        # converts to the array's type, as any argument does).
+        for role, value in sorted(given, key=lambda given: not given[0].array):
+            if not role.array and found.get(role.alias, (0,))[0] == 2:
+                continue
             try:
                 strength, t = role.bind(value)
             except TypeError as exc:
@@ -321,6 +341,10 @@ class GenericDispatch(NativeCallable):
 
     def dispatch(self, *args: Any, **kwargs: Any) -> Any:
         """Run the binding of these arguments (compiled on first use)."""
+        if not self._native:
+            self._python_calls += 1
+            if self._python_calls >= self.native_after:
+                self._go_native()
         if not kwargs and not self._arrays:  # the hot path of scalar-bound aliases
             kernel = self._by_key.get(tuple(map(type, args)))
             if kernel is not None:
@@ -342,6 +366,12 @@ class GenericDispatch(NativeCallable):
 
     __call__ = dispatch
 
+    def _go_native(self) -> None:
+        """From now on, chain the native entries that test scalar types too."""
+        self._native = True
+        if any(self._tests.values()):
+            self._chain()
+
     def compile(self) -> CompiledFunction:
         """Compile every binding made so far (by calls or :meth:`specialize`) and return
         the function of the last one made; TypeError if none is made yet (a generic
@@ -351,6 +381,7 @@ class GenericDispatch(NativeCallable):
                             f"{', '.join('!' + a for a in self.aliases)}: nothing to "
                             f"compile until a call or specialize() binds them")
         functions: list[CompiledFunction] = [k.compile() for k in list(self._bound.values())]
+        self._native = True  # compiled eagerly: dispatched natively at once
         self._chain()
         return functions[-1]
 
@@ -377,43 +408,39 @@ class GenericDispatch(NativeCallable):
         if there is nothing to test (no scalar binds an alias), ``None`` if no call's
         arguments bind it (made by :meth:`specialize` only).
 
-        Mirrors :meth:`bind`, for the scalar types an entry unboxes: each scalar
-        binding an alias must bind one (a ``np.uint8`` binds none); where an array binds
-        the alias, it decides. Else either numpy scalars decide (at least one given,
+        Mirrors :meth:`bind`, for the scalar types told by type alone (the entry tests
+        those it unboxes; it hands any other type on): where an array
+        binds an alias, it decides (the entry checks its dtype; the scalars beside it
+        bind nothing). Else each scalar binding the alias must bind a type (a
+        ``np.uint8`` binds none), and either numpy scalars decide (at least one given,
         all binding the same type: Python scalars beside them convert), or, with only
         Python scalars, the widest kind given does."""
-        from .native.entry import UNBOXED_TYPES, TypeRoute
-
         scalars = [r for r in self._roles if not r.array]
         by_array = {r.alias for r in self._roles if r.array}
-        kinds = {r.position: {t: k for t in UNBOXED_TYPES if (k := r.binds(t)) is not None}
-                 for r in scalars}
-        groups = []
-        beside = [r.position for r in scalars if r.alias in by_array]
-        if beside:
-            groups.append((TypeRoute(tuple((p, tuple(kinds[p])) for p in beside)),))
+        kinds = {r.position: {t: k for t in _SCALAR_TYPES if (k := r.binds(t)) is not None}
+                 for r in scalars if r.alias not in by_array}
+
+        def of(p: int, strength: int, binds: list[str]) -> tuple[type, ...]:
+            """The types binding the alias at ``p`` with ``strength`` to one of ``binds``."""
+            return tuple(t for t, (s, m) in kinds[p].items() if s == strength and m in binds)
+
+        groups: list[tuple[tuple[TypeTest, TypeTest], ...]] = []
         for alias in self.aliases:
             if alias in by_array:
                 continue
             bound, routes = binding[alias], []
             positions = [r.position for r in scalars if r.alias == alias]
-
-            def of(p: int, strength: int, accept: Callable[[str], bool]) -> tuple[type, ...]:
-                return tuple(t for t, (s, m) in kinds[p].items() if s == strength and accept(m))
-
-            numpy = {p: of(p, 1, bound.__eq__) for p in positions}
+            numpy = {p: of(p, 1, [bound]) for p in positions}
             if any(numpy.values()):
-                routes.append(TypeRoute(
-                    tuple((p, numpy[p] + of(p, 0, lambda m: True)) for p in positions),
+                routes.append((
+                    tuple((p, numpy[p] + of(p, 0, _WEAK_ORDER)) for p in positions),
                     tuple((p, numpy[p]) for p in positions if numpy[p])))
             if bound in _WEAK_ORDER:
-                rank = _WEAK_ORDER.index(bound)
-                widest = {p: of(p, 0, bound.__eq__) for p in positions}
+                narrower = _WEAK_ORDER[:_WEAK_ORDER.index(bound) + 1]
+                widest = {p: of(p, 0, [bound]) for p in positions}
                 if any(widest.values()):
-                    routes.append(TypeRoute(
-                        tuple((p, of(p, 0, lambda m: _WEAK_ORDER.index(m) <= rank))
-                              for p in positions),
-                        tuple((p, widest[p]) for p in positions if widest[p])))
+                    routes.append((tuple((p, of(p, 0, narrower)) for p in positions),
+                                   tuple((p, widest[p]) for p in positions if widest[p])))
             if not routes:
                 return None
             groups.append(tuple(routes))
@@ -434,6 +461,8 @@ class GenericDispatch(NativeCallable):
             exact = self._tests[key]
             if exact is None:
                 continue
+            if exact and not self._native:
+                continue  # Python dispatch, until the kernel proves hot (native_after)
             chosen.append((function, None if exact else function.native_entry))
             if exact and id(function) not in self._exact:
                 wanted.append((function, exact))
@@ -477,7 +506,9 @@ class GenericDispatch(NativeCallable):
                 first, entry = natives[0]
                 set_entry(self, entry, after, first._python_call.in_flight)
 
-    def _clear(self) -> None:
+    def _clear(self, reuse: bool = True) -> None:
+        """Take the chain apart; ``reuse``: keep the entries testing types of the
+        bindings compiled (for the chain made next)."""
         clear_entry(self)  # first: no call enters the chain from now on
         self._by_key.clear()  # the next calls compile (and chain) again
         for link in self._links:
@@ -485,16 +516,16 @@ class GenericDispatch(NativeCallable):
         self._retired.extend(self._linked)
         self._linked = []
         self._retired = [f for f in self._retired if f.calls_in_flight]
-        # An entry testing types runs on the counter of calls in flight of its function:
-        # its code lives while that function is retired, or is a binding's still.
-        keep = self._retired + [k._compiled for k in self._bound.values()]
+        # An entry testing types counts its calls in flight on its function's counter:
+        # its code lives while that function is retired (or is to be chained again).
+        keep = self._retired + [k._compiled for k in self._bound.values() if reuse]
         self._exact = {i: e for i, e in self._exact.items() if any(e[0] is f for f in keep)}
 
     def invalidate(self) -> None:
         """Let go of the chain of native entries (see :meth:`Kernel.invalidate`): the
         bound kernels compile again on their next call."""
         with self.session.lock:
-            self._clear()
+            self._clear(reuse=False)
 
     forget = invalidate
 

@@ -121,7 +121,7 @@ class NativeBatch:
         vectorcall function (see :mod:`pymlirjit.vectorcall`). ``symbol`` names it
         (default: a name unique in the process). ``exact``, if given, names the exact
         argument types of the calls it takes (a generic kernel's binding: see
-        :class:`pymlirjit.native.entry.TypeRoute`; code for this process only).
+        :data:`pymlirjit.native.entry.ExactTypes`; code for this process only).
         """
         assert not (exact and self.relocatable), "exact types are tested in-process only"
         _EntryBuilder(self.unit, self._symbol("entry", symbol), abi, target, calls,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,24 +48,18 @@ from .results import _ResultsBuilder
 # Python path).
 _NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
                                          np.uint32, np.uint16, np.uint8)
-#: Every type of scalar argument an entry unboxes (for some parameter type).
-UNBOXED_TYPES: tuple[type[Any], ...] = (float, int, bool, np.float64, np.float32, np.bool_,
-                                        *_NUMPY_INTEGERS)
+# Every type of scalar argument an entry unboxes (for some parameter type).
+_UNBOXED: tuple[type[Any], ...] = (float, int, bool, np.float64, np.float32, np.bool_,
+                                   *_NUMPY_INTEGERS)
 
-
-@dataclass(frozen=True)
-class TypeRoute:
-    """A condition on the exact types of a call's arguments: the argument at each
-    position of ``allowed`` is of one of the types given for it, and (unless
-    ``required`` is empty) one at a position of ``required`` is of one of those."""
-
-    allowed: tuple[tuple[int, tuple[type[Any], ...]], ...]
-    required: tuple[tuple[int, tuple[type[Any], ...]], ...] = ()
-
-
-#: The calls an entry takes, by their arguments' exact types (generic kernels: see
-#: pymlirjit.generic): those for which, in every group, one route holds.
-ExactTypes = tuple[tuple[TypeRoute, ...], ...]
+#: Exact types of arguments, by position: ``((position, (type, ...)), ...)``.
+TypeTest = tuple[tuple[int, tuple[type[Any], ...]], ...]
+#: The calls an entry takes by their arguments' exact types (a generic kernel's
+#: binding: see pymlirjit.generic): those for which, in every group, one route
+#: ``(allowed, required)`` holds: the argument at each position of ``allowed`` has one
+#: of the types given for it, and (unless ``required`` is empty) one at a position of
+#: ``required`` has one of those.
+ExactTypes = tuple[tuple[tuple[TypeTest, TypeTest], ...], ...]
 
 
 class _EntryBuilder(_ResultsBuilder):
@@ -188,20 +181,21 @@ class _EntryBuilder(_ResultsBuilder):
                 types[position] = self.field(obj, OB_TYPE, _i64)
             found = false
             for candidate in candidates:
-                found = b.or_(found, b.icmp_unsigned("==", types[position],
-                                                     self.object_id(candidate)))
+                if candidate in _UNBOXED:  # no other type gets past the unboxing anyway
+                    found = b.or_(found, b.icmp_unsigned("==", types[position],
+                                                         self.object_id(candidate)))
             return found
 
         taken = true
         for group in self.exact:
             holds = false
-            for route in group:
+            for allowed, required in group:
                 ok = true
-                for position, candidates in route.allowed:
+                for position, candidates in allowed:
                     ok = b.and_(ok, one_of(position, candidates))
-                if route.required:
+                if required:
                     some = false
-                    for position, candidates in route.required:
+                    for position, candidates in required:
                         some = b.or_(some, one_of(position, candidates))
                     ok = b.and_(ok, some)
                 holds = b.or_(holds, ok)
