@@ -12,13 +12,14 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
+from ..aliases import ExactTypes
 from .builder import (
     _C_API,
     _LIBC,
     _Unit,
     check_object_layouts,
 )
-from .entry import ExactTypes, _EntryBuilder
+from .entry import _EntryBuilder
 from .guard import _GuardBuilder
 from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
 
@@ -121,7 +122,7 @@ class NativeBatch:
         vectorcall function (see :mod:`pymlirjit.vectorcall`). ``symbol`` names it
         (default: a name unique in the process). ``exact``, if given, names the exact
         argument types of the calls it takes (a generic kernel's binding: see
-        :data:`pymlirjit.native.entry.ExactTypes`; code for this process only).
+        :data:`pymlirjit.aliases.ExactTypes`; code for this process only).
         """
         assert not (exact and self.relocatable), "exact types are tested in-process only"
         _EntryBuilder(self.unit, self._symbol("entry", symbol), abi, target, calls,

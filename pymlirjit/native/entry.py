@@ -10,6 +10,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..abi import BoundaryABI
+from ..aliases import ExactTypes
 from ..callframe import FAILED, PREVIOUS
 from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
@@ -49,17 +50,7 @@ from .results import _ResultsBuilder
 _NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
                                          np.uint32, np.uint16, np.uint8)
 # Every type of scalar argument an entry unboxes (for some parameter type).
-_UNBOXED: tuple[type[Any], ...] = (float, int, bool, np.float64, np.float32, np.bool_,
-                                   *_NUMPY_INTEGERS)
-
-#: Exact types of arguments, by position: ``((position, (type, ...)), ...)``.
-TypeTest = tuple[tuple[int, tuple[type[Any], ...]], ...]
-#: The calls an entry takes by their arguments' exact types (a generic kernel's
-#: binding: see pymlirjit.generic): those for which, in every group, one route
-#: ``(allowed, required)`` holds: the argument at each position of ``allowed`` has one
-#: of the types given for it, and (unless ``required`` is empty) one at a position of
-#: ``required`` has one of those.
-ExactTypes = tuple[tuple[tuple[TypeTest, TypeTest], ...], ...]
+_UNBOXED: tuple[type, ...] = (float, int, bool, np.float64, np.float32, np.bool_, *_NUMPY_INTEGERS)
 
 
 class _EntryBuilder(_ResultsBuilder):
@@ -167,40 +158,6 @@ class _EntryBuilder(_ResultsBuilder):
         for v, block in incoming:
             value.add_incoming(v, block)
         return value
-
-    def exact_types(self, args: ir.Value) -> None:
-        """Hand over every call whose arguments' exact types ``self.exact`` does not
-        take (a test on type pointers alone, before any argument is read)."""
-        b = self.builder
-        types: dict[int, ir.Value] = {}
-        true, false = ir.Constant(ir.IntType(1), 1), ir.Constant(ir.IntType(1), 0)
-
-        def one_of(position: int, candidates: tuple[type[Any], ...]) -> ir.Value:
-            if position not in types:
-                obj = b.load(b.gep(args, [ir.Constant(_i64, position)]))
-                types[position] = self.field(obj, OB_TYPE, _i64)
-            found = false
-            for candidate in candidates:
-                if candidate in _UNBOXED:  # no other type gets past the unboxing anyway
-                    found = b.or_(found, b.icmp_unsigned("==", types[position],
-                                                         self.object_id(candidate)))
-            return found
-
-        taken = true
-        for group in self.exact:
-            holds = false
-            for allowed, required in group:
-                ok = true
-                for position, candidates in allowed:
-                    ok = b.and_(ok, one_of(position, candidates))
-                if required:
-                    some = false
-                    for position, candidates in required:
-                        some = b.or_(some, one_of(position, candidates))
-                    ok = b.and_(ok, some)
-                holds = b.or_(holds, ok)
-            taken = b.and_(taken, holds)
-        self.check(taken, "exact_types")
 
     def numpy_value(self, obj: ir.Value, scalar_type: type[Any]) -> ir.Value:
         """The value of a numpy scalar of ``scalar_type``: a double for a floating type,
@@ -383,8 +340,8 @@ class _EntryBuilder(_ResultsBuilder):
         # (the counter's address takes one for the whole call).
         fallback = self.fallback
         self.fallback = self.function.append_basic_block("positional_fallback")
-        if self.exact:
-            self.exact_types(args)
+        if self.exact:  # a generic kernel's binding: calls of these types only
+            self.check(self.has_types(args, self.exact, _UNBOXED), "exact_types")
         c_args: list[ir.Value] = []
         for i, t in enumerate(signature.param_types):
             obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
