@@ -34,7 +34,7 @@ with warnings.catch_warnings(), contextlib.suppress(ImportError):
     warnings.simplefilter("ignore", DeprecationWarning)
     import hypothesis.extra._patching  # noqa: F401
 
-EXAMPLES = 2000 if os.environ.get("PYMLIRJIT_FUZZ") == "long" else 150
+EXAMPLES = 2000 if os.environ.get("PYMLIRJIT_FUZZ") == "long" else 100
 
 AXPY = """
 func.func @axpy(%a: !T, %x: memref<?x!T>, %y: memref<?x!T>) {
