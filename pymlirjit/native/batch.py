@@ -12,14 +12,13 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..aliases import ExactTypes
 from .builder import (
     _C_API,
     _LIBC,
     _Unit,
     check_object_layouts,
 )
-from .entry import _EntryBuilder
+from .entry import ExactTypes, _EntryBuilder
 from .guard import _GuardBuilder
 from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
 

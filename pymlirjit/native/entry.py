@@ -10,7 +10,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..aliases import ExactTypes
+from ..aliases import ExactTypes as ExactTypes  # (batch.py's too)
 from ..callframe import FAILED, PREVIOUS
 from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
