@@ -47,14 +47,9 @@ __all__ = ["GenericDispatch", "describe", "free_aliases"]
 _header = header  # the name pymlirjit.ufunc imports it by
 
 
-
-
-
-
-
 class _Link(NativeCallable):
     """One more compiled binding in a generic kernel's chain of native entries: the
-    entry of one binding hands each call it does not take (another dtype) to the next."""
+    entry of one binding hands each call it does not take (another binding's) to the next."""
 
     def __init__(self, after: Callable[..., Any]) -> None:
         self.after = after
