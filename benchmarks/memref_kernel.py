@@ -64,12 +64,21 @@ def run(config: Config) -> CaseResult:
     @mlir_kernel(source=SOURCE.format(attrs=""), name="touch", session=Session())
     def kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
 
+    # The same kernel generic over !T: the arrays' dtype binds it (see case c for
+    # scalar-bound aliases).
+    @mlir_kernel(source=SOURCE.format(attrs="").replace("f32", "!T"), name="touch",
+                 session=Session())
+    def generic(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
+
     upstream = compile_upstream(SOURCE.format(attrs="attributes {llvm.emit_c_interface}"))
 
     arrays = {size: tuple(np.full(size, v, dtype=np.float32) for v in (1.0, 2.0, 0.0))
               for size in (1, large)}
     for a, b, c in arrays.values():
         kernel(a, b, c)
+        assert c[0] == 3.0
+        c[0] = 0.0
+        generic(a, b, c)
         assert c[0] == 3.0
         c[0] = 0.0
         _upstream_call(upstream, a, b, c)
@@ -84,6 +93,10 @@ def run(config: Config) -> CaseResult:
          lambda: per_call(upstream.engine.invoke, ("touch", *prebuilt), calls=upstream_calls,
                           repeat=1)),
     ]
+    a, b, c = arrays[1]
+    samplers.append(("generic 1", "generic @mlir_kernel over !T (memref<?x!T>), n=1",
+                     "pymlirjit 1",
+                     lambda: per_call(generic, (a, b, c), calls=calls, repeat=1)))
     for size, (a, b, c) in arrays.items():
         samplers += [
             (f"pymlirjit {size}", f"pymlirjit @mlir_kernel, n={size:,}", f"upstream {size}",
@@ -94,8 +107,8 @@ def run(config: Config) -> CaseResult:
                                             calls=upstream_calls, repeat=1)),
         ]
     samples = interleaved(*(sampler for *_, sampler in samplers), repeat=repeat)
-    order = ["floor", "pymlirjit 1", f"pymlirjit {large}", "upstream 1", "upstream prebuilt",
-             f"upstream {large}"]
+    order = ["floor", "pymlirjit 1", f"pymlirjit {large}", "generic 1", "upstream 1",
+             "upstream prebuilt", f"upstream {large}"]
     measured = {key: (label, ref, s) for (key, label, ref, _), s in zip(samplers, samples)}
     for key in order:
         label, ref, values = measured[key]
@@ -105,6 +118,10 @@ def run(config: Config) -> CaseResult:
     result.targets.append(Target(
         f"pymlirjit: n={large:,} costs no more than n=1 (within {SAME_COST_TOLERANCE}x)",
         growth <= SAME_COST_TOLERANCE, f"{growth:.2f}x"))
+    generic_ratio = result.ratio("generic 1", "pymlirjit 1")
+    result.targets.append(Target("generic kernel, compiled binding <= 1.5x the plain kernel "
+                                 "call (issue 14)", generic_ratio <= 1.5,
+                                 f"{generic_ratio:.2f}x"))
     floor = result.ratio("pymlirjit 1", "floor")
     result.notes.append(f"pymlirjit n=1 / Python 3-argument call floor = {floor:.1f}x "
                         f"(no design target)")

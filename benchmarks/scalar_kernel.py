@@ -1,5 +1,7 @@
 """c. Kernel call overhead with scalars: an MLIR function adding two f64, called from
-Python, against upstream ``invoke``, numba and a Python function of the same arity."""
+Python, against upstream ``invoke``, numba and a Python function of the same arity; and
+the same function generic over ``!T`` (issue 14: dispatch on a compiled binding costs at
+most 1.5x the plain call)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import ctypes
 import tempfile
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from pymlirjit import Session, callback, f64, mlir_kernel
 
@@ -30,6 +34,13 @@ func.func @hook_once(%x: f64) -> f64 {
 }
 func.func private @hook(f64) -> f64
 """
+
+
+#: ``add`` generic over its type: Python floats bind ``!T = f64``, np.float32 ``f32``.
+GENERIC = SOURCE.format(attrs="").replace("f64", "!T")
+
+#: Generic dispatch on a compiled binding may cost this much more than the plain call.
+GENERIC_TARGET = 1.5
 
 
 def add(a: float, b: float) -> float:
@@ -91,6 +102,18 @@ def run(config: Config) -> CaseResult:
                  release_gil=False)
     def add_keeping_gil(a: f64, b: f64) -> f64: ...
 
+    @mlir_kernel(source=GENERIC, name="add", session=Session())
+    def generic(a: Any, b: Any) -> Any: ...
+
+    @mlir_kernel(source=GENERIC, name="add", session=Session())
+    def generic_cold(a: Any, b: Any) -> Any: ...
+
+    f32_args = (np.float32(1.0), np.float32(2.0))
+    for kernel in (generic, generic_cold):
+        assert kernel(1.0, 2.0) == kernel(*f32_args) == 3.0  # binds f64, then f32
+    generic.compile()  # both bindings compiled: dispatched natively from now on
+    generic_cold.native_after = 1 << 62  # never hot: Python dispatch, for comparison
+
     scratch = tempfile.TemporaryDirectory()
     with_callback, from_disk = _with_callback(), _from_disk(scratch.name)
     assert mlir_add(1.0, 2.0) == add_keeping_gil(1.0, 2.0) == 3.0
@@ -114,6 +137,12 @@ def run(config: Config) -> CaseResult:
         ("callbacks", "pymlirjit, in a module that calls a Python callback", with_callback,
          (1.0, 2.0), calls),
         ("disk", "pymlirjit, loaded from the disk cache", from_disk, (1.0, 2.0), calls),
+        ("generic", "generic @mlir_kernel over !T, floats bind f64 (1st binding)",
+         generic, (1.0, 2.0), calls),
+        ("generic 2nd", "generic, np.float32 bind f32 (2nd binding of the chain)", generic,
+         f32_args, calls),
+        ("generic cold", "generic, dispatched in Python (before native_after calls)",
+         generic_cold, (1.0, 2.0), calls),
         ("ctypes", "ctypes CFUNCTYPE on the same C-ABI address", raw,
          (1.0, 2.0), calls),
         ("upstream", "upstream invoke, ctypes pointers prebuilt", upstream.engine.invoke,
@@ -131,12 +160,16 @@ def run(config: Config) -> CaseResult:
     samples = interleaved(*(lambda f=f, args=args, n=n: per_call(f, args, calls=n, repeat=1)
                             for _, _, f, args, n in paths), repeat=repeat)
     for (key, label, *_), measured in zip(paths, samples):
-        result.add(key, label, measured, "floor")
+        result.add(key, label, measured, "pymlirjit" if key.startswith("generic") else "floor")
     scratch.cleanup()
 
     ratio = result.ratio("pymlirjit", "floor")
     result.targets.append(Target("pymlirjit kernel call <= 2x floor (Python function, same "
                                  "arity)", ratio <= 2.0, f"{ratio:.2f}x"))
+    worst = max(result.ratio(key, "pymlirjit") for key in ("generic", "generic 2nd"))
+    result.targets.append(Target(f"generic kernel, compiled binding <= {GENERIC_TARGET}x the "
+                                 f"plain kernel call (issue 14)", worst <= GENERIC_TARGET,
+                                 f"{worst:.2f}x (worst of both bindings)"))
     if result.has("numba"):
         versus = result.ratio("pymlirjit", "numba")
         result.targets.append(Target("pymlirjit kernel call faster than numba @njit dispatch",

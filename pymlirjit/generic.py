@@ -4,7 +4,8 @@ A source that uses a type alias it does not define (``!T`` in ``memref<?x!T>`` a
 ``arith.mulf %a, %b : !T``) is generic. Each call binds every such alias from the
 arguments: an array's dtype binds the alias of its element type, a numpy scalar its own
 type; a Python ``float`` binds a float alias to ``f64``, an ``int`` to ``i64`` (weakly:
-an array or numpy scalar binding the same alias wins, and the Python value converts).
+an array or numpy scalar binding the same alias wins, and the Python value converts; a
+scalar beside an array binding its alias binds nothing, and converts).
 The binding is compiled once, as the source with ``!T = f32`` put in front of it (on
 its first line: MLIR's line numbers stay the user's), and cached by that text in memory
 and on disk like any other module.
@@ -32,141 +33,23 @@ For example (the README runs the same)::
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from .aliases import Binder, ExactTypes, describe, free_aliases, header
 from .callbacks import default_registry
-from .errors import SignatureError
 from .function import CompiledFunction
-from .types import ScalarType, to_type
+from .types import to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["GenericDispatch", "describe", "free_aliases"]
 
-# String literals and comments hold no types.
-_NOT_CODE = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
-# `!name` not followed by `.` (a dialect type, `!llvm.ptr`) nor `<` (`!dialect<...>`).
-_ALIAS = re.compile(r"!([A-Za-z_][\w$]*)(?![\w$.<])")
-_DEFINED = re.compile(r"^\s*!([A-Za-z_][\w$.]*)\s*=", re.MULTILINE)
-_SHAPED = re.compile(r"^(?:memref|tensor)<\s*(?:\*x|(?:[0-9?]+x)*)(.*?)\s*(?:,.*)?>$", re.S)
-_BARE = re.compile(r"^!([A-Za-z_][\w$]*)$")
-_COMPLEX = re.compile(r"^complex<\s*!([A-Za-z_][\w$]*)\s*>$")
-# What a Python scalar binds a `!T` parameter to, weakest first: the strongest one given wins.
-_WEAK = {bool: "i1", int: "i64", float: "f64", complex: "complex<f64>"}
-_WEAK_ORDER = list(_WEAK.values())
-
-
-def free_aliases(text: str) -> tuple[str, ...]:
-    """The type aliases ``text`` uses without defining them, in order of first use: the
-    aliases a generic kernel binds (empty for any other source)."""
-    code = _NOT_CODE.sub("", text)
-    defined = set(_DEFINED.findall(code))
-    return tuple(dict.fromkeys(a for a in _ALIAS.findall(code) if a not in defined))
-
-
-def _header(text: str, name: str) -> list[tuple[str, str]]:
-    """(SSA name, type) of each parameter of ``func.func @name``, read from the text."""
-    code = _NOT_CODE.sub("", text)
-    match = re.search(r"func\.func\s+(?:\w+\s+)*@" + re.escape(name) + r"\s*\(", code)
-    if match is None:
-        raise SignatureError(f"@mlir_kernel {name!r}: the source defines no func.func @{name}")
-    items, depth, start = [], 0, match.end()
-    for i in range(start, len(code)):
-        c = code[i]
-        if c in "(<[{":
-            depth += 1
-        elif c in ")>]}" and not (c == ">" and code[i - 1] == "-"):
-            if depth == 0:
-                items.append(code[start:i])
-                break
-            depth -= 1
-        elif c == "," and depth == 0:
-            items.append(code[start:i])
-            start = i + 1
-    params = []
-    for item in items:
-        ssa, _, rest = item.strip().partition(":")
-        if not rest:
-            continue  # `()`: no parameters
-        depth = 0
-        for i, c in enumerate(rest):  # the type ends at its attributes or location
-            if depth == 0 and (c == "{" or rest.startswith("loc(", i)):
-                rest = rest[:i]
-                break
-            depth += (c in "(<[") - (c in ")>]")
-        params.append((ssa.strip().lstrip("%"), rest.strip()))
-    return params
-
-
-class _Role:
-    """How one parameter binds an alias: ``array`` (its element type) or not (its own
-    type), ``complex`` (the alias is the component type of ``complex<!T>``)."""
-
-    def __init__(self, position: int, name: str, alias: str, array: bool,
-                 complex_: bool) -> None:
-        self.position, self.name, self.alias = position, name, alias
-        self.array, self.complex = array, complex_
-        self.label = f"argument {position + 1} ({name!r})"
-
-    def bind(self, value: Any) -> tuple[int, str]:
-        """(strength, MLIR type) ``value`` binds the alias to: 2 an array, 1 a numpy
-        scalar, 0 a Python scalar (weak)."""
-        if self.array:
-            if not isinstance(value, np.ndarray):
-                raise TypeError(f"{self.label} must be a numpy array (its dtype binds "
-                                f"!{self.alias}), got {type(value).__name__}")
-            return 2, self._component(self._type(value.dtype), value.dtype)
-        if isinstance(value, np.generic):
-            return 1, self._component(self._type(type(value)), value.dtype)
-        for python_type, mlir in _WEAK.items():
-            if type(value) is python_type or (python_type is not bool
-                                              and isinstance(value, python_type)):
-                return 0, ("f64" if self.complex else mlir)
-        raise TypeError(f"{self.label} binds no type to !{self.alias}: expected a numpy "
-                        f"scalar or a Python bool, int, float or complex, got "
-                        f"{type(value).__name__}")
-
-    def _type(self, spelling: Any) -> ScalarType:
-        try:
-            found = to_type(spelling)
-        except TypeError as exc:
-            raise TypeError(f"{self.label} binds no type to !{self.alias}: {exc}") from None
-        assert isinstance(found, ScalarType)
-        return found
-
-    def _component(self, t: ScalarType, dtype: Any) -> str:
-        if not self.complex:
-            return t.mlir
-        if t.kind != "complex":
-            raise TypeError(f"{self.label} binds !{self.alias} in complex<!{self.alias}>: "
-                            f"expected complex values, got {dtype}")
-        return "f32" if t.bits == 64 else "f64"
-
-
-def _roles(text: str, name: str, names: list[str] | None) -> list[_Role]:
-    roles = []
-    for position, (ssa, type_text) in enumerate(_header(text, name)):
-        shaped = _SHAPED.match(type_text)
-        element = shaped.group(1).strip() if shaped else type_text
-        for pattern, complex_ in ((_BARE, False), (_COMPLEX, True)):
-            found = pattern.match(element)
-            if found:
-                label = names[position] if names and position < len(names) else ssa
-                roles.append(_Role(position, label, found.group(1), shaped is not None,
-                                   complex_))
-    return roles
-
-
-def describe(binding: dict[str, str]) -> str:
-    return ", ".join(f"!{alias} = {t}" for alias, t in binding.items())
+_header = header  # the name pymlirjit.ufunc imports it by
 
 
 class _Link(NativeCallable):
     """One more compiled binding in a generic kernel's chain of native entries: the
-    entry of one binding hands each call it does not take (another dtype) to the next."""
+    entry of one binding hands each call it does not take (another binding's) to the next."""
 
     def __init__(self, after: Callable[..., Any]) -> None:
         self.after = after
@@ -181,9 +64,19 @@ class GenericDispatch(NativeCallable):
     arguments and runs that binding, compiled once (:meth:`specialize`).
     :attr:`signatures` lists the compiled bindings.
 
-    Calls whose aliases are all bound by arrays go from one compiled binding's native
-    entry to the next without Python; the others pass through :meth:`dispatch`.
+    Calls go from one compiled binding's native entry to the next without Python:
+    each takes exactly the calls :meth:`bind` gives its binding (by the dtypes of
+    arrays, and the exact types of scalars binding an alias: see
+    :meth:`pymlirjit.aliases.Binder.exact_types`) and hands the others on, finally to
+    :meth:`dispatch`. The entries testing scalar types are generated once the kernel
+    has dispatched :attr:`native_after` calls in Python, or by :meth:`compile`.
     """
+
+    #: How many calls :meth:`dispatch` takes in Python before the kernel generates the
+    #: native entries of bindings that scalars bind (which costs ~20 ms of code
+    #: generation per batch, saving ~0.4 us per call: a process calling less does
+    #: without). :meth:`compile` generates them at once.
+    native_after = 10_000
 
     # Given by the kernel class this is mixed into.
     name: str
@@ -203,25 +96,22 @@ class GenericDispatch(NativeCallable):
         self.__dict__.pop("_pickled_parts", None)
         self._template = template
         self._text = text
-        self.aliases = free_aliases(text)
         stub = template.__wrapped__
         names = list(inspect.signature(stub).parameters) if stub is not None else None
-        # A source without the function is reported when called, as any kernel's is.
-        self._problem: SignatureError | None = None
-        try:
-            self._roles = _roles(text, self.name, names)
-        except SignatureError as exc:
-            self._roles, self._problem = [], exc
-        self._names = names
-        self._arrays = sorted({r.position for r in self._roles if r.array})
-        by_array = {r.alias for r in self._roles if r.array}
-        # Native entries decide by dtype alone: a chain of them is exact only if no
-        # alias is left to a scalar's type.
-        self._chains = set(self.aliases) <= by_array
+        self._binder = binder = Binder(text, self.name, names)
+        self.aliases, self._arrays = binder.aliases, binder.arrays
+        self._chains = binder.problem is None
+        self._native = False  # whether entries testing scalar types are chained
+        self._python_calls = 0  # calls dispatched in Python so far (until _native)
         self._by_key: dict[Any, Any] = {}
         self._bound: dict[tuple[tuple[str, str], ...], Any] = {}
         self._linked: list[CompiledFunction] = []  # what the chain points into
         self._links: list[_Link] = []
+        # Per binding: the argument types its entry tests (see Binder.exact_types).
+        self._tests: dict[tuple[tuple[str, str], ...], ExactTypes | None] = {}
+        # id(function) -> (function, address, code) of the entries that test them,
+        # kept while the function is chained or retired.
+        self._exact: dict[int, tuple[CompiledFunction, int, object]] = {}
 
     @property
     def signatures(self) -> list[dict[str, str]]:
@@ -261,36 +151,7 @@ class GenericDispatch(NativeCallable):
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
         """The binding a call with these arguments runs (alias -> MLIR type)."""
-        if self._problem is not None:
-            raise self._problem
-        found: dict[str, tuple[int, str, str]] = {}
-        for role in self._roles:
-            if role.position < len(args):
-                value = args[role.position]
-            elif self._names and role.name in kwargs:
-                value = kwargs[role.name]
-            else:
-                continue  # missing: the bound kernel's call says so
-            try:
-                strength, t = role.bind(value)
-            except TypeError as exc:
-                raise TypeError(f"@mlir_kernel {self.name!r}: {exc}") from None
-            seen = found.get(role.alias)
-            if seen is None or strength > seen[0]:
-                found[role.alias] = (strength, t, role.label)
-            elif strength == seen[0] and t != seen[1]:
-                if strength == 0:  # Python scalars: the widest kind
-                    if _WEAK_ORDER.index(t) > _WEAK_ORDER.index(seen[1]):
-                        found[role.alias] = (strength, t, role.label)
-                    continue
-                raise TypeError(f"@mlir_kernel {self.name!r}: {role.label} binds "
-                                f"!{role.alias} to {t}, but {seen[2]} binds it to {seen[1]}")
-        missing = [a for a in self.aliases if a not in found]
-        if missing:
-            raise TypeError(f"@mlir_kernel {self.name!r}: no argument binds "
-                            f"{', '.join('!' + a for a in missing)} (bind it with "
-                            f"kernel.specialize({missing[0]}=...))")
-        return {a: found[a][1] for a in self.aliases}
+        return self._binder.bind(args, kwargs)
 
     def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """What the binding of a call depends on: the type of every positional
@@ -305,6 +166,10 @@ class GenericDispatch(NativeCallable):
 
     def dispatch(self, *args: Any, **kwargs: Any) -> Any:
         """Run the binding of these arguments (compiled on first use)."""
+        if not self._native:
+            self._python_calls += 1
+            if self._python_calls >= self.native_after:
+                self._go_native()
         if not kwargs and not self._arrays:  # the hot path of scalar-bound aliases
             kernel = self._by_key.get(tuple(map(type, args)))
             if kernel is not None:
@@ -326,6 +191,12 @@ class GenericDispatch(NativeCallable):
 
     __call__ = dispatch
 
+    def _go_native(self) -> None:
+        """From now on, chain the native entries that test scalar types too."""
+        self._native = True
+        if any(self._tests.values()):
+            self._chain()
+
     def compile(self) -> CompiledFunction:
         """Compile every binding made so far (by calls or :meth:`specialize`) and return
         the function of the last one made; TypeError if none is made yet (a generic
@@ -335,6 +206,7 @@ class GenericDispatch(NativeCallable):
                             f"{', '.join('!' + a for a in self.aliases)}: nothing to "
                             f"compile until a call or specialize() binds them")
         functions: list[CompiledFunction] = [k.compile() for k in list(self._bound.values())]
+        self._native = True  # compiled eagerly: dispatched natively at once
         self._chain()
         return functions[-1]
 
@@ -355,6 +227,40 @@ class GenericDispatch(NativeCallable):
         """The last binding's host assembly (see :meth:`compile`)."""
         return str(self._last().inspect_asm())
 
+
+    def _entries(self) -> list[tuple[CompiledFunction, int]]:
+        """Each compiled binding that calls may take natively, with the native entry
+        taking exactly its calls (those testing argument types built now, in one
+        batch: generated code for this process, whatever the cache)."""
+        chosen: list[tuple[CompiledFunction, int | None]] = []
+        wanted: list[tuple[CompiledFunction, ExactTypes]] = []
+        for key, kernel in self._bound.items():
+            function = kernel._compiled
+            if function is None or function.native_entry is None:
+                continue
+            if key not in self._tests:
+                self._tests[key] = self._binder.exact_types(dict(key))
+            exact = self._tests[key]
+            if exact is None:
+                continue
+            if exact and not self._native:
+                continue  # Python dispatch, until the kernel proves hot (native_after)
+            chosen.append((function, None if exact else function.native_entry))
+            if exact and id(function) not in self._exact:
+                wanted.append((function, exact))
+        if wanted:
+            from .callframe import call_machinery
+            from .native import NativeBatch
+
+            batch = NativeBatch()
+            indices = [batch.add_kernel_entry(
+                f.abi, f._raw_address, call_machinery() if f._links_callbacks else None,
+                f.release_gil, f.unwind, exact=exact) for f, exact in wanted]
+            addresses, code = batch.compile()
+            for (function, _), index in zip(wanted, indices):
+                self._exact[id(function)] = (function, addresses[index], code)
+        return [(f, a if a is not None else self._exact[id(f)][1]) for f, a in chosen]
+
     def _chain(self) -> None:
         """Point this kernel's vectorcall slot at the native entry of each compiled
         binding in turn, then at :meth:`dispatch`."""
@@ -366,25 +272,25 @@ class GenericDispatch(NativeCallable):
             session.callbacks.watch(self)
             default_registry().watch(self)
             functions = [k._compiled for k in self._bound.values() if k._compiled is not None]
-            natives = [f for f in functions if f.native_entry is not None]
             self._clear()
+            natives = self._entries()
             after: Any = self.dispatch
             self._dispatch_ref = after
             links = []
-            for function in reversed(natives[1:]):
+            for function, entry in reversed(natives[1:]):
                 link = _Link(after)
-                assert function.native_entry is not None
-                set_entry(link, function.native_entry, after, function._python_call.in_flight)
+                set_entry(link, entry, after, function._python_call.in_flight)
                 links.append(link)
                 after = link
             self._links = links
             self._linked = functions
             if natives:
-                first = natives[0]
-                assert first.native_entry is not None
-                set_entry(self, first.native_entry, after, first._python_call.in_flight)
+                first, entry = natives[0]
+                set_entry(self, entry, after, first._python_call.in_flight)
 
-    def _clear(self) -> None:
+    def _clear(self, reuse: bool = True) -> None:
+        """Take the chain apart; ``reuse``: keep the entries testing types of the
+        bindings compiled (for the chain made next)."""
         clear_entry(self)  # first: no call enters the chain from now on
         self._by_key.clear()  # the next calls compile (and chain) again
         for link in self._links:
@@ -392,12 +298,16 @@ class GenericDispatch(NativeCallable):
         self._retired.extend(self._linked)
         self._linked = []
         self._retired = [f for f in self._retired if f.calls_in_flight]
+        # An entry testing types counts its calls in flight on its function's counter:
+        # its code lives while that function is retired (or is to be chained again).
+        keep = self._retired + [k._compiled for k in self._bound.values() if reuse]
+        self._exact = {i: e for i, e in self._exact.items() if any(e[0] is f for f in keep)}
 
     def invalidate(self) -> None:
         """Let go of the chain of native entries (see :meth:`Kernel.invalidate`): the
         bound kernels compile again on their next call."""
         with self.session.lock:
-            self._clear()
+            self._clear(reuse=False)
 
     forget = invalidate
 

@@ -19,7 +19,7 @@ FLOORS: list[set[str]] = [
      "convert", "memref", "abi", "relocation",
      "privatefiles", "llvmir", "sourcelines", "vectormath", "checks", "options",
      "cprototype", "ufunc_loops",
-     "failures"},
+     "failures", "aliases"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
      "native.halffloat", "native.results", "native.trampoline", "native.allocations"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},

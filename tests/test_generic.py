@@ -3,21 +3,38 @@ bindings: every test compiles for real."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import itertools
+import math
+import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pymlirjit import MLIRError, Session, SignatureError, f32, mlir_kernel
 from pymlirjit.generic import free_aliases
 from pymlirjit.kernel import BoundKernel, GenericKernel, Kernel
-from pymlirjit.vectorcall import has_entry
+from pymlirjit.vectorcall import NativeCallable, has_entry, set_entry
+
+# Hypothesis imports libcst to write its failing-example patch after a failure; libcst
+# warns at import, and pyproject turns warnings into errors (see test_memref.py).
+with warnings.catch_warnings(), contextlib.suppress(ImportError):
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import hypothesis.extra._patching  # noqa: F401
+
+EXAMPLES = 2000 if os.environ.get("PYMLIRJIT_FUZZ") == "long" else 100
 
 AXPY = """
 func.func @axpy(%a: !T, %x: memref<?x!T>, %y: memref<?x!T>) {
@@ -104,7 +121,7 @@ def test_scalars_bind_weakly_and_numpy_scalars_by_type(session: Session) -> None
     assert add.signatures == [{"T": "f64"}, {"T": "f32"}]
     assert add(1.5, np.float32(2.0)) == 3.5  # the numpy scalar wins: f32
     assert add.signatures == [{"T": "f64"}, {"T": "f32"}]
-    assert not has_entry(add)  # a scalar-bound alias: Python dispatch
+    assert not has_entry(add)  # scalar-bound: Python dispatch until hot (native_after)
 
 
 def test_int_binds_i64_and_mulf_on_ints_names_the_binding(session: Session) -> None:
@@ -310,3 +327,273 @@ def test_a_source_of_another_type_is_refused() -> None:
         mlir_kernel(source=3)(lambda: None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"the source callable .*returned.*got str"):
         Session().compile(lambda: "func.func @f() { return }")
+
+
+# Native dispatch where scalars bind an alias.
+
+PICK = """
+func.func @pick(%a: !T, %b: !T, %c: !T) -> !T {
+  return %a : !T
+}
+"""
+
+
+class Int(int):
+    pass
+
+
+class Real(float):
+    pass
+
+
+# One value of every kind of scalar a call may pass (and a str, which binds nothing).
+SAMPLES = [True, 1, 1.5, 1 + 0j, np.bool_(True), np.int8(1), np.int16(1), np.int32(1),
+           np.int64(1), np.uint8(1), np.uint64(1), np.longlong(1), np.float16(1.5),
+           np.float32(1.5), np.float64(1.5), np.complex128(1), Int(1), Real(1.5), "x"]
+NUMPY_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+              np.uint64)
+# The bindings of PICK a native entry serves, and the argument types it unboxes there
+# (for values such as SAMPLES': in range, exact).
+UNBOXED: dict[str, set[type]] = {
+    "i1": {bool, np.bool_},
+    **{f"i{bits}": {int, *NUMPY_INTS} for bits in (8, 16, 32, 64)},
+    **{f"f{bits}": {float, np.float32, np.float64, *NUMPY_INTS} for bits in (32, 64)},
+}
+
+
+def pick_kernel(session: Session) -> Any:
+    @mlir_kernel(source=PICK, session=session)
+    def pick(a: Any, b: Any, c: Any) -> Any: ...
+    return pick
+
+
+class Probe(NativeCallable):
+    """An object called through one native entry alone (see probe())."""
+
+
+HANDED = object()
+
+
+def handed(*args: Any) -> Any:
+    """What a probe's entry hands the calls it does not take."""
+    return HANDED
+
+
+def probe(generic: Any, binding: str) -> Probe:
+    """An object calling the native entry of ``generic``'s binding ``T = binding`` alone:
+    a call that entry does not take returns HANDED."""
+    function = generic.specialize(T=binding).compile()
+    entry = {id(f): e for f, e in generic._entries()}[id(function)]
+    obj = Probe()
+    set_entry(obj, entry, handed, function._python_call.in_flight)
+    return obj
+
+
+def python_frames(call: Callable[[], Any]) -> list[str]:
+    """The Python functions that run during ``call()`` (but ``call`` itself)."""
+    seen: list[str] = []
+    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code.co_name)
+                   if event == "call" else None)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return [name for name in seen if name != "<lambda>"]
+
+
+def test_each_entry_takes_exactly_the_calls_bind_gives_its_binding(session: Session) -> None:
+    """Every combination of argument types: the entry of a binding takes a call if and
+    only if bind() gives that binding (and the entry unboxes those types there)."""
+    pick = pick_kernel(session)
+    for binding in UNBOXED:
+        pick.specialize(T=binding)
+    pick.compile()
+    probes = {binding: probe(pick, binding) for binding in UNBOXED}
+    taken_somewhere = 0
+    for args in itertools.product(SAMPLES, repeat=3):
+        try:
+            bound = pick.bind(args, {})["T"]
+        except TypeError:
+            bound = None
+        for binding, obj in probes.items():
+            taken = obj(*args) is not HANDED
+            unboxed = all(type(a) in UNBOXED[binding] for a in args)
+            assert taken == (bound == binding and unboxed), (binding, args, bound)
+            taken_somewhere += taken
+    assert taken_somewhere > 0  # the test sees calls taken, not only calls handed on
+
+
+def int_values(kind: Any) -> st.SearchStrategy[Any]:
+    info = np.iinfo(kind)
+    return st.integers(int(info.min), int(info.max)).map(kind)
+
+
+ARGUMENTS = st.one_of(
+    st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.complex_numbers(),
+    st.booleans().map(np.bool_), *(int_values(t) for t in NUMPY_INTS),
+    st.integers(-2**63, 2**63 - 1).map(np.longlong), st.floats(width=16).map(np.float16),
+    st.floats(width=32).map(np.float32), st.floats().map(np.float64),
+    st.complex_numbers().map(np.complex128), st.integers(-10, 10).map(Int),
+    st.floats().map(Real), st.text(max_size=2))
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    """What ``call()`` gives, comparable: type and value (NaN equal to NaN), or the
+    exception's type and message."""
+    try:
+        value = call()
+    except Exception as exc:  # compared with what the Python path raises
+        return "raises", type(exc), str(exc)
+    if isinstance(value, (float, complex)) and value != value:
+        return "nan", type(value), repr(value)
+    return "returns", type(value), value
+
+
+@functools.cache
+def hot_pick() -> Any:
+    """PICK with every binding UNBOXED names compiled and dispatched natively."""
+    pick = pick_kernel(Session())
+    for binding in UNBOXED:
+        pick.specialize(T=binding)
+    pick.compile()
+    return pick
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.tuples(ARGUMENTS, ARGUMENTS, ARGUMENTS))
+def test_native_dispatch_agrees_with_python_dispatch(args: tuple[Any, ...]) -> None:
+    """Random arguments: a call of the natively dispatched kernel gives what the Python
+    path of the binding bind() chooses gives (or raises as bind() does)."""
+    pick = hot_pick()
+    try:
+        binding = pick.bind(args, {})
+    except TypeError as exc:
+        expected: tuple[Any, ...] = ("raises", TypeError, str(exc))
+    else:
+        function = pick.specialize(**binding).compile()
+        expected = outcome(lambda: function.call_python(*args))
+    assert outcome(lambda: pick(*args)) == expected
+
+
+def test_hot_scalar_bound_calls_run_no_python(session: Session) -> None:
+    @mlir_kernel(source=ADD, session=session)
+    def add(a: Any, b: Any) -> Any: ...
+    add.native_after = 3
+    for _ in range(2):
+        assert add(1.5, 2.25) == 3.75
+    assert not has_entry(add)  # cold: Python dispatch (no code generated for it)
+    assert add(np.float32(0.5), 1.0) == 1.5  # the third call: hot
+    assert has_entry(add)
+    for args, expected in (((1.5, 2.25), 3.75), ((np.float32(0.5), 1.0), 1.5),
+                           ((1.5, np.float64(1.0)), 2.5)):
+        got: list[Any] = []
+        assert python_frames(lambda args=args, got=got: got.append(add(*args))) == [], args
+        assert math.isclose(got[0], expected)
+    assert add.signatures == [{"T": "f64"}, {"T": "f32"}]
+    assert "dispatch" in python_frames(lambda: add(Real(1.5), 1.0))  # handed on to Python
+
+
+def test_compile_dispatches_scalar_bindings_natively_at_once(session: Session) -> None:
+    pick = pick_kernel(session)
+    pick.specialize(T="i8")
+    pick.compile()
+    assert has_entry(pick)
+    assert python_frames(lambda: pick(np.int8(-3), 1, 2)) == []
+    assert pick(np.int8(-3), 1, 2) == -3
+    with pytest.raises(TypeError, match=r"argument 2 \('b'\) binds !T to i16, but argument "
+                                        r"1 \('a'\) binds it to i8"):
+        pick(np.int8(-3), np.int16(1), 2)
+
+
+def test_a_scalar_beside_an_array_binds_nothing(session: Session) -> None:
+    """The array decides; the scalar converts, natively or not (np.uint8 binds no type
+    on its own)."""
+    axpy = axpy_kernel(session)
+    for _ in range(2):  # the first call through Python dispatch, the second natively
+        y = np.zeros(2, np.float32)
+        axpy(np.uint8(3), np.ones(2, np.float32), y)
+        np.testing.assert_array_equal(y, [3.0, 3.0])
+    assert has_entry(axpy)
+    with pytest.raises(TypeError, match=r"argument 1 \('a'\) binds no type to !T.*uint8"):
+        pick_kernel(session)(np.uint8(3), 1, 2)
+
+
+def test_mixed_aliases_dispatch_natively(session: Session) -> None:
+    """!E bound by an array, !K by a scalar alone: one entry per binding of both."""
+    @mlir_kernel(source=SCALE_SUM, session=session)
+    def scale_sum(x: np.ndarray, k: Any) -> Any: ...
+    scale_sum.native_after = 1
+    x32, x64 = np.ones(4, np.float32), np.ones(4)
+    calls = [((x32, np.int8(3)), 12.0), ((x64, 2), 8.0), ((x32, 2), 8.0),
+             ((x64, np.int8(-1)), -4.0)]
+    for args, expected in calls:
+        assert scale_sum(*args) == expected
+    assert has_entry(scale_sum) and len(scale_sum.signatures) == 4
+    for args, expected in calls:
+        got: list[Any] = []
+        assert python_frames(lambda args=args, got=got: got.append(scale_sum(*args))) == [], args
+        assert got == [expected]
+
+
+HOSTILE = """
+import gc, sys, threading
+import numpy as np
+from pymlirjit import Session, callback, i64, mlir_kernel
+from pymlirjit.vectorcall import has_entry
+
+session = Session()
+done = []
+
+@callback(session=session)
+def hook(n: i64) -> i64:
+    if n == 2:
+        session.clear_cache()               # from the callback, during the call
+        gc.collect()
+        done.append(kernel(1.5, 0))         # compiles (and chains) again
+    if n == 3:
+        kernel.invalidate()
+        gc.collect()
+        done.append(kernel(np.float32(2.5), 0))
+    if n == 4:
+        def other():
+            session.clear_cache()
+            gc.collect()
+            done.append(kernel(np.float32(0.25), 0))
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()                       # from another thread, during the call
+    gc.collect()
+    return n
+
+@mlir_kernel(source='''
+func.func @kernel(%x: !T, %n: i64) -> !T {
+  %m = func.call @hook(%n) : (i64) -> i64
+  return %x : !T
+}
+func.func private @hook(i64) -> i64
+''', session=session)
+def kernel(x, n): ...
+
+kernel.native_after = 1
+results = [kernel(4.0, 1), kernel(np.float32(0.5), 1)]
+assert has_entry(kernel)
+for round in range(2):
+    results += [kernel(2.0, 2), kernel(np.float32(3.0), 3), kernel(6.0, 4),
+                kernel(np.float32(7.0), 4)]
+    assert has_entry(kernel)
+session.clear_cache()
+gc.collect()
+print(results, done, len(kernel._exact), kernel._retired)
+"""
+
+
+def test_recompiling_the_scalar_chain_during_its_calls() -> None:
+    """Clear the cache, invalidate and recompile during a call served by an entry that
+    tests scalar types, from a callback and from another thread: the code each call
+    runs in stays alive, and every call gives its binding's result."""
+    done = subprocess.run([sys.executable, "-c", HOSTILE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert done.stderr == ""
+    rounds = [2.0, 3.0, 6.0, 7.0] * 2
+    assert done.stdout.split("\n")[0] == f"{[4.0, 0.5, *rounds]} {[1.5, 2.5, 0.25, 0.25] * 2} 0 []"

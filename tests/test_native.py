@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pymlirjit import Session, callback
@@ -119,3 +120,36 @@ def test_address_is_a_guard_only_in_modules_with_callbacks(session: Session) -> 
     for function in (with_callbacks, plain):
         call = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(function.address)
         assert call(1.5) == 3.0
+
+
+def test_an_entry_with_exact_types_takes_only_calls_of_those_types() -> None:
+    """``exact=`` (generic kernels' entries): every group holds one route; a route, all
+    its allowed types and one of its required ones. Other calls go to the Python path."""
+    from pymlirjit.vectorcall import NativeCallable, set_entry
+
+    function = Session().compile("""
+    func.func @add(%a: f64, %b: f64) -> f64 {
+      %r = arith.addf %a, %b : f64
+      return %r : f64
+    }""").add
+    any_float = (float, np.float64, np.float32)
+    exact = (((((0, any_float), (1, any_float)), ((0, (np.float64,)),)),  # np.float64 first
+              (((0, (float,)), (1, (float,))), ())),)                     # or two floats
+    batch = NativeBatch()
+    index = batch.add_kernel_entry(function.abi, function._raw_address, None, exact=exact)
+    addresses, code = batch.compile()
+
+    class Probe(NativeCallable):
+        pass
+
+    def python_path(*args: Any) -> str:
+        return "handed"
+
+    obj = Probe()
+    set_entry(obj, addresses[index], python_path, function._python_call.in_flight)
+    assert obj(np.float64(1.0), 2.0) == obj(np.float64(1.0), np.float32(2.0)) == 3.0
+    assert obj(1.0, 2.5) == 3.5
+    for args in ((1.0, np.float64(2.0)), (np.float32(1.0), 2.0), (1.0, 2), (np.float64(1.0), 2)):
+        assert obj(*args) == "handed", args
+    assert function(1.0, 2) == 3.0  # the function itself converts any of them
+    del code  # the entry's machine code: alive until here

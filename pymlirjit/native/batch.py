@@ -19,7 +19,7 @@ from .builder import (
     _Unit,
     check_object_layouts,
 )
-from .entry import _EntryBuilder
+from .entry import ExactTypes, _EntryBuilder
 from .guard import _GuardBuilder
 from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
 
@@ -108,7 +108,7 @@ class NativeBatch:
 
     def add_kernel_entry(self, abi: BoundaryABI, target: int | str,
                          calls: Any, release_gil: bool | None = True, unwind: bool = False,
-                         symbol: str | None = None) -> int:
+                         symbol: str | None = None, exact: ExactTypes = ()) -> int:
         """Add the native entry of the C-ABI function at ``target`` (an address, or
         the name of a function linked with the code); returns its index.
 
@@ -120,10 +120,13 @@ class NativeBatch:
         callback may end the call at once with ``longjmp`` (only safe for code that
         starts no threads and holds no resources across calls). The entry is a
         vectorcall function (see :mod:`pymlirjit.vectorcall`). ``symbol`` names it
-        (default: a name unique in the process).
+        (default: a name unique in the process). ``exact``, if given, names the exact
+        argument types of the calls it takes (a generic kernel's binding: see
+        :data:`pymlirjit.aliases.ExactTypes`; code for this process only).
         """
+        assert not (exact and self.relocatable), "exact types are tested in-process only"
         _EntryBuilder(self.unit, self._symbol("entry", symbol), abi, target, calls,
-                      release_gil, unwind).build()
+                      release_gil, unwind, exact).build()
         return len(self.symbols) - 1
 
     def add_callback_trampoline(self, signature: Any, abi: BoundaryABI, function: Any,

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
 from ..abi import BoundaryABI
+from ..aliases import ExactTypes, TypeTest
 from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
 from ..memref import ALIGNED, OFFSET, SIZES, STRIDES, descriptor_type
 from ..relocation import (
@@ -296,6 +297,27 @@ class _FunctionBuilder:
             self.unit.embedded.append(obj)
             return ir.Constant(_i64, id(obj))
         return self.builder.load(self.unit.slot(slot or name_of(obj)))
+
+    def has_types(self, args: ir.Value, exact: ExactTypes, known: Collection[type]) -> ir.Value:
+        """Whether the objects ``args`` (a ``PyObject **``) have exact types that
+        ``exact`` takes (see pymlirjit.aliases.ExactTypes), types not in ``known`` taken
+        for none: type pointers compared, nothing else read."""
+        b = self.builder
+        true, false = ir.Constant(ir.IntType(1), 1), ir.Constant(ir.IntType(1), 0)
+        types = {p: b.load(b.bitcast(b.gep(b.load(b.gep(args, [ir.Constant(_i64, p)])),
+                                           [ir.Constant(_i64, OB_TYPE)]), _i64.as_pointer()))
+                 for group in exact for route in group for test in route for p, _ in test}
+
+        def any_of(test: TypeTest) -> ir.Value:
+            return functools.reduce(b.or_, [b.icmp_unsigned("==", types[p], self.object_id(t))
+                                            for p, ts in test for t in ts if t in known], false)
+
+        def holds(allowed: TypeTest, required: TypeTest) -> ir.Value:
+            tests = [any_of((test,)) for test in allowed] + [any_of(required)] * bool(required)
+            return functools.reduce(b.and_, tests, true)
+
+        return functools.reduce(b.and_, [functools.reduce(b.or_, [holds(*r) for r in group],
+                                                          false) for group in exact], true)
 
     def pointer(self, obj: object, slot: str | None = None) -> ir.Value:
         """A pointer to ``obj`` (see :meth:`object_id`)."""

@@ -10,6 +10,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..abi import BoundaryABI
+from ..aliases import ExactTypes as ExactTypes  # (batch.py's too)
 from ..callframe import FAILED, PREVIOUS
 from ..memref import ALIGNED, ALLOCATED, OFFSET, SIZES, STRIDES
 from ..relocation import (
@@ -49,6 +50,8 @@ from .results import _ResultsBuilder
 # Python path).
 _NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
                                          np.uint32, np.uint16, np.uint8)
+# Every type of scalar argument an entry unboxes (for some parameter type).
+_UNBOXED: tuple[type, ...] = (float, int, bool, np.float64, np.float32, np.bool_, *_NUMPY_INTEGERS)
 
 
 class _EntryBuilder(_ResultsBuilder):
@@ -56,10 +59,11 @@ class _EntryBuilder(_ResultsBuilder):
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
                  calls: Any, release_gil: bool | None,
-                 unwind: bool) -> None:
+                 unwind: bool, exact: ExactTypes = ()) -> None:
         super().__init__(unit, name, ir.FunctionType(_ptr, [_ptr, _ptr.as_pointer(), _i64,
                                                             _ptr]))
         self.abi = abi
+        self.exact = exact
         self.release_gil = release_gil
         self.unwind = unwind and calls is not None
         self.fallback = self.function.append_basic_block("fallback")
@@ -337,6 +341,8 @@ class _EntryBuilder(_ResultsBuilder):
         # (the counter's address takes one for the whole call).
         fallback = self.fallback
         self.fallback = self.function.append_basic_block("positional_fallback")
+        if self.exact:  # a generic kernel's binding: calls of these types only
+            self.check(self.has_types(args, self.exact, _UNBOXED), "exact_types")
         c_args: list[ir.Value] = []
         for i, t in enumerate(signature.param_types):
             obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
