@@ -291,12 +291,15 @@ def _parallel_to_for(parallel: Any, scf: Any) -> None:
 _REDIRECTED = {"mlirAsyncRuntimeExecute": "__pymlirjit_par_execute",
                "mlirAsyncRuntimeAwaitAllInGroup": "__pymlirjit_par_await"}
 
-#: How long (in time-stamp counter ticks, ~30-100 us) a worker that ran a task of a
-#: parallel module waits for the module's next task, and a caller awaiting its tasks
-#: waits before it sleeps: the runtime's pool and its awaits go through a condition
-#: variable, and each sleep and wake-up costs tens of microseconds per call (OpenMP's
-#: threads, which numba's prange uses, spin too).
-SPIN_TICKS = 200_000
+#: How long (in time-stamp counter ticks: ~40 us at 2.6 GHz) a worker that ran a task of
+#: a parallel module waits for the module's next task, and a caller awaiting its tasks
+#: spins before it sleeps. The runtime's pool and its awaits go through condition
+#: variables: each sleep and wake-up cost a parallel call tens of microseconds on an
+#: idle machine, and up to milliseconds on a loaded one, where a woken thread waits for
+#: a core (the parallel stencil on 2 busy cores, fastest of 11: 34 -> 2 us per call at
+#: 64^2, 820 -> 50 us at 512^2, where serial takes 83 us). OpenMP's threads, which
+#: numba's prange uses, spin too, and longer.
+SPIN_TICKS = 100_000
 
 # One mechanism serves every module that hands tasks to MLIR's async runtime (a
 # parallel=True module, and the shims of pymlirjit.asyncruntime's owner): its tasks go
@@ -307,7 +310,7 @@ SPIN_TICKS = 200_000
 # pymlirjit.asyncruntime.claim_task_pool); in any other process (a forked child, or
 # code loaded in one) each task runs on a thread of its own instead.
 #
-# In the claiming process, a thread that ran a task waits {spin} ticks for the next
+# In the claiming process, a thread that ran a task waits SPIN_TICKS for the next
 # one (@__pymlirjit_par_run), which @__pymlirjit_par_execute hands it through
 # @__pymlirjit_par_mailbox (0: nobody waits, 1: a thread waits, else the task handed
 # to it) instead of waking a worker of the pool; and @__pymlirjit_par_await spins as
