@@ -293,12 +293,15 @@ _REDIRECTED = {"mlirAsyncRuntimeExecute": "__pymlirjit_par_execute",
 
 #: How long (in time-stamp counter ticks: ~40 us at 2.6 GHz) a worker that ran a task of
 #: a parallel module waits for the module's next task, and a caller awaiting its tasks
-#: spins before it sleeps. The runtime's pool and its awaits go through condition
+#: waits before it sleeps. The runtime's pool and its awaits go through condition
 #: variables: each sleep and wake-up cost a parallel call tens of microseconds on an
 #: idle machine, and up to milliseconds on a loaded one, where a woken thread waits for
-#: a core (the parallel stencil on 2 busy cores, fastest of 11: 34 -> 2 us per call at
-#: 64^2, 820 -> 50 us at 512^2, where serial takes 83 us). OpenMP's threads, which
-#: numba's prange uses, spin too, and longer.
+#: a core. After the first 2% of the wait, each turn also yields the core
+#: (``sched_yield``): on a machine with more runnable threads than cores, a thread that
+#: only spun would hold the core the thread it waits for needs (that made small calls
+#: several times slower than not waiting at all). Measured on the 2 cores, busy (load
+#: average ~4), the parallel stencil, medians of 21: 36 -> 8.5 us per call at 64^2,
+#: 113 -> 49 us at 512^2 (serial 80 us). OpenMP's threads (numba's prange) spin too.
 SPIN_TICKS = 100_000
 
 # One mechanism serves every module that hands tasks to MLIR's async runtime (a
@@ -310,17 +313,19 @@ SPIN_TICKS = 100_000
 # pymlirjit.asyncruntime.claim_task_pool); in any other process (a forked child, or
 # code loaded in one) each task runs on a thread of its own instead.
 #
-# In the claiming process, a thread that ran a task waits SPIN_TICKS for the next
-# one (@__pymlirjit_par_run), which @__pymlirjit_par_execute hands it through
-# @__pymlirjit_par_mailbox (0: nobody waits, 1: a thread waits, else the task handed
-# to it) instead of waking a worker of the pool; and @__pymlirjit_par_await spins as
-# long while the module's tasks (@__pymlirjit_par_running) run before it sleeps.
+# In the claiming process, a thread that ran a task waits SPIN_TICKS (spinning, then
+# yielding: @__pymlirjit_par_pause) for the next one (@__pymlirjit_par_run), which
+# @__pymlirjit_par_execute hands it through @__pymlirjit_par_mailbox (0: nobody waits,
+# 1: a thread waits, else the task handed to it) instead of waking a worker of the
+# pool; and @__pymlirjit_par_await waits as long while the module's tasks
+# (@__pymlirjit_par_running) run before it sleeps.
 _TASK_SCHEDULING = """
 llvm.func @getpid() -> i32
 llvm.func @malloc(i64) -> !llvm.ptr
 llvm.func @free(!llvm.ptr)
 llvm.func @pthread_create(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
 llvm.func @pthread_detach(i64) -> i32
+llvm.func @sched_yield() -> i32
 llvm.func @mlirAsyncRuntimeExecute(!llvm.ptr, !llvm.ptr)
 llvm.func @mlirAsyncRuntimeAwaitAllInGroup(!llvm.ptr)
 llvm.mlir.global internal @__pymlirjit_par_pid(0 : i32) {{addr_space = 0 : i32}} : i32
@@ -338,6 +343,20 @@ llvm.func internal @__pymlirjit_par_claimed() -> i1 {{
   %owner = llvm.load %owner_slot atomic monotonic {{alignment = 4 : i64}} : !llvm.ptr -> i32
   %claimed = llvm.icmp "eq" %owner, %pid : i32
   llvm.return %claimed : i1
+}}
+llvm.func internal @__pymlirjit_par_pause(%start: i64) -> i1 {{{pause}
+  %limit = llvm.mlir.constant({spin} : i64) : i64
+  %polite = llvm.mlir.constant({yield_after} : i64) : i64
+  %now = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
+  %spent = llvm.sub %now, %start : i64
+  %long = llvm.icmp "ugt" %spent, %polite : i64
+  llvm.cond_br %long, ^yield, ^done
+^yield:
+  %yielded = llvm.call @sched_yield() : () -> i32
+  llvm.br ^done
+^done:
+  %over = llvm.icmp "ugt" %spent, %limit : i64
+  llvm.return %over : i1
 }}
 llvm.func internal @__pymlirjit_par_run(%first: !llvm.ptr) -> !llvm.ptr {{
   %zero = llvm.mlir.constant(0 : i64) : i64
@@ -367,10 +386,8 @@ llvm.func internal @__pymlirjit_par_run(%first: !llvm.ptr) -> !llvm.ptr {{
   %mail = llvm.load %mailbox atomic acquire {{alignment = 8 : i64}} : !llvm.ptr -> i64
   %handed = llvm.icmp "ne" %mail, %one : i64
   llvm.cond_br %handed, ^take(%mail : i64), ^tick
-^tick:{pause}
-  %now = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
-  %spent = llvm.sub %now, %start : i64
-  %over = llvm.icmp "ugt" %spent, %limit : i64
+^tick:
+  %over = llvm.call @__pymlirjit_par_pause(%start) : (i64) -> i1
   llvm.cond_br %over, ^withdraw, ^wait
 ^withdraw:
   %withdrawal = llvm.cmpxchg %mailbox, %one, %zero seq_cst seq_cst : !llvm.ptr, i64
@@ -433,7 +450,6 @@ llvm.func internal @__pymlirjit_par_execute(%handle: !llvm.ptr, %resume: !llvm.p
 }}
 llvm.func internal @__pymlirjit_par_await(%group: !llvm.ptr) {{
   %zero = llvm.mlir.constant(0 : i64) : i64
-  %limit = llvm.mlir.constant({spin} : i64) : i64
   %running = llvm.mlir.addressof @__pymlirjit_par_running : !llvm.ptr
   %start = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
   llvm.br ^check
@@ -441,10 +457,8 @@ llvm.func internal @__pymlirjit_par_await(%group: !llvm.ptr) {{
   %tasks = llvm.load %running atomic acquire {{alignment = 8 : i64}} : !llvm.ptr -> i64
   %idle = llvm.icmp "eq" %tasks, %zero : i64
   llvm.cond_br %idle, ^sleep, ^tick
-^tick:{pause}
-  %now = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
-  %spent = llvm.sub %now, %start : i64
-  %over = llvm.icmp "uge" %spent, %limit : i64
+^tick:
+  %over = llvm.call @__pymlirjit_par_pause(%start) : (i64) -> i1
   llvm.cond_br %over, ^sleep, ^check
 ^sleep:
   llvm.call @mlirAsyncRuntimeAwaitAllInGroup(%group) : (!llvm.ptr) -> ()
@@ -482,7 +496,8 @@ def task_scheduling(module: Any, spin_ticks: int = SPIN_TICKS) -> bool:
     with module.context, ir.Location.unknown():
         for op, target in calls:
             op.attributes["callee"] = ir.FlatSymbolRefAttr.get(target)
-        extra = ir.Module.parse(_TASK_SCHEDULING.format(spin=spin_ticks, pause=_PAUSE))
+        extra = ir.Module.parse(_TASK_SCHEDULING.format(
+            spin=spin_ticks, yield_after=spin_ticks // 50, pause=_PAUSE))
         for op in list(extra.body.operations):
             if ir.StringAttr(op.attributes["sym_name"]).value in declared:
                 continue  # declared by the module already (malloc, free, ...)
