@@ -12,8 +12,8 @@ from mlir.execution_engine import ExecutionEngine as _UpstreamEngine
 
 from . import ffi
 from .errors import LinkError
-from .optimize import task_scheduling
 from .pipeline import new_context, parse_module
+from .scheduling import task_scheduling
 
 __all__ = ["AsyncRuntime", "claim_task_pool", "engine_lookup", "has_hooks"]
 
@@ -219,8 +219,9 @@ def claim_task_pool(code: Any) -> None:
     """Let the code ``code`` (it has ``function_address``; a parallel module's) hand its
     tasks to the async runtime's thread pool in this process, unless this process is a
     fork of one that may have started that pool (its workers are not in the child):
-    tasks then run on threads of their own (see :func:`pymlirjit.optimize.task_scheduling`,
-    which made the code; the runtime's owner, :class:`AsyncRuntime`, claims its own)."""
+    tasks then run on threads of their own (see
+    :func:`pymlirjit.scheduling.task_scheduling`, which made the code; the runtime's
+    owner, :class:`AsyncRuntime`, claims its own code)."""
     try:
         address = code.function_address(_CLAIM)
     except LinkError:
