@@ -374,6 +374,8 @@ def _measure_parallel(specs: list[Spec], config: Config, result: CaseResult,
               _nb_stencil_parallel),
              (" parallel small", small_stencil, MLIR["stencil", "scf"], _PARALLEL_STENCIL, 2,
               _nb_stencil_parallel)]
+    session = Session()  # one compile per source and options (the small grid reuses them)
+    made: dict[Any, Any] = {}  # and one numba dispatcher per function
     for tag, spec, serial_source, parallel_source, opt_level, nb_parallel in cases:
         name = spec.kernel
         paths = []
@@ -382,14 +384,17 @@ def _measure_parallel(specs: list[Spec], config: Config, result: CaseResult,
             label = f"pymlirjit opt_level={opt_level} " + (
                 f"parallel=True ({threads} threads)" if parallel else "serial")
             try:
-                module = Session(opt_level=opt_level, parallel=parallel).compile(source)
+                module = session.compile(source, opt_level=opt_level, parallel=parallel)
                 paths.append(Path(key, label, getattr(module, symbol(name)),
                                   "serial" if parallel else None))
             except Exception as error:
                 paths.append(Path(key, label, None, None, _why(error)))
-        paths.append(Path("numba parallel", "numba @njit(parallel=True)",
-                          numba.njit(parallel=True)(nb_parallel), "numba"))
-        paths.append(Path("numba", "numba @njit", numba.njit(NUMBA[name]), None))
+        for key, label, function, ref in (
+                ("numba parallel", "numba @njit(parallel=True)", nb_parallel, "numba"),
+                ("numba", "numba @njit", NUMBA[name], None)):
+            if function not in made:
+                made[function] = numba.njit(parallel=key == "numba parallel")(function)
+            paths.append(Path(key, label, made[function], ref))
         blas = _blas_threads(2, NUMPY[name]) if name == "matmul" else None
         if blas is not None:
             paths.append(Path("numpy 2 threads", "numpy, 2 BLAS threads", blas, None))
