@@ -42,13 +42,12 @@ from .linalg_schedules import (
     run_schedule,
     tile_and_vectorize,
 )
-from .scheduling import SPIN_TICKS, task_scheduling
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
-           "SPIN_TICKS", "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
-           "has_tileable_ops", "optimize", "parallel_hooks", "run_schedule",
-           "serialize_nested_parallel_loops", "set_fastmath", "split_for_threads",
-           "task_scheduling", "thread_count", "tile_and_vectorize", "with_parallel_loops",
+           "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
+           "has_tileable_ops", "optimize", "parallel_hooks",
+           "run_schedule", "serialize_nested_parallel_loops", "split_for_threads",
+           "set_fastmath", "thread_count", "tile_and_vectorize", "with_parallel_loops",
            "with_vector_lowering"]
 
 #: Lower what the schedule leaves (vector transfers, masks, ``ub.poison``): inserted in
@@ -291,6 +290,8 @@ def parallel_hooks(threads: int) -> dict[str, Callable[[Any], object]]:
     """What runs between the passes of the default pipeline for ``parallel=True`` on
     ``threads`` threads (see :func:`pymlirjit.pipeline.lower`): before
     ``async-parallel-for``, and once the async runtime's calls exist."""
+    from .scheduling import task_scheduling
+
     def make_tasks(module: Any) -> None:
         clamp_upper_bounds(module)
         split_for_threads(module, threads)

@@ -14,10 +14,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
 #: From the ground up: a module imports only modules of its own floor or below.
 FLOORS: list[set[str]] = [
     {"errors", "types", "_version", "ffi", "callframe", "vectorcall", "pickling"},
-    {"typing", "signature", "pipeline", "optimize", "scheduling", "linalg_schedules",
-     "linalg_rewrites",
+    {"typing", "signature", "pipeline", "optimize", "linalg_schedules", "linalg_rewrites",
      "convert", "memref", "abi", "relocation",
-     "privatefiles", "llvmir", "sourcelines", "vectormath", "checks", "options",
+     "privatefiles", "llvmir", "sourcelines", "vectormath", "checks", "options", "scheduling",
      "cprototype", "ufunc_loops",
      "failures"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
