@@ -12,7 +12,7 @@ import inspect
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -355,42 +355,64 @@ def _blas_threads(threads: int, function: Callable[..., Any]) -> Callable[..., A
 def _measure_parallel(specs: list[Spec], config: Config, result: CaseResult,
                       peak: ComputePeak, bandwidth: float) -> None:
     """matmul (linalg.matmul, opt_level=3: tiled) and the stencil, serial and
-    parallel=True in the same run, with numba prange and numpy (2 BLAS threads)."""
+    parallel=True in the same run, with numba prange and numpy (2 BLAS threads); and
+    the stencil on a small grid, where what a parallel call costs (handing a task to
+    a worker, waiting for it) shows."""
     import numba
 
     threads = len(os.sched_getaffinity(0))
     by_name = {spec.kernel: spec for spec in specs}
-    cases = [("matmul", MLIR["matmul", "linalg"], MLIR["matmul", "linalg"], 3,
-              _nb_matmul_parallel),
-             ("stencil", MLIR["stencil", "scf"], _PARALLEL_STENCIL, 2, _nb_stencil_parallel)]
-    for name, serial_source, parallel_source, opt_level, nb_parallel in cases:
-        spec = by_name[name]
+    small = config.pick(256, 9)
+    grid = np.random.default_rng(7).random((small, small))
+    small_stencil = replace(by_name["stencil"],
+                            title=f"stencil 5-pt f64 {small}^2 (a parallel call's cost)",
+                            args=(grid, np.zeros_like(grid)), flops=5 * (small - 2) ** 2,
+                            nbytes=16 * small * small)
+    cases = [(" parallel", by_name["matmul"], MLIR["matmul", "linalg"],
+              MLIR["matmul", "linalg"], 3, _nb_matmul_parallel),
+             (" parallel", by_name["stencil"], MLIR["stencil", "scf"], _PARALLEL_STENCIL, 2,
+              _nb_stencil_parallel),
+             (" parallel small", small_stencil, MLIR["stencil", "scf"], _PARALLEL_STENCIL, 2,
+              _nb_stencil_parallel)]
+    session = Session()  # one compile per source and options (the small grid reuses them)
+    made: dict[Any, Any] = {}  # and one numba dispatcher per function
+    for tag, spec, serial_source, parallel_source, opt_level, nb_parallel in cases:
+        name = spec.kernel
         paths = []
         for key, source, parallel in (("serial", serial_source, False),
                                       ("parallel", parallel_source, True)):
             label = f"pymlirjit opt_level={opt_level} " + (
                 f"parallel=True ({threads} threads)" if parallel else "serial")
             try:
-                module = Session(opt_level=opt_level, parallel=parallel).compile(source)
+                module = session.compile(source, opt_level=opt_level, parallel=parallel)
                 paths.append(Path(key, label, getattr(module, symbol(name)),
                                   "serial" if parallel else None))
             except Exception as error:
                 paths.append(Path(key, label, None, None, _why(error)))
-        paths.append(Path("numba parallel", "numba @njit(parallel=True)",
-                          numba.njit(parallel=True)(nb_parallel), "numba"))
-        paths.append(Path("numba", "numba @njit", numba.njit(NUMBA[name]), None))
+        for key, label, function, ref in (
+                ("numba parallel", "numba @njit(parallel=True)", nb_parallel, "numba"),
+                ("numba", "numba @njit", NUMBA[name], None)):
+            if function not in made:
+                made[function] = numba.njit(parallel=key == "numba parallel")(function)
+            paths.append(Path(key, label, made[function], ref))
         blas = _blas_threads(2, NUMPY[name]) if name == "matmul" else None
         if blas is not None:
             paths.append(Path("numpy 2 threads", "numpy, 2 BLAS threads", blas, None))
-        _measure(spec, config, result, peak, bandwidth, paths, " parallel")
-        speedup = _ratio(result, f"{name} parallel serial", f"{name} parallel parallel")
+        _measure(spec, config, result, peak, bandwidth, paths, tag)
+        speedup = _ratio(result, f"{name}{tag} serial", f"{name}{tag} parallel")
+        if tag == " parallel small":  # no target: how close to the large grid's speedup
+            theirs = _ratio(result, f"{name}{tag} numba", f"{name}{tag} numba parallel")
+            result.targets.append(Target(
+                f"{spec.title}: parallel=True speedup over serial (numba prange's)", None,
+                "not measured" if speedup is None or theirs is None
+                else f"{speedup:.2f}x ({theirs:.2f}x)"))
+            continue
         result.targets.append(Target(
             f"{spec.title}: parallel=True >= 1.7x serial on {threads} cores",
             None if speedup is None else speedup >= 1.7,
             "not measured" if speedup is None else f"{speedup:.2f}x"))
         if blas is not None:
-            versus = _ratio(result, f"{name} parallel parallel", f"{name} parallel numpy "
-                                                                 f"2 threads")
+            versus = _ratio(result, f"{name}{tag} parallel", f"{name}{tag} numpy 2 threads")
             if versus is not None:
                 result.notes.append(f"{spec.title}: pymlirjit parallel=True / numpy on 2 "
                                     f"BLAS threads = {versus:.2f}x")

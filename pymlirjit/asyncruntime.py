@@ -13,6 +13,7 @@ from mlir.execution_engine import ExecutionEngine as _UpstreamEngine
 from . import ffi
 from .errors import LinkError
 from .pipeline import new_context, parse_module
+from .scheduling import task_scheduling
 
 __all__ = ["AsyncRuntime", "claim_task_pool", "engine_lookup", "has_hooks"]
 
@@ -82,62 +83,10 @@ llvm.func @pymlirjit_async_in_flight() -> i64 {
 """
 
 
-# After a fork, the child has none of the runtime's worker threads, which its thread
-# pool still counts: a task handed to it would never run, and the call waiting for it
-# would hang. A forked child (@forked, set by pymlirjit_async_forked) runs each task
-# on a thread of its own instead. (The await-and-execute schedulers run their task on
-# the thread that completes what it awaits: they need no pool.)
-_FORK_SHIMS = """
-llvm.mlir.global internal @forked(0 : i64) {addr_space = 0 : i32} : i64
-llvm.func @pthread_create(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
-llvm.func @pthread_detach(i64) -> i32
-llvm.func @pymlirjit_async_forked() {
-  %flag = llvm.mlir.addressof @forked : !llvm.ptr
-  %one = llvm.mlir.constant(1 : i64) : i64
-  llvm.store %one, %flag atomic seq_cst {alignment = 8 : i64} : i64, !llvm.ptr
-  llvm.return
-}
-llvm.func internal @on_own_thread(%record: !llvm.ptr) -> !llvm.ptr {
-  llvm.call @resume(%record) : (!llvm.ptr) -> ()
-  %null = llvm.mlir.zero : !llvm.ptr
-  llvm.return %null : !llvm.ptr
-}
-llvm.func @mlirAsyncRuntimeExecute(!llvm.ptr, !llvm.ptr)
-llvm.func @pymlirjit_async_mlirAsyncRuntimeExecute(%handle: !llvm.ptr, %resume: !llvm.ptr) {
-  %record = llvm.call @record(%handle, %resume) : (!llvm.ptr, !llvm.ptr) -> !llvm.ptr
-  %wrapped = llvm.mlir.addressof @resume : !llvm.ptr
-  %flag = llvm.mlir.addressof @forked : !llvm.ptr
-  %forked = llvm.load %flag atomic monotonic {alignment = 8 : i64} : !llvm.ptr -> i64
-  %zero = llvm.mlir.constant(0 : i64) : i64
-  %in_child = llvm.icmp "ne" %forked, %zero : i64
-  llvm.cond_br %in_child, ^own, ^pool
-^own:
-  %one = llvm.mlir.constant(1 : i64) : i64
-  %id = llvm.alloca %one x i64 : (i64) -> !llvm.ptr
-  %null = llvm.mlir.zero : !llvm.ptr
-  %start = llvm.mlir.addressof @on_own_thread : !llvm.ptr
-  %failed = llvm.call @pthread_create(%id, %null, %start, %record)
-    : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
-  %ok = llvm.mlir.constant(0 : i32) : i32
-  %started = llvm.icmp "eq" %failed, %ok : i32
-  llvm.cond_br %started, ^detach, ^pool
-^detach:
-  %thread = llvm.load %id : !llvm.ptr -> i64
-  %detached = llvm.call @pthread_detach(%thread) : (i64) -> i32
-  llvm.return
-^pool:
-  llvm.call @mlirAsyncRuntimeExecute(%record, %wrapped) : (!llvm.ptr, !llvm.ptr) -> ()
-  llvm.return
-}
-"""
-
-
 def _async_shims() -> str:
     """The LLVM-dialect module of the scheduler shims (see _ASYNC_SHIMS_HEAD)."""
-    shims = [_ASYNC_SHIMS_HEAD, _FORK_SHIMS]
+    shims = [_ASYNC_SHIMS_HEAD]
     for name, leading in _ASYNC_SCHEDULERS.items():
-        if name == "mlirAsyncRuntimeExecute":  # in _FORK_SHIMS
-            continue
         objects = [f"%object{i}" for i in range(leading)]
         types = ", ".join(["!llvm.ptr"] * (leading + 2))
         params = ", ".join(f"{o}: !llvm.ptr" for o in [*objects, "%handle", "%resume"])
@@ -180,7 +129,11 @@ class AsyncRuntime:
     def __init__(self, path: str, library: ctypes.CDLL) -> None:
         self.path = path
         self._context = new_context()
-        self._owner = _UpstreamEngine(parse_module(_async_shims(), self._context), 2, [path])
+        shims = parse_module(_async_shims(), self._context)
+        # Tasks scheduled by the shims run on threads of their own in a forked child,
+        # as a parallel module's do (the one mechanism: see claim_task_pool).
+        task_scheduling(shims, spin_ticks=0)
+        self._owner = _UpstreamEngine(shims, 2, [path])
         # Never freed, not even when the interpreter finalizes its modules: the destroy
         # hook must not run, nor retired engines be freed, while a worker may still run.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(self))
@@ -194,11 +147,11 @@ class AsyncRuntime:
                             f"functions do not resolve", [path])
         # A Python-level function type: reading the count need not drop the GIL.
         self._in_flight = ctypes.PYFUNCTYPE(ctypes.c_int64)(in_flight)
-        forked = engine_lookup(self._owner, _SHIM_PREFIX + "forked")
-        if not forked:
-            raise LinkError(f"cannot set up MLIR's async runtime {path!r}: its fork "
-                            f"handler does not resolve", [path])
-        os.register_at_fork(after_in_child=ctypes.PYFUNCTYPE(None)(forked))
+        claim = engine_lookup(self._owner, _CLAIM)
+        if not claim:
+            raise LinkError(f"cannot set up MLIR's async runtime {path!r}: its task "
+                            f"scheduling does not resolve", [path])
+        _claim_task_pool(claim)
 
     @classmethod
     def get(cls, path: str, library: ctypes.CDLL) -> AsyncRuntime | None:
@@ -251,8 +204,9 @@ class AsyncRuntime:
                 cls._retired.pop(key, None)
 
 
-# -- parallel=True modules: whose thread pool their tasks use ------------------------------
+# -- whose thread pool tasks use: one claim per loaded code, one rule per process -------
 
+_CLAIM = "__pymlirjit_par_claim"
 _fork_handler = threading.Lock()
 _pool_state = {"watching": False, "forked": False}
 
@@ -262,18 +216,26 @@ def _forked() -> None:
 
 
 def claim_task_pool(code: Any) -> None:
-    """Let the parallel module whose code is ``code`` (it has ``function_address``) hand
-    its tasks to the async runtime's thread pool in this process, unless this process is
-    a fork of one that may have started that pool (its workers are not in the child):
-    tasks then run on threads of their own (see ``pymlirjit.optimize``)."""
+    """Let the code ``code`` (it has ``function_address``; a parallel module's) hand its
+    tasks to the async runtime's thread pool in this process, unless this process is a
+    fork of one that may have started that pool (its workers are not in the child):
+    tasks then run on threads of their own (see
+    :func:`pymlirjit.scheduling.task_scheduling`, which made the code; the runtime's
+    owner, :class:`AsyncRuntime`, claims its own code)."""
+    try:
+        address = code.function_address(_CLAIM)
+    except LinkError:
+        return  # schedules no task
+    _claim_task_pool(address)
+
+
+def _claim_task_pool(address: int) -> None:
+    """Call the claim function at ``address`` unless this process is a fork of one that
+    claimed the pool before (whose workers the pool counts, and which are not here)."""
     with _fork_handler:
         if not _pool_state["watching"]:
             os.register_at_fork(after_in_child=_forked)
             _pool_state["watching"] = True
         if _pool_state["forked"]:
             return
-    try:
-        address = code.function_address("__pymlirjit_par_claim")
-    except LinkError:
-        return  # schedules no task
     ctypes.CFUNCTYPE(None)(address)()

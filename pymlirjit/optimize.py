@@ -46,7 +46,7 @@ from .linalg_tensors import prepare_tensors
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
            "THREADS_VARIABLE", "VECTOR_LOWERING", "clamp_upper_bounds",
-           "fork_safe_task_scheduling", "has_tileable_ops", "optimize", "parallel_hooks",
+           "has_tileable_ops", "optimize", "parallel_hooks",
            "run_schedule", "serialize_nested_parallel_loops", "split_for_threads",
            "set_fastmath", "thread_count", "tile_and_vectorize", "with_parallel_loops",
            "with_vector_lowering"]
@@ -290,114 +290,16 @@ def _parallel_to_for(parallel: Any, scf: Any) -> None:
     parallel.operation.erase()
 
 
-_EXECUTE = "mlirAsyncRuntimeExecute"
-_FORK_SAFE_EXECUTE = "__pymlirjit_par_execute"
-
-# A module's tasks go to MLIR's async runtime through this function. The runtime's
-# thread pool does not survive a fork: in the child its workers are gone, yet counted,
-# and a task given to it never runs (the call waiting for it hangs). The process that
-# loads the module, if its pool is sound, claims the pool for it (@__pymlirjit_par_claim,
-# see pymlirjit.asyncruntime.claim_task_pool); in any other process (a forked child, or
-# a module loaded in one) each task runs on a thread of its own instead.
-_FORK_SAFE_SCHEDULING = """
-llvm.func @getpid() -> i32
-llvm.func @malloc(i64) -> !llvm.ptr
-llvm.func @free(!llvm.ptr)
-llvm.func @pthread_create(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
-llvm.func @pthread_detach(i64) -> i32
-llvm.func @mlirAsyncRuntimeExecute(!llvm.ptr, !llvm.ptr)
-llvm.mlir.global internal @__pymlirjit_par_pid(0 : i32) {addr_space = 0 : i32} : i32
-llvm.func internal @__pymlirjit_par_run(%task: !llvm.ptr) -> !llvm.ptr {
-  %handle = llvm.load %task : !llvm.ptr -> !llvm.ptr
-  %slot = llvm.getelementptr %task[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
-  %resume = llvm.load %slot : !llvm.ptr -> !llvm.ptr
-  llvm.call @free(%task) : (!llvm.ptr) -> ()
-  llvm.call %resume(%handle) : !llvm.ptr, (!llvm.ptr) -> ()
-  %null = llvm.mlir.zero : !llvm.ptr
-  llvm.return %null : !llvm.ptr
-}
-llvm.func @__pymlirjit_par_claim() {
-  %pid = llvm.call @getpid() : () -> i32
-  %owner_slot = llvm.mlir.addressof @__pymlirjit_par_pid : !llvm.ptr
-  llvm.store %pid, %owner_slot atomic seq_cst {alignment = 4 : i64} : i32, !llvm.ptr
-  llvm.return
-}
-llvm.func internal @__pymlirjit_par_execute(%handle: !llvm.ptr, %resume: !llvm.ptr) {
-  %pid = llvm.call @getpid() : () -> i32
-  %owner_slot = llvm.mlir.addressof @__pymlirjit_par_pid : !llvm.ptr
-  %zero = llvm.mlir.constant(0 : i32) : i32
-  %owner = llvm.load %owner_slot atomic monotonic {alignment = 4 : i64} : !llvm.ptr -> i32
-  %in_owner = llvm.icmp "eq" %owner, %pid : i32
-  llvm.cond_br %in_owner, ^pool, ^own
-^own:
-  %size = llvm.mlir.constant(16 : i64) : i64
-  %task = llvm.call @malloc(%size) : (i64) -> !llvm.ptr
-  llvm.store %handle, %task : !llvm.ptr, !llvm.ptr
-  %slot = llvm.getelementptr %task[1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
-  llvm.store %resume, %slot : !llvm.ptr, !llvm.ptr
-  %one = llvm.mlir.constant(1 : i64) : i64
-  %id = llvm.alloca %one x i64 : (i64) -> !llvm.ptr
-  %null = llvm.mlir.zero : !llvm.ptr
-  %start = llvm.mlir.addressof @__pymlirjit_par_run : !llvm.ptr
-  %status = llvm.call @pthread_create(%id, %null, %start, %task)
-    : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
-  %started = llvm.icmp "eq" %status, %zero : i32
-  llvm.cond_br %started, ^detach, ^failed
-^detach:
-  %thread = llvm.load %id : !llvm.ptr -> i64
-  %detached = llvm.call @pthread_detach(%thread) : (i64) -> i32
-  llvm.return
-^failed:
-  llvm.call @free(%task) : (!llvm.ptr) -> ()
-  llvm.br ^pool
-^pool:
-  llvm.call @mlirAsyncRuntimeExecute(%handle, %resume) : (!llvm.ptr, !llvm.ptr) -> ()
-  llvm.return
-}
-"""
-
-
-def fork_safe_task_scheduling(module: Any) -> bool:
-    """Make the tasks a lowered module hands MLIR's async runtime run in a forked child
-    too (see ``_FORK_SAFE_SCHEDULING``); return whether the module schedules any."""
-    from mlir import ir
-
-    calls: list[Any] = []
-    declared: set[str] = set()
-
-    def visit(op: Any) -> Any:
-        if op.name == "llvm.call" and "callee" in op.attributes and \
-                ir.FlatSymbolRefAttr(op.attributes["callee"]).value == _EXECUTE:
-            calls.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if not calls:
-        return False
-    for op in module.body.operations:
-        if "sym_name" in op.attributes:
-            declared.add(ir.StringAttr(op.attributes["sym_name"]).value)
-    with module.context, ir.Location.unknown():
-        target = ir.FlatSymbolRefAttr.get(_FORK_SAFE_EXECUTE)
-        for op in calls:
-            op.attributes["callee"] = target
-        extra = ir.Module.parse(_FORK_SAFE_SCHEDULING)
-        for op in list(extra.body.operations):
-            if ir.StringAttr(op.attributes["sym_name"]).value in declared:
-                continue  # declared by the module already (malloc, free, ...)
-            op.operation.detach_from_parent()
-            module.body.append(op)
-    return True
-
-
 def parallel_hooks(threads: int) -> dict[str, Callable[[Any], object]]:
     """What runs between the passes of the default pipeline for ``parallel=True`` on
     ``threads`` threads (see :func:`pymlirjit.pipeline.lower`): before
     ``async-parallel-for``, and once the async runtime's calls exist."""
+    from .scheduling import task_scheduling
+
     def make_tasks(module: Any) -> None:
         clamp_upper_bounds(module)
         split_for_threads(module, threads)
         serialize_nested_parallel_loops(module)
 
     return {"async-parallel-for": make_tasks,
-            "reconcile-unrealized-casts": fork_safe_task_scheduling}
+            "reconcile-unrealized-casts": task_scheduling}

@@ -17,7 +17,7 @@ FLOORS: list[set[str]] = [
     {"typing", "signature", "pipeline", "optimize", "linalg_schedules", "linalg_rewrites",
      "linalg_tensors",
      "convert", "memref", "abi", "relocation",
-     "privatefiles", "llvmir", "sourcelines", "vectormath", "checks", "options",
+     "privatefiles", "llvmir", "sourcelines", "vectormath", "checks", "options", "scheduling",
      "cprototype", "ufunc_loops",
      "failures", "aliases"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",

@@ -596,3 +596,57 @@ def test_arrays_keep_the_code_that_frees_them(tmp_path: Path, cached: bool) -> N
     args = [str(tmp_path)] if cached else []
     for _ in range(2 if cached else 1):  # links the library, then loads it
         assert run_python(LAST_OWNER, *args).split() == ["True", "True", "1225.0", "499500.0"]
+
+
+SCALAR_RESULTS = """
+func.func @many(%x: f64, %k: i64) -> (f64, f32, i64, i32, i8, i1, index, f64) {
+  %f = arith.truncf %x : f64 to f32
+  %i = arith.trunci %k : i64 to i32
+  %b = arith.trunci %k : i64 to i8
+  %c0 = arith.constant 0 : i64
+  %neg = arith.cmpi slt, %k, %c0 : i64
+  %n = arith.index_cast %k : i64 to index
+  %y = arith.mulf %x, %x : f64
+  return %x, %f, %k, %i, %b, %neg, %n, %y : f64, f32, i64, i32, i8, i1, index, f64
+}
+func.func @two(%a: f64, %b: f64) -> (f64, f64) {
+  %s = arith.addf %a, %b : f64
+  %p = arith.mulf %a, %b : f64
+  return %s, %p : f64, f64
+}
+"""
+
+
+def test_tuples_of_scalar_results_are_filled_natively(session: Session) -> None:
+    import tracemalloc
+
+    module = session.compile(SCALAR_RESULTS)
+    many, two = module.many, module.two  # type: ignore[attr-defined]
+    assert many.ensure_native() and two.ensure_native()
+    for x, k in ((1.5, -7), (-0.0, 300), (float("inf"), 2**40)):
+        native, calls = python_path_calls(lambda x=x, k=k: many(x, k))  # type: ignore[misc]
+        assert calls == 0
+        # np.longlong is not among the types entries unbox: the Python path boxes these
+        python, calls = python_path_calls(
+            lambda x=x, k=k: many(x, np.longlong(k)))  # type: ignore[misc]
+        assert calls == 1
+        assert type(native) is tuple and len(native) == 8
+        assert [type(v) for v in native] == [type(v) for v in python]
+        assert native == python
+        assert native == (x, float(np.float32(x)), k, int(np.int64(k).astype(np.int32)),
+                          int(np.int64(k).astype(np.int8)), k < 0, k, x * x)
+        assert sys.getrefcount(native) == 2  # this name's reference and the argument's
+    assert two(3.0, 4.0) == (7.0, 12.0)
+    tracemalloc.start()
+    try:
+        for _ in range(1000):  # warm the free lists
+            two(1.0, 2.0)
+            many(1.0, 2)
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20_000):
+            two(1.0, 2.0)
+            many(1.0, 2)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 << 10, grown  # a tuple or an item leaked per call would be MBs

@@ -423,6 +423,85 @@ def test_module_loaded_in_a_forked_child(tmp_path: Path) -> None:
     assert _run(FORK_THEN_LOAD, str(tmp_path), env={THREADS_VARIABLE: "2"}) == "child 0\n"
 
 
+BEFORE_FORK_AND_LOADED_IN_CHILD = """
+import os, sys
+import warnings
+# Forking once the runtime's threads exist is what this tests: Python 3.12+'s warning
+# that fork() in a multi-threaded process may deadlock is the risk under test.
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+import numpy as np
+from pymlirjit import Session
+from tests.test_parallel import ADD, STENCIL, _stencil_numpy
+if sys.argv[2] == "store":   # another process puts the stencil in the disk cache
+    Session(parallel=True, cache_dir=sys.argv[1]).compile(STENCIL)
+    sys.exit(0)
+add = Session(parallel=True).compile(ADD)   # compiled (JIT) before the fork
+a = np.arange(7001.0); c = np.zeros_like(a)
+for _ in range(50):
+    add.add(a, a, c)                        # the pool's workers run (and wait for more)
+pid = os.fork()
+if pid == 0:
+    import faulthandler
+    faulthandler.dump_traceback_later(60, exit=True)   # a task given to the pool hangs
+    ok = True
+    for _ in range(20):
+        c[:] = 0
+        add.add(a, a, c)
+        ok = ok and bool((c == 2 * a).all())
+    session = Session(parallel=True, cache_dir=sys.argv[1])
+    stencil = session.compile(STENCIL)      # loaded from the disk cache, in the child
+    ok = ok and session.cache_info().disk_hits == 1
+    u = np.random.default_rng(1).random((301, 299))
+    for _ in range(20):
+        v = np.zeros_like(u)
+        stencil.stencil(u, v)
+        ok = ok and np.allclose(v, _stencil_numpy(u), rtol=1e-15, atol=0)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+c[:] = 0; add.add(a, a, c)
+print("child", os.waitstatus_to_exitcode(status), "parent", bool((c == 2 * a).all()))
+"""
+
+
+def test_compiled_before_a_fork_and_loaded_in_the_child_both_run_there(
+        tmp_path: Path) -> None:
+    env = {THREADS_VARIABLE: "2"}
+    _run(BEFORE_FORK_AND_LOADED_IN_CHILD, str(tmp_path), "store", env=env)
+    assert _run(BEFORE_FORK_AND_LOADED_IN_CHILD, str(tmp_path), "fork",
+                env=env) == "child 0 parent True\n"
+
+
+def test_back_to_back_calls_from_several_threads(two_threads: None) -> None:
+    # A worker that ran a task waits a moment for the module's next one, which the
+    # caller then hands it directly: calls in quick succession, from several Python
+    # threads at once and to two modules, each get their own results.
+    add = Session(parallel=True).compile(ADD)
+    stencil = Session(parallel=True).compile(STENCIL)
+    failures: list[str] = []
+
+    def run(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for i in range(150):
+            n = int(rng.integers(0, 3000))
+            a, b, c = rng.random(n), rng.random(n), np.full(n, np.nan)
+            add.add(a, b, c)
+            if not (c == a + b).all():
+                failures.append(f"add, thread {seed}, call {i}, n={n}")
+            if i % 10 == 0:
+                u = rng.random((int(rng.integers(1, 60)), 40))
+                v = np.zeros_like(u)
+                stencil.stencil(u, v)
+                if not np.allclose(v, _stencil_numpy(u), rtol=1e-15, atol=0):
+                    failures.append(f"stencil, thread {seed}, call {i}, {u.shape}")
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
 def test_cli_run_parallel(tmp_path: Path) -> None:
     source = tmp_path / "fill.mlir"
     source.write_text("""

@@ -4,6 +4,8 @@ code allocated)."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -72,8 +74,20 @@ class _ResultsBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [items])
             self.leave(ir.Constant(_ptr, None))
             b.position_at_end(ok)
-            b.call(self.api["PyTuple_SetItem"], [items, ir.Constant(_i64, i), item])  # steals
+            self.set_tuple_item(items, i, item)
         return items
+
+    def set_tuple_item(self, tuple_: ir.Value, i: int, item: ir.Value) -> None:
+        """Put ``item`` (a new reference, which the tuple takes) in the empty slot ``i``
+        of a new tuple: stored into its items, as ``PyTuple_SET_ITEM`` does, where this
+        interpreter's tuples have the layout :func:`_tuple_items_offset` checked."""
+        b = self.builder
+        offset = _tuple_items_offset()
+        if offset is None:
+            b.call(self.api["PyTuple_SetItem"], [tuple_, ir.Constant(_i64, i), item])
+            return
+        slot = b.gep(tuple_, [ir.Constant(_i64, offset + 8 * i)])
+        b.store(item, b.bitcast(slot, _ptr.as_pointer()))
 
     def box_results(self, results: ir.Value) -> ir.Value:
         """The results the callee wrote to ``results`` (laid out as the ABI's
@@ -115,7 +129,7 @@ class _ResultsBuilder(_FunctionBuilder):
                 b.call(self.api["Py_DecRef"], [item])
             self.leave(ir.Constant(_ptr, None))
         for i, item in enumerate(items):
-            b.call(self.api["PyTuple_SetItem"], [tuple_, ir.Constant(_i64, i), item])  # steals
+            self.set_tuple_item(tuple_, i, item)
         return tuple_
 
     def owned_array(self, descriptor: ir.Value, t: MemRefType | TensorType) -> ir.Value:
@@ -237,6 +251,22 @@ class _ResultsBuilder(_FunctionBuilder):
         b.call(self.api["Py_DecRef"], [method])
         return value
 
+
+
+#: PyTupleObject.ob_item: the items follow the variable-size object header.
+TUPLE_ITEMS = 24
+
+
+@functools.cache
+def _tuple_items_offset() -> int | None:
+    """:data:`TUPLE_ITEMS` if this interpreter's tuples keep their items there (read
+    back through ctypes from tuples of each length entries make), else ``None``."""
+    for length in range(1, 9):
+        items = tuple(object() for _ in range(length))
+        stored = (ctypes.c_void_p * length).from_address(id(items) + TUPLE_ITEMS)
+        if [address or 0 for address in stored] != [id(item) for item in items]:
+            return None
+    return TUPLE_ITEMS
 
 
 _OWNER_DESTRUCTOR = "pymlirjit_free_owner"
