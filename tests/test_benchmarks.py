@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_quick_benchmarks_run_and_print_the_table() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,  # slow when loaded
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     output = completed.stdout
