@@ -87,13 +87,13 @@ def _median_us(function: Callable[[], Any], number: int, repeat: int = 5) -> flo
 
 def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> float:
     """Microseconds per ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as a receiver
-    that has not unpickled ``obj`` before (pymlirjit's token table, and numba's
+    that has not unpickled ``obj`` before (pymlirjit's token tables, and numba's
     dispatcher memo, cleared before each round trip)."""
     from pymlirjit import pickling as tokens
 
     if not fresh:
         return _median_us(lambda: pickle.loads(pickle.dumps(obj)), number, 1)
-    tables: list[Any] = [tokens._by_token]
+    tables: list[Any] = [tokens._by_token, tokens._kept]
     if "numba" in sys.modules:  # numba interns unpickled dispatchers by uuid the same way
         from numba.core.dispatcher import _MemoMixin
 

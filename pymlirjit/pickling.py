@@ -6,6 +6,10 @@ form of what never changes in it (its ``_pickled_parts``): later picklings only 
 bytes, and a receiver that unpickled that token before returns the object it made then,
 without unpickling the parts again. So one token is one value: every receiver rebuilds
 the object from the same bytes, those of its first pickling.
+
+A receiver keeps the objects it made last (:data:`KEPT`) even when nothing else holds
+them: a Dask worker drops a task's kernel when the task ends, and the next task's
+kernel, the same token, is then a lookup instead of a new kernel to build and link.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import sys
 import threading
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["function_by_value", "importable", "interned", "pickle_token", "pickled_once"]
+__all__ = ["KEPT", "forget_unpickled", "function_by_value", "importable", "interned",
+           "pickle_token", "pickled_once"]
 
 T = TypeVar("T")
 
@@ -44,6 +50,13 @@ def importable(obj: Any) -> bool:
 _by_token: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 _token_lock = threading.Lock()
 
+#: How many of the objects it unpickled last a process keeps alive (a kernel, its
+#: session and its callbacks count one each; the sender's own objects are never kept:
+#: they live as long as the sender holds them).
+KEPT = 128
+# Those objects, by token, the most recently unpickled last (the lock above held).
+_kept: OrderedDict[str, Any] = OrderedDict()
+
 
 def pickle_token(obj: Any) -> str:
     """The token ``obj`` is pickled by value with (made on first use)."""
@@ -59,13 +72,31 @@ def interned(token: str, make: Callable[[], Any]) -> Any:
     """The object unpickled before with ``token`` in this process, else ``make()``'s."""
     found = _by_token.get(token)
     if found is not None:
+        if token in _kept:
+            with _token_lock:
+                if token in _kept:  # not evicted meanwhile
+                    _kept.move_to_end(token)
         return found
     made = make()
+    # Evicted objects are let go of after the lock: an object's end may run any code.
+    evicted: list[tuple[str, Any]] = []
     with _token_lock:
         found = _by_token.setdefault(token, made)
-    if found is made:
-        made.__dict__["_pickle_token"] = token
+        if found is made:
+            made.__dict__["_pickle_token"] = token
+            _kept[token] = made
+            while len(_kept) > KEPT:
+                evicted.append(_kept.popitem(last=False))
     return found
+
+
+def forget_unpickled() -> None:
+    """Let go of the objects this process unpickled by value and keeps (see
+    :data:`KEPT`): each then lives only as long as something else holds it."""
+    with _token_lock:
+        kept = list(_kept.values())
+        _kept.clear()
+    del kept  # after the lock (see interned)
 
 
 def function_by_value(function: Callable[..., Any], what: str) -> bytes:
