@@ -14,17 +14,21 @@ kernel, the same token, is then a lookup instead of a new kernel to build and li
 
 from __future__ import annotations
 
+import functools
+import io
 import pickle
 import sys
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import ChainMap, OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
+
+from .types import SCALARS, ScalarType, ptr
 
 __all__ = ["KEPT", "forget_unpickled", "function_by_value", "importable", "interned",
-           "pickle_token", "pickled_once"]
+           "pickle_token", "pickled_once", "scalar_type"]
 
 T = TypeVar("T")
 
@@ -99,21 +103,52 @@ def forget_unpickled() -> None:
     del kept  # after the lock (see interned)
 
 
-def function_by_value(function: Callable[..., Any], what: str) -> bytes:
-    """``function`` pickled by value through cloudpickle (its code, and the current values
-    of the globals and cells it uses); ``what`` names its owner in the error."""
+def function_by_value(function: Callable[..., Any], what: str,
+                      along: tuple[Any, ...] = ()) -> bytes:
+    """``(*along, function)`` pickled by value through cloudpickle (the function's code,
+    and the current values of the globals and cells it uses), in one pickle, pymlirjit's
+    scalar types by reference; ``what`` names its owner in the error."""
     try:
-        import cloudpickle
+        pickler = _function_pickler()
     except ImportError:
         raise pickle.PicklingError(
             f"cannot pickle {what}: its function {function!r} is not importable by module "
             f"and name (defined in __main__, a notebook or a function?), and pickling a "
             f"function by value needs cloudpickle (pip install cloudpickle)") from None
     try:
-        return bytes(cloudpickle.dumps(function))
+        with io.BytesIO() as file:
+            pickler(file).dump((*along, function))
+            return file.getvalue()
     except Exception as exc:
         raise pickle.PicklingError(f"cannot pickle {what}: cloudpickle cannot pickle its "
                                    f"function {function!r}: {exc}") from exc
+
+
+def scalar_type(mlir: str) -> ScalarType:
+    """The scalar type spelled ``mlir`` (how a scalar type pickled by reference is found
+    again: unpickled by value, each of a signature's and an annotation's scalar types
+    cost as much as the rest of a callback's parts, and was not ``is`` its type)."""
+    return _CANONICAL[mlir]
+
+
+_CANONICAL = {t.mlir: t for t in (*SCALARS, ptr)}
+
+
+def _reduce_scalar(scalar: ScalarType) -> Any:
+    if _CANONICAL.get(scalar.mlir) is scalar:
+        return scalar_type, (scalar.mlir,)
+    return scalar.__reduce_ex__(pickle.HIGHEST_PROTOCOL)  # made apart: by value
+
+
+@functools.cache
+def _function_pickler() -> Callable[[io.BytesIO], pickle.Pickler]:
+    import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+        dispatch_table: ClassVar[ChainMap[type, Any]] = ChainMap(
+            {ScalarType: _reduce_scalar}, cloudpickle.Pickler.dispatch_table)
+
+    return Pickler
 
 
 def pickled_once(obj: Any, make: Callable[[], T]) -> T:

@@ -408,3 +408,33 @@ def test_the_sender_does_not_keep_what_it_pickled(session: Session) -> None:
     del local_add
     gc.collect()
     assert ref() is None
+
+
+def test_a_callback_by_value_carries_scalar_types_by_reference() -> None:
+    pytest.importorskip("cloudpickle")
+    from pymlirjit.pickling import function_by_value
+    from pymlirjit.types import ScalarType
+
+    def total(a: MemRef[f64, None], x: f64) -> f64:
+        return float(a.sum()) + x
+
+    # The types themselves, not their names (this module's annotations are strings).
+    total.__annotations__ = {"a": MemRef[f64, None], "x": f64, "return": f64}
+    cb = callback(registry=CallbackRegistry())(total)
+    data = pickle.dumps(cb)
+    assert b"ScalarType" not in data  # each type is a name, not a value to rebuild
+    done = run(f"""
+        import pickle
+        import numpy as np
+        from pymlirjit import f64
+        cb = pickle.loads({data!r})
+        memref, x = cb.signature.param_types
+        print(memref.element is f64, x is f64, cb.signature.results[0] is f64,
+              cb.__wrapped__.__annotations__["x"] is f64, cb(np.ones(3), 1.0))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True", "True", "4.0"]
+    # A scalar type made apart is no canonical one: it travels by value.
+    odd = ScalarType("f64", "float", 64, "float64", f64.ctype)
+    back = pickle.loads(function_by_value(total, "test", (odd, f64)))
+    assert back[0] == odd and back[0] is not f64 and back[1] is f64
