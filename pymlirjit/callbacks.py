@@ -131,9 +131,8 @@ class Callback:
         # pickled once (see pymlirjit.pickling: one token, one function).
         if importable(self):
             return getattr(self, "__qualname__", self.name)
-        fixed = pickled_once(self, lambda: pickle.dumps((
-            self.name, self.signature,
-            function_by_value(self.__wrapped__, f"callback {self.name!r}"))))
+        fixed = pickled_once(self, lambda: function_by_value(
+            self.__wrapped__, f"callback {self.name!r}", (self.name, self.signature)))
         registered = _default_registry.get(self.name) is self
         return _callback_by_value, (pickle_token(self), fixed, registered)
 
@@ -149,7 +148,7 @@ class Callback:
 def _callback_by_value(token: str, fixed: bytes, registered: bool) -> Callback:
     def make() -> Callback:
         name, signature, function = pickle.loads(fixed)
-        cb = Callback(pickle.loads(function), signature, name)
+        cb = Callback(function, signature, name)
         # Linked by name as in the sender, unless this process defines that name itself.
         if registered and _default_registry.get(name) is None:
             _default_registry.add(cb)

@@ -6,19 +6,29 @@ form of what never changes in it (its ``_pickled_parts``): later picklings only 
 bytes, and a receiver that unpickled that token before returns the object it made then,
 without unpickling the parts again. So one token is one value: every receiver rebuilds
 the object from the same bytes, those of its first pickling.
+
+A receiver keeps the objects it made last (:data:`KEPT`) even when nothing else holds
+them: a Dask worker drops a task's kernel when the task ends, and the next task's
+kernel, the same token, is then a lookup instead of a new kernel to build and link.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import pickle
 import sys
 import threading
 import uuid
 import weakref
+from collections import ChainMap, OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-__all__ = ["function_by_value", "importable", "interned", "pickle_token", "pickled_once"]
+from .types import SCALARS, ScalarType, ptr
+
+__all__ = ["KEPT", "forget_unpickled", "function_by_value", "importable", "interned",
+           "pickle_token", "pickled_once", "scalar_type"]
 
 T = TypeVar("T")
 
@@ -44,6 +54,13 @@ def importable(obj: Any) -> bool:
 _by_token: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 _token_lock = threading.Lock()
 
+#: How many of the objects it unpickled last a process keeps alive (a kernel, its
+#: session and its callbacks count one each; the sender's own objects are never kept:
+#: they live as long as the sender holds them).
+KEPT = 128
+# Those objects, by token, the most recently unpickled last (the lock above held).
+_kept: OrderedDict[str, Any] = OrderedDict()
+
 
 def pickle_token(obj: Any) -> str:
     """The token ``obj`` is pickled by value with (made on first use)."""
@@ -59,30 +76,79 @@ def interned(token: str, make: Callable[[], Any]) -> Any:
     """The object unpickled before with ``token`` in this process, else ``make()``'s."""
     found = _by_token.get(token)
     if found is not None:
+        if token in _kept:
+            with _token_lock:
+                if token in _kept:  # not evicted meanwhile
+                    _kept.move_to_end(token)
         return found
     made = make()
+    # Evicted objects are let go of after the lock: an object's end may run any code.
+    evicted: list[tuple[str, Any]] = []
     with _token_lock:
         found = _by_token.setdefault(token, made)
-    if found is made:
-        made.__dict__["_pickle_token"] = token
+        if found is made:
+            made.__dict__["_pickle_token"] = token
+            _kept[token] = made
+            while len(_kept) > KEPT:
+                evicted.append(_kept.popitem(last=False))
     return found
 
 
-def function_by_value(function: Callable[..., Any], what: str) -> bytes:
-    """``function`` pickled by value through cloudpickle (its code, and the current values
-    of the globals and cells it uses); ``what`` names its owner in the error."""
+def forget_unpickled() -> None:
+    """Let go of the objects this process unpickled by value and keeps (see
+    :data:`KEPT`): each then lives only as long as something else holds it."""
+    with _token_lock:
+        kept = list(_kept.values())
+        _kept.clear()
+    del kept  # after the lock (see interned)
+
+
+def function_by_value(function: Callable[..., Any], what: str,
+                      along: tuple[Any, ...] = ()) -> bytes:
+    """``(*along, function)`` pickled by value through cloudpickle (the function's code,
+    and the current values of the globals and cells it uses), in one pickle, pymlirjit's
+    scalar types by reference; ``what`` names its owner in the error."""
     try:
-        import cloudpickle
+        pickler = _function_pickler()
     except ImportError:
         raise pickle.PicklingError(
             f"cannot pickle {what}: its function {function!r} is not importable by module "
             f"and name (defined in __main__, a notebook or a function?), and pickling a "
             f"function by value needs cloudpickle (pip install cloudpickle)") from None
     try:
-        return bytes(cloudpickle.dumps(function))
+        with io.BytesIO() as file:
+            pickler(file).dump((*along, function))
+            return file.getvalue()
     except Exception as exc:
         raise pickle.PicklingError(f"cannot pickle {what}: cloudpickle cannot pickle its "
                                    f"function {function!r}: {exc}") from exc
+
+
+def scalar_type(mlir: str) -> ScalarType:
+    """The scalar type spelled ``mlir`` (how a scalar type pickled by reference is found
+    again: unpickled by value, each of a signature's and an annotation's scalar types
+    cost as much as the rest of a callback's parts, and was not ``is`` its type)."""
+    return _CANONICAL[mlir]
+
+
+_CANONICAL = {t.mlir: t for t in (*SCALARS, ptr)}
+
+
+def _reduce_scalar(scalar: ScalarType) -> Any:
+    if _CANONICAL.get(scalar.mlir) is scalar:
+        return scalar_type, (scalar.mlir,)
+    return scalar.__reduce_ex__(pickle.HIGHEST_PROTOCOL)  # made apart: by value
+
+
+@functools.cache
+def _function_pickler() -> Callable[[io.BytesIO], pickle.Pickler]:
+    import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+        dispatch_table: ClassVar[ChainMap[type, Any]] = ChainMap(
+            {ScalarType: _reduce_scalar}, cloudpickle.Pickler.dispatch_table)
+
+    return Pickler
 
 
 def pickled_once(obj: Any, make: Callable[[], T]) -> T:

@@ -269,3 +269,28 @@ def test_the_benchmark_measures_the_pickle_round_trip_against_its_baselines() ->
     bad = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--only", "nope"],
                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "unknown parts ['nope']" in bad.stderr
+
+
+@pytest.fixture
+def slow_opt_in(request: pytest.FixtureRequest) -> None:
+    """Skip ``slow`` tests unless asked for: pyproject's addopts does not deselect them."""
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("slow variant: run with -m slow")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("slow_opt_in")
+def test_the_benchmark_runs_every_chunked_way_to_the_same_sum() -> None:
+    # Each way's sum is checked against one process's inside the benchmark (it raises
+    # otherwise); ~15 s: a pool and a Dask cluster start, each worker compiles twice.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--quick",
+                           "--only", "chunked"], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    rows = [line[:42].strip() for line in done.stdout.splitlines()
+            if line.startswith("  ") and " ms " in line]
+    expected = ["one process", "2-process pool (spawn)", "2-process pool, kernel by value"]
+    if importlib.util.find_spec("distributed") is not None:
+        expected += ["2-worker Dask LocalCluster", "2-worker Dask, kernel by value"]
+    assert rows == expected, done.stdout

@@ -353,3 +353,88 @@ def test_parts_pickled_at_once_by_two_threads_are_one_value() -> None:
     for thread in threads:
         thread.join()
     assert len(got) == 2 and got[0] == got[1] == pickled_once(holder, make)
+
+
+def test_a_receiver_keeps_what_it_unpickled_between_tasks(session: Session) -> None:
+    # A Dask worker drops a task's kernel when the task ends: the next task's copy (the
+    # same token) must be the kernel already built and compiled, not a new one.
+    @mlir_kernel(source=ADD, session=session, name="add")
+    def local_add(a: f64, b: f64) -> f64: ...
+
+    data = pickle.dumps(local_add)
+    done = run(f"""
+        import gc, pickle
+        kernel = pickle.loads({data!r})
+        first = (kernel(1.0, 2.0), id(kernel), kernel.session.cache_info().misses)
+        del kernel
+        gc.collect()
+        kernel = pickle.loads({data!r})
+        print(*first, kernel(2.0, 2.0), id(kernel), kernel.session.cache_info().misses,
+              kernel.compile() is kernel.compile())
+    """)
+    assert done.returncode == 0, done.stderr
+    result, ident, misses, result2, ident2, misses2, same = done.stdout.split()
+    assert (result, result2, ident2, misses, misses2, same) == (
+        "3.0", "4.0", ident, "1", "1", "True")
+
+
+def test_a_receiver_keeps_only_the_last_objects_it_unpickled() -> None:
+    sessions = [Session(opt_level=level) for level in (0, 1, 3)]
+    done = run(f"""
+        import gc, pickle, weakref
+        from pymlirjit import pickling
+        pickling.KEPT = 2
+        refs = [weakref.ref(pickle.loads(data)) for data in {[pickle.dumps(s) for s in sessions]!r}]
+        gc.collect()
+        print([ref() is not None for ref in refs], [ref().opt_level for ref in refs[1:]])
+        pickling.forget_unpickled()
+        gc.collect()
+        print([ref() is not None for ref in refs])
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[False, True, True] [1, 3]", "[False, False, False]"]
+
+
+def test_the_sender_does_not_keep_what_it_pickled(session: Session) -> None:
+    import gc
+    import weakref
+
+    @mlir_kernel(source=ADD, session=session, name="add")
+    def local_add(a: f64, b: f64) -> f64: ...
+
+    data = pickle.dumps(local_add)
+    assert pickle.loads(data) is local_add
+    ref = weakref.ref(local_add)
+    del local_add
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_callback_by_value_carries_scalar_types_by_reference() -> None:
+    pytest.importorskip("cloudpickle")
+    from pymlirjit.pickling import function_by_value
+    from pymlirjit.types import ScalarType
+
+    def total(a: MemRef[f64, None], x: f64) -> f64:
+        return float(a.sum()) + x
+
+    # The types themselves, not their names (this module's annotations are strings).
+    total.__annotations__ = {"a": MemRef[f64, None], "x": f64, "return": f64}
+    cb = callback(registry=CallbackRegistry())(total)
+    data = pickle.dumps(cb)
+    assert b"ScalarType" not in data  # each type is a name, not a value to rebuild
+    done = run(f"""
+        import pickle
+        import numpy as np
+        from pymlirjit import f64
+        cb = pickle.loads({data!r})
+        memref, x = cb.signature.param_types
+        print(memref.element is f64, x is f64, cb.signature.results[0] is f64,
+              cb.__wrapped__.__annotations__["x"] is f64, cb(np.ones(3), 1.0))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True", "True", "4.0"]
+    # A scalar type made apart is no canonical one: it travels by value.
+    odd = ScalarType("f64", "float", 64, "float64", f64.ctype)
+    back = pickle.loads(function_by_value(total, "test", (odd, f64)))
+    assert back[0] == odd and back[0] is not f64 and back[1] is f64
