@@ -90,6 +90,9 @@ class CompileOptions:
              error_model: str = "python") -> CompileOptions:
         """Options from any accepted spelling, checked (``pipeline=None``: the default
         pipeline; libraries by path or by runtime library name)."""
+        if (pipeline is None and opt_level == 2 and shared_libs == () and not fastmath
+                and not parallel and not boundscheck and error_model == "python"):
+            return _defaults()  # the common case (every Session()), made once
         return _defaults().overridden(OptionOverrides.of(
             pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
             boundscheck=boundscheck, error_model=error_model))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import pickle
 import sys
 import threading
@@ -53,6 +54,15 @@ def importable(obj: Any) -> bool:
 # compiles once; unpickling in the sending process (or a forked child) gives the original.
 _by_token: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 _token_lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork; it does not run here.
+    global _token_lock
+    _token_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 #: How many of the objects it unpickled last a process keeps alive (a kernel, its
 #: session and its callbacks count one each; the sender's own objects are never kept:

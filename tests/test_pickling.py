@@ -438,3 +438,32 @@ def test_a_callback_by_value_carries_scalar_types_by_reference() -> None:
     odd = ScalarType("f64", "float", 64, "float64", f64.ctype)
     back = pickle.loads(function_by_value(total, "test", (odd, f64)))
     assert back[0] == odd and back[0] is not f64 and back[1] is f64
+
+
+def test_a_child_forked_while_a_thread_held_the_token_lock_can_pickle() -> None:
+    code = """
+import os, pickle, signal, threading
+from pymlirjit import mlir_kernel, pickling
+kernel = mlir_kernel(source="func.func @f(%x: f64) -> f64 { return %x : f64 }",
+                     name="f")(lambda x: None)
+held, release = threading.Event(), threading.Event()
+def hold():
+    with pickling._token_lock:
+        held.set()
+        release.wait()
+thread = threading.Thread(target=hold)
+thread.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)  # a lock still held would hang the child: make that a failure
+    os._exit(0 if pickle.loads(pickle.dumps(kernel))(2.5) == 2.5 else 1)
+release.set()
+thread.join()
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    completed = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
+                               capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "0", completed.stdout + completed.stderr
