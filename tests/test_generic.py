@@ -357,7 +357,7 @@ NUMPY_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uin
 UNBOXED: dict[str, set[type]] = {
     "i1": {bool, np.bool_},
     **{f"i{bits}": {int, *NUMPY_INTS} for bits in (8, 16, 32, 64)},
-    **{f"f{bits}": {float, np.float32, np.float64, *NUMPY_INTS} for bits in (32, 64)},
+    **{f"f{bits}": {float, int, np.float32, np.float64, *NUMPY_INTS} for bits in (32, 64)},
 }
 
 

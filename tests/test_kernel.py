@@ -697,6 +697,10 @@ EXACTNESS = [
     (np.uint16(65535), 65535.0, 65535.0),
     (2**53 + 1, ValueError, ValueError),  # a Python int too: exact only
     (7, 7.0, 7.0),
+    (-(2**24) - 1, ValueError, -(2.0**24) - 1),
+    (-(2**63), -(2.0**63), -(2.0**63)),
+    (2**63 - 1, ValueError, ValueError),
+    (2**70, 2.0**70, 2.0**70),  # beyond i64: the Python path converts it
 ]
 
 

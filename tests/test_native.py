@@ -153,3 +153,24 @@ def test_an_entry_with_exact_types_takes_only_calls_of_those_types() -> None:
         assert obj(*args) == "handed", args
     assert function(1.0, 2) == 3.0  # the function itself converts any of them
     del code  # the entry's machine code: alive until here
+
+
+def test_python_ints_reach_float_parameters_natively(session: Session) -> None:
+    import sys
+
+    function = session.compile("""
+    func.func @mix(%x: f64, %y: f32) -> f64 {
+      %e = arith.extf %y : f32 to f64
+      %r = arith.addf %x, %e : f64
+      return %r : f64
+    }""").mix
+    assert function(1.5, 2) == 3.5  # the first call builds the entry
+    seen: list[str] = []
+    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code.co_name)
+                   if event == "call" else None)
+    try:
+        results = [function(3, 4), function(-(2**53), 2**24), function(0.5, -7)]
+    finally:
+        sys.setprofile(None)
+    assert results == [7.0, -(2.0**53) + 2.0**24, -6.5]
+    assert seen == []  # no Python ran: the entry unboxed the ints itself

@@ -174,9 +174,10 @@ class _EntryBuilder(_ResultsBuilder):
         return extend(raw, _i64)
 
     def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
-        """The C value of argument ``i``: exact Python floats, ints and bools, and numpy
-        scalars of the types the Python path converts exactly as done here (anything
-        else goes to the Python path)."""
+        """The C value of argument ``i``: exact Python floats, ints and bools (an int
+        for a float parameter where it is exactly representable), and numpy scalars of
+        the types the Python path converts exactly as done here (anything else goes to
+        the Python path)."""
         b = self.builder
         if t.kind == "float":
             # Converted as the Python path converts kernel arguments (see
@@ -210,8 +211,16 @@ class _EntryBuilder(_ResultsBuilder):
                     return b.sitofp(value, _double)
                 return read
 
+            def read_int_as_float() -> ir.Value:  # exactly representable only
+                overflow = b.alloca(_i32)
+                number = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
+                self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)),
+                           f"fits{i}")
+                self.check(self.int_is_exact(number, False, t.bits), f"exact{i}")
+                return b.sitofp(number, _double)
+
             numpy_types: tuple[type[Any], ...] = (np.float64, np.float32, *_NUMPY_INTEGERS)
-            value = self.by_type(obj, [(float, read_float)] + [
+            value = self.by_type(obj, [(float, read_float), (int, read_int_as_float)] + [
                 (st, read_numpy(st)) for st in numpy_types], f"float{i}")
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
         if t.kind == "bool":
