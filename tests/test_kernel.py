@@ -760,3 +760,19 @@ def test_a_partial_of_a_function_is_a_callback_of_what_it_leaves(session: Sessio
     func.func private @fast(f64) -> f64""")
     assert module.step(2.0) == (-1.0, -8.0)
     assert decay(2.0) == -1.0 and fast(y=1.0) == -4.0  # still callable from Python
+
+
+def test_kernels_over_one_cached_function_share_its_native_entry(session: Session) -> None:
+    source = "func.func @f(%x: f64) -> f64 { return %x : f64 }"
+    first = mlir_kernel(source=source, name="f", session=session)(lambda x: None)
+    second = mlir_kernel(source=source, name="f", session=session)(lambda y: None)
+    other_policy = mlir_kernel(source=source, name="f", session=session,
+                               release_gil=True)(lambda x: None)
+    assert first(1.5) == second(2.5) - 1.0 == other_policy(0.5) + 1.0
+    assert first._compiled is not None and second._compiled is not None
+    assert first._compiled.native_entry is not None
+    assert second._compiled.native_entry == first._compiled.native_entry  # built once
+    assert other_policy._compiled is not None
+    assert other_policy._compiled.native_entry != first._compiled.native_entry
+    with pytest.raises(TypeError, match=r"argument 1 \('y'\)"):
+        second("no")  # each keeps its own names in errors
