@@ -16,7 +16,7 @@ FLOORS: list[set[str]] = [
     {"errors", "types", "_version", "ffi", "callframe", "vectorcall", "pickling"},
     {"typing", "signature", "pipeline", "optimize", "linalg_schedules", "linalg_rewrites",
      "convert", "memref", "abi", "relocation",
-     "privatefiles", "llvmir", "sourcelines", "vectormath", "checks", "options",
+     "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "checks", "options",
      "cprototype", "ufunc_loops",
      "failures"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
