@@ -80,12 +80,15 @@ def run_lines(path: Path) -> list[str]:
 
 #: mlir-opt's test-only pipeline (mlir/test/lib/Dialect/LLVM/TestLowerToLLVM.cpp), which
 #: the wheel's mlir-opt does not register, spelled as the passes it adds; with
-#: convert-cf-to-llvm, since MLIR 22's convert-func-to-llvm no longer lowers cf.
+#: convert-cf-to-llvm, since MLIR 22's convert-func-to-llvm no longer lowers cf, and
+#: convert-ub-to-llvm, since MLIR 22's vector lowering makes ub.poison (without it the
+#: reference fails, and such RUN lines were skipped instead of compared).
 TEST_LOWER_TO_LLVM = (
     "func.func(convert-vector-to-scf,convert-linalg-to-loops),lower-affine,convert-scf-to-cf,"
     "canonicalize,cse,convert-vector-to-llvm{OPTIONS},func.func(convert-math-to-llvm),"
     "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-func-to-llvm,"
-    "convert-cf-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts"
+    "convert-cf-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-ub-to-llvm,"
+    "reconcile-unrealized-casts"
 )
 
 
