@@ -35,7 +35,7 @@ _T = TypeVar("_T")
 #: (one-shot bufferization cannot bufferize it otherwise). Affine lowers to scf, so
 #: ``lower-affine`` runs before ``convert-scf-to-cf``, and again after
 #: ``expand-strided-metadata``, which makes ``affine.apply``; vector transfers lower to scf
-#: loops before scf is lowered.
+#: loops before scf is lowered. Math on floats LLVM lacks (f8, f6, f4) becomes APFloat calls.
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "func.func(convert-elementwise-to-linalg)",
     "one-shot-bufferize{bufferize-function-boundaries "
@@ -62,6 +62,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "convert-cf-to-llvm",
     "convert-index-to-llvm",
     "convert-ub-to-llvm",
+    "convert-arith-to-apfloat", "convert-math-to-apfloat", "convert-to-llvm",
     "reconcile-unrealized-casts",
 )
 
