@@ -72,6 +72,11 @@ def set_llvm_options(options: Iterable[str]) -> None:
                                  f"process (LLVM's options are set once per process)")
         if not new:
             return
+        targets = [o for o in new if _name(o) in ("mattr", "march", "mcpu")]
+        if targets:
+            raise ValueError(f"{targets[0]!r} is mlir-runner's choice of the JIT's target, not "
+                             f"an LLVM option: pymlirjit compiles for this CPU with all its "
+                             f"features; drop the option")
         exiting = [o for o in new if _EXITING.match(_name(o))]
         if exiting:
             raise ValueError(f"LLVM option {exiting[0]!r} prints and ends the process: "

@@ -43,6 +43,7 @@ def test_cli_does_not_read_an_llvm_option_as_dash_e() -> None:
     ("-enable-matrix=maybe", "'maybe' is invalid value"),
     ("-matrix-default-layout=diagonal", "Cannot find option named 'diagonal'"),
     ("-help", "prints and ends the process"),
+    ("-mattr=+avx2", "mlir-runner's choice of the JIT's target"),
 ])
 def test_a_bad_option_raises_and_sets_nothing(option: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
