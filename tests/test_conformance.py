@@ -27,7 +27,7 @@ MLIR_ROOT = Path(mlir.__path__[0])
 FILECHECK = Path(sys.prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}",
                  "site-packages", "llvm", "bin", "FileCheck")
 FAST = {"global-constructors.mlir", "bare-ptr-call-conv.mlir", "memref-copy-layouts.mlir",
-        "vector-broadcast.mlir", "async-execute.mlir"}
+        "vector-broadcast.mlir", "async-execute.mlir", "f8-arithmetic.mlir"}
 WAYS = ("lowered", "passes", "default")
 
 
