@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from . import ffi
 from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
-from .llvmoptions import enable_matrix_lowering
+from .llvmoptions import lower_matrix_intrinsics_if
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
@@ -487,8 +487,7 @@ def _check_lowered(module: Any, filename: str) -> None:
         from mlir import ir
 
         name = op.name
-        if name.startswith("llvm.intr.matrix."):  # else LLVM's codegen ends the process
-            enable_matrix_lowering()
+        lower_matrix_intrinsics_if(name)  # else LLVM's codegen ends the process on them
         if not name.startswith("llvm.") and name != "builtin.module" and len(leftovers) < 5:
             leftovers.append(Diagnostic("error", f"'{name}' was not lowered to the LLVM dialect",
                                         str(op.location)).renamed_source(filename))
