@@ -99,7 +99,7 @@ def _stages(command: str) -> tuple[list[list[str]], list[str], list[str]]:
     runner: list[str] = []
     filecheck: list[str] = []
     for stage in command.split("|"):
-        words = shlex.split(stage)
+        words = _without_env(shlex.split(stage))[1]
         if words and words[0] == "mlir-opt":
             opts.append(words[1:])
         elif words and words[0] in ("mlir-runner", "mlir-cpu-runner"):
@@ -107,6 +107,27 @@ def _stages(command: str) -> tuple[list[list[str]], list[str], list[str]]:
         elif words and words[0] == "FileCheck":
             filecheck = words[1:]
     return opts, runner, filecheck
+
+
+def _without_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(the variables, the command) of a stage that may start with ``env NAME=VALUE...``
+    (upstream's sparse tests run ``env %{env} mlir-runner ...``)."""
+    variables: dict[str, str] = {}
+    if words[:1] == ["env"]:
+        words = words[1:]
+        while words and re.fullmatch(r"\w+=.*", words[0]):
+            name, _, value = words.pop(0).partition("=")
+            variables[name] = value
+    return variables, words
+
+
+def _runner_env(command: str) -> dict[str, str]:
+    """The variables ``env`` sets for the mlir-runner stage of ``command``."""
+    for stage in command.split("|"):
+        variables, words = _without_env(shlex.split(stage))
+        if words[:1] in (["mlir-runner"], ["mlir-cpu-runner"]):
+            return variables
+    return {}
 
 
 #: mlir-opt options that name no pass.
@@ -156,10 +177,10 @@ def _blank(output: str, clock: bool = False) -> str:
     return re.sub(r"0x[0-9a-f]+", "0x?", output)
 
 
-def _run(args: list[str], stdin: str | None = None,
-         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], stdin: str | None = None, cwd: Path | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300,
-                          env={**os.environ}, cwd=cwd)
+                          env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 def _check(filecheck: list[str], output: str) -> subprocess.CompletedProcess[str]:
@@ -180,7 +201,8 @@ def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
     """Run RUN line ``index`` of ``path`` one ``way`` (:data:`WAYS`) against the wheel's
     ``mlir-opt | mlir-runner``, writing intermediate files to ``workdir``."""
     command = run_lines(path)[index]
-    tools = {shlex.split(stage)[0] for stage in command.split("|") if stage.strip()}
+    tools = {(_without_env(shlex.split(stage))[1] or ["env"])[0]
+             for stage in command.split("|") if stage.strip()}
     others = sorted(tools - {"mlir-opt", "mlir-runner", "mlir-cpu-runner", "FileCheck"})
     if others or not tools & {"mlir-runner", "mlir-cpu-runner"}:
         return Outcome("skip", f"not an mlir-opt | mlir-runner | FileCheck line: "
@@ -198,8 +220,9 @@ def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
         source.write_text(lowered.stdout)
     runner_args = [a for a in runner if a != str(path)]
     # In workdir: a RUN line may write files (-dump-object-file) by relative paths.
+    env = _runner_env(command)
     reference = _run([str(MLIR_ROOT / "bin" / "mlir-runner"), str(source), *runner_args],
-                     cwd=workdir)
+                     cwd=workdir, env=env)
     if reference.returncode != 0:
         return Outcome("skip", f"the wheel's mlir-runner fails this RUN line: "
                                f"{reference.stderr[:200]}")
@@ -212,7 +235,7 @@ def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
         assert pipeline is not None
         extra = ["--pipeline", pipeline]
     ours = _run([sys.executable, "-m", "pymlirjit", "run", str(ours_input), *runner_args,
-                 *extra], cwd=workdir)
+                 *extra], cwd=workdir, env=env)
     if ours.returncode < 0:
         return Outcome("abort", f"signal {-ours.returncode}: {ours.stderr[-300:]}")
     if ours.returncode != 0:
