@@ -177,8 +177,9 @@ def execution_engine_lookup(engine: int, name: str) -> int:
 @functools.cache
 def llvm_parse_command_line_options() -> Any:
     """``void LLVMParseCommandLineOptions(int argc, const char *const *argv, const char *)``
-    of the LLVM that MLIR's C API links (found through it). It ends the process on a bad
-    option: :mod:`pymlirjit.llvmoptions` checks options before calling it."""
+    of the LLVM that MLIR's C API links (found through it). It ignores an unknown option,
+    reports a bad value on stderr only and ends the process on ``-help``:
+    :mod:`pymlirjit.llvmoptions` checks options in a child process before calling it."""
     return _declare(_mlir_capi_keeping_gil(), "LLVMParseCommandLineOptions", None,
                     ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.c_char_p)
 
