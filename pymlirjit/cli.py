@@ -45,6 +45,7 @@ from .cli_values import (
     save_outputs,
     split_results,
 )
+from .llvmoptions import set_llvm_options, split_runner_options
 
 __all__ = ["CLIError", "build_parser", "error_message", "main", "parse_args"]
 
@@ -205,10 +206,16 @@ def _runner_spellings(argv: Sequence[str]) -> list[str]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line; ``run`` takes its ARGs before, between or after options."""
     parser = build_parser()
-    args, leftovers = parser.parse_known_args(
-        _runner_spellings(sys.argv[1:] if argv is None else argv))
+    words = _runner_spellings(sys.argv[1:] if argv is None else argv)
+    llvm: list[str] = []
+    if words[:1] == ["run"]:  # mlir-runner takes LLVM's options (-enable-matrix) as well
+        run = next(a.choices["run"] for a in parser._actions
+                   if isinstance(a, argparse._SubParsersAction))
+        words, llvm = split_runner_options(words, run._option_string_actions)
+    args, leftovers = parser.parse_known_args(words)
     if args.command == "run":
         leftovers = _claim_leftover_arguments(args, leftovers)
+        args.llvm_options = llvm
     if leftovers:
         parser.error(f"unrecognized arguments: {' '.join(leftovers)}")
     return args
@@ -329,6 +336,10 @@ def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
     from .session import Session
 
     shared_libs = resolve_shared_libs(args.shared_libs)
+    try:
+        set_llvm_options(getattr(args, "llvm_options", ()))
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     session = Session(cache_dir=default_cache_dir() if args.cache else None)
     try:
         module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,

@@ -24,6 +24,7 @@ __all__ = [
     "execution_engine_lookup",
     "fflush",
     "free",
+    "llvm_parse_command_line_options",
     "malloc",
     "mlir_capi_path",
     "pass_manager_run_on_op",
@@ -171,6 +172,16 @@ def execution_engine_lookup(engine: int, name: str) -> int:
     pointer), 0 if it has none. The GIL is released meanwhile (the lookup may compile)."""
     data = name.encode()
     return int(_execution_engine_lookup()(engine, MlirStringRef(data, len(data))) or 0)
+
+
+@functools.cache
+def llvm_parse_command_line_options() -> Any:
+    """``void LLVMParseCommandLineOptions(int argc, const char *const *argv, const char *)``
+    of the LLVM that MLIR's C API links (found through it). It ignores an unknown option,
+    reports a bad value on stderr only and ends the process on ``-help``:
+    :mod:`pymlirjit.llvmoptions` checks options in a child process before calling it."""
+    return _declare(_mlir_capi_keeping_gil(), "LLVMParseCommandLineOptions", None,
+                    ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.c_char_p)
 
 
 # -- numpy's ufunc C API (the table its _UFUNC_API capsule points to) ----------------------

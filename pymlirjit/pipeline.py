@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from . import ffi
 from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
+from .llvmoptions import lower_matrix_intrinsics_if
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
@@ -34,7 +35,7 @@ _T = TypeVar("_T")
 #: (one-shot bufferization cannot bufferize it otherwise). Affine lowers to scf, so
 #: ``lower-affine`` runs before ``convert-scf-to-cf``, and again after
 #: ``expand-strided-metadata``, which makes ``affine.apply``; vector transfers lower to scf
-#: loops before scf is lowered.
+#: loops before scf is lowered. Math on floats LLVM lacks (f8, f6, f4) becomes APFloat calls.
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "func.func(convert-elementwise-to-linalg)",
     "one-shot-bufferize{bufferize-function-boundaries "
@@ -61,6 +62,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "convert-cf-to-llvm",
     "convert-index-to-llvm",
     "convert-ub-to-llvm",
+    "convert-arith-to-apfloat", "convert-math-to-apfloat", "convert-to-llvm",
     "reconcile-unrealized-casts",
 )
 
@@ -485,6 +487,7 @@ def _check_lowered(module: Any, filename: str) -> None:
         from mlir import ir
 
         name = op.name
+        lower_matrix_intrinsics_if(name)  # else LLVM's codegen ends the process on them
         if not name.startswith("llvm.") and name != "builtin.module" and len(leftovers) < 5:
             leftovers.append(Diagnostic("error", f"'{name}' was not lowered to the LLVM dialect",
                                         str(op.location)).renamed_source(filename))
