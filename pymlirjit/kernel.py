@@ -131,16 +131,12 @@ class Kernel(NativeCallable):
             except KeyError as exc:
                 raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
             stub = self.__wrapped__
-            if self.release_gil in (None, function.release_gil) and (
-                    stub is not None or self.release_gil is not None):
-                # The copy made below shares the module function's entry: built once,
-                # not once for every kernel over this (cached) module.
-                function.ensure_native()
+            if self.release_gil in (None, function.release_gil):
+                function.ensure_native()  # shared by the copies below: built once
             if stub is not None:
                 _check_stub(stub, function.signature, self.name)
-                function = function.with_options(stub.__name__,
-                                                 list(inspect.signature(stub).parameters),
-                                                 self.release_gil)
+                names = list(inspect.signature(stub).parameters)
+                function = function.with_options(stub.__name__, names, self.release_gil)
             elif self.release_gil is not None:
                 function = function.with_options(self.name,
                                                  [p.name for p in function.signature.params],
