@@ -56,8 +56,8 @@ class OptionOverrides:
 
     def given(self) -> dict[str, Any]:
         """The options set (not ``None``), by name."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}
+        # The instance's fields are its __dict__ (no slots): read once per unpickled kernel.
+        return {name: value for name, value in vars(self).items() if value is not None}
 
 
 @dataclass(frozen=True)
