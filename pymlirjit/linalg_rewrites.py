@@ -54,7 +54,8 @@ def _microkernel(name: str, element: str, types: tuple[str, str, str],
     :data:`_MICRO_ROWS` rows of C stay in vector registers (loop-carried values, so
     they stay there whatever aliases) while rows of B stream through as vectors and A's
     elements are broadcast into FMAs; the last partial panel is masked, the last rows
-    are done one at a time. ``parallel`` makes the panels an ``scf.parallel``."""
+    are done one at a time. ``parallel`` makes the panels an ``scf.parallel``
+    (:func:`_parallel_panels`)."""
     ta, tb, tc = types
     lanes, rows = _LANES[element], _MICRO_ROWS
     vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
@@ -115,17 +116,36 @@ def _microkernel(name: str, element: str, types: tuple[str, str, str],
         out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
 
-    out.append("  scf.parallel (%j) = (%c0) to (%nf) step (%lanes) {" if parallel else
-               "  scf.for %j = %c0 to %nf step %lanes {")
-    panel("%j", False, "    ")
     if parallel:
-        out.append("    scf.reduce")
-    out.append("  }")
-    out.append("  scf.if %partial {")
-    panel("%nf", True, "    ")
-    out.append("  }")
+        _parallel_panels(out, panel)
+    else:
+        out.append("  scf.for %j = %c0 to %nf step %lanes {")
+        panel("%j", False, "    ")
+        out.append("  }")
+        out.append("  scf.if %partial {")
+        panel("%nf", True, "    ")
+        out.append("  }")
     out += ["  return", "}"]
     return "\n".join(out)
+
+
+def _parallel_panels(out: list[str], panel: Any) -> None:
+    """The panels, the masked last one too, as one ``scf.parallel`` (which
+    ``optimize.split_for_threads`` splits into one contiguous chunk per thread): the
+    masked panel done by the caller after the loop, as in the serial order, left the
+    threads unequal shares (509 columns: 8 + 1 panels against 7; 1.72x serial instead
+    of 1.88x on 2 cores)."""
+    out += ["  %nc = arith.ceildivui %n, %lanes : index",
+            "  %np = arith.muli %nc, %lanes : index",
+            "  scf.parallel (%j) = (%c0) to (%np) step (%lanes) {",
+            "    %whole = arith.cmpi ult, %j, %nf : index",
+            "    scf.if %whole {"]
+    panel("%j", False, "      ")
+    out += ["    } else {"]
+    panel("%nf", True, "      ")
+    out += ["    }",
+            "    scf.reduce",
+            "  }"]
 
 
 def matmuls_to_microkernels(module: Any, parallel: bool = False) -> int:
