@@ -7,7 +7,7 @@ Each function returns how many ops it replaced; ops it cannot take are left alon
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["CONVOLUTIONS", "batch_matmuls_to_matmuls", "convolutions_to_matmuls",
@@ -129,12 +129,12 @@ def _microkernel(name: str, element: str, types: tuple[str, str, str],
     return "\n".join(out)
 
 
-def _parallel_panels(out: list[str], panel: Any) -> None:
+def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None]) -> None:
     """The panels, the masked last one too, as one ``scf.parallel`` (which
-    ``optimize.split_for_threads`` splits into one contiguous chunk per thread): the
-    masked panel done by the caller after the loop, as in the serial order, left the
-    threads unequal shares (509 columns: 8 + 1 panels against 7; 1.72x serial instead
-    of 1.88x on 2 cores)."""
+    ``optimize.split_for_threads`` splits into one contiguous chunk per thread). The
+    caller used to do the masked panel after the loop, as the serial order does, which
+    left the threads unequal shares: 509^3 f32 on 2 cores ran at 1.75x serial, now
+    2.02x (512^3, no masked panel: 1.96x either way; docs/performance.md)."""
     out += ["  %nc = arith.ceildivui %n, %lanes : index",
             "  %np = arith.muli %nc, %lanes : index",
             "  scf.parallel (%j) = (%c0) to (%np) step (%lanes) {",
