@@ -7,7 +7,7 @@ Each function returns how many ops it replaced; ops it cannot take are left alon
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["CONVOLUTIONS", "batch_matmuls_to_matmuls", "convolutions_to_matmuls",
@@ -54,7 +54,8 @@ def _microkernel(name: str, element: str, types: tuple[str, str, str],
     :data:`_MICRO_ROWS` rows of C stay in vector registers (loop-carried values, so
     they stay there whatever aliases) while rows of B stream through as vectors and A's
     elements are broadcast into FMAs; the last partial panel is masked, the last rows
-    are done one at a time. ``parallel`` makes the panels an ``scf.parallel``."""
+    are done one at a time. ``parallel`` makes the panels an ``scf.parallel``
+    (:func:`_parallel_panels`)."""
     ta, tb, tc = types
     lanes, rows = _LANES[element], _MICRO_ROWS
     vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
@@ -115,17 +116,36 @@ def _microkernel(name: str, element: str, types: tuple[str, str, str],
         out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
 
-    out.append("  scf.parallel (%j) = (%c0) to (%nf) step (%lanes) {" if parallel else
-               "  scf.for %j = %c0 to %nf step %lanes {")
-    panel("%j", False, "    ")
     if parallel:
-        out.append("    scf.reduce")
-    out.append("  }")
-    out.append("  scf.if %partial {")
-    panel("%nf", True, "    ")
-    out.append("  }")
+        _parallel_panels(out, panel)
+    else:
+        out.append("  scf.for %j = %c0 to %nf step %lanes {")
+        panel("%j", False, "    ")
+        out.append("  }")
+        out.append("  scf.if %partial {")
+        panel("%nf", True, "    ")
+        out.append("  }")
     out += ["  return", "}"]
     return "\n".join(out)
+
+
+def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None]) -> None:
+    """The panels, the masked last one too, as one ``scf.parallel`` (which
+    ``optimize.split_for_threads`` splits into one contiguous chunk per thread). The
+    caller used to do the masked panel after the loop, as the serial order does, which
+    left the threads unequal shares: 509^3 f32 on 2 cores ran at 1.75x serial, now
+    2.02x (512^3, no masked panel: 1.96x either way; docs/performance.md)."""
+    out += ["  %nc = arith.ceildivui %n, %lanes : index",
+            "  %np = arith.muli %nc, %lanes : index",
+            "  scf.parallel (%j) = (%c0) to (%np) step (%lanes) {",
+            "    %whole = arith.cmpi ult, %j, %nf : index",
+            "    scf.if %whole {"]
+    panel("%j", False, "      ")
+    out += ["    } else {"]
+    panel("%nf", True, "      ")
+    out += ["    }",
+            "    scf.reduce",
+            "  }"]
 
 
 def matmuls_to_microkernels(module: Any, parallel: bool = False) -> int:
