@@ -39,7 +39,7 @@ from .types import (
     Type,
     UnrankedMemRefType,
 )
-from .vectorcall import NativeCallable, has_entry, set_entry
+from .vectorcall import EntryCaller, NativeCallable, has_entry, set_entry
 
 __all__ = ["CompiledFunction", "set_origin"]
 
@@ -143,6 +143,8 @@ class CompiledFunction(NativeCallable):
         machine code) lives as long as this function."""
         self._python_call.native_code = code
         set_entry(self, address, self._python_call, self._python_call.in_flight)
+        self._python_call.positional = EntryCaller(address, self._python_call,
+                                                   "call_positional")
         self.native_entry = address
 
     @property
@@ -281,6 +283,7 @@ class _PythonCall:
         self.arity = len(signature.params)
         self.native_code: object = None
         self.in_flight = ctypes.c_int64(0)  # counted by native entries (see vectorcall)
+        self.positional: EntryCaller | None = None  # its native entry, once it has one
 
     def guarded(self) -> Any:
         """The ctypes function calling the guard (made on first use)."""
@@ -316,6 +319,12 @@ class _PythonCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != self.arity:
             args = self.bind(args, kwargs)
+            if self.positional is not None:  # bound by name: the native entry takes it
+                return self.positional(*args)
+        return self.call_positional(*args)
+
+    def call_positional(self, *args: Any) -> Any:
+        """A call with exactly the function's arguments, in order, through ctypes."""
         c_args: list[Any] = []
         keepalive: list[Any] = []
         # A memref.get_global result lives in the engine's memory: the array keeps it.

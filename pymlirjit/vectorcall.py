@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from typing import Any, SupportsIndex
 
 from . import ffi
 
-__all__ = ["ENTRY_OFFSET", "IN_FLIGHT_OFFSET", "PYTHON_PATH_OFFSET", "NativeCallable",
-           "clear_entry", "fast_type", "has_entry", "set_entry"]
+__all__ = ["ENTRY_OFFSET", "IN_FLIGHT_OFFSET", "PYTHON_PATH_OFFSET", "EntryCaller",
+           "NativeCallable", "clear_entry", "fast_type", "has_entry", "set_entry"]
 
 _T_PYSSIZET = 19  # PyMemberDef types and flags (structmember.h)
 _READONLY = 1
@@ -133,6 +134,37 @@ def set_entry(obj: NativeCallable, entry: int, python_path: object,
     pointers[1] = id(python_path)
     pointers[2] = ctypes.addressof(in_flight)
     pointers[0] = entry
+
+
+class _HandBack:
+    """What an :class:`EntryCaller`'s entry hands calls to: ``owner``'s method
+    ``method``; any other attribute the entry asks for (such as ``read_results``) is
+    ``owner``'s. ``owner`` is held weakly."""
+
+    __slots__ = ("_method", "_owner")
+
+    def __init__(self, owner: Any, method: str) -> None:
+        self._owner = weakref.ref(owner)
+        self._method = method
+
+    def __call__(self, *args: Any) -> Any:
+        return getattr(self._owner(), self._method)(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner(), name)
+
+
+class EntryCaller(NativeCallable):
+    """Another way into the native ``entry`` of ``owner``'s function: the calls the entry
+    does not take go to ``owner``'s method ``hand_back``, and count in ``owner``'s
+    ``in_flight``. ``owner`` (the one calling) is held weakly: it holds this object."""
+
+    def __init__(self, entry: int, owner: Any, hand_back: str) -> None:
+        self._handed = _HandBack(owner, hand_back)  # the entry's borrowed reference
+        set_entry(self, entry, self._handed, owner.in_flight)
+
+    def __call__(self, *args: Any) -> Any:  # what the entry does not take
+        return self._handed(*args)
 
 
 def has_entry(obj: NativeCallable) -> bool:

@@ -721,10 +721,11 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
             return len(calls)
 
         a = np.ones(1000)
-        cases = {  # keyword arguments: the native entry hands the call to the Python path
-            "one": (lambda: one(1000, 0), lambda: one(n=1000, b=0)),
-            "tensor": (lambda: filled(1000, 0), lambda: filled(n=1000, b=0)),
-            "several": (lambda: several(1000, 0, a), lambda: several(n=1000, b=0, a=a)),
+        cases = {  # call_python: the Python path
+            "one": (lambda: one(1000, 0), lambda: one.compile().call_python(1000, 0)),
+            "tensor": (lambda: filled(1000, 0), lambda: filled.compile().call_python(1000, 0)),
+            "several": (lambda: several(1000, 0, a),
+                        lambda: several.compile().call_python(1000, 0, a)),
         }
         for name, calls in cases.items():
             for path, call in zip(("native", "python"), calls):
@@ -777,9 +778,9 @@ def test_a_call_running_on_in_a_module_that_unwinds_frees_its_results() -> None:
         }''', session=session, callbacks=[ratio])
         def outer(n, b): ...
 
-        # Keyword arguments: the Python path, through the function's guard, which frees
-        # the results of the call it zeroes.
-        for call in (lambda: outer(1000, 0), lambda: outer(n=1000, b=0)):
+        # call_python: the Python path, through the function's guard, which frees the
+        # results of the call it zeroes.
+        for call in (lambda: outer(1000, 0), lambda: outer.compile().call_python(1000, 0)):
             def fail(times):
                 for _ in range(times):
                     try:
@@ -900,14 +901,16 @@ def test_an_unwound_call_frees_what_it_allocated_before_it_failed(
     # Each call allocates 8 KB (a result, a temporary, a tensor's buffer) and then
     # divides by zero: the call ends by longjmp, never reaching its free or its return.
     # Unwound, it frees that memory (40 MB over 5,000 calls before), on the native path
-    # and on the Python path (keywords) alike, whether the code was JIT-compiled or
+    # and on the Python path (call_python) alike, whether the code was JIT-compiled or
     # loaded from the disk cache; and a call that passes is unchanged.
     cache = None if artifact == "jit" else str(tmp_path)
     rows = run_isolated(_UNWIND_PRELUDE + textwrap.dedent("""
         cases = {
-            "result": (lambda: kept(1000, 7, 0), lambda: kept(n=1000, v=7, b=0)),
-            "temporary": (lambda: temporary(1000, 7, 0), lambda: temporary(n=1000, v=7, b=0)),
-            "tensor": (lambda: filled(1000, 7, 0), lambda: filled(n=1000, v=7, b=0)),
+            "result": (lambda: kept(1000, 7, 0), lambda: kept.compile().call_python(1000, 7, 0)),
+            "temporary": (lambda: temporary(1000, 7, 0),
+                          lambda: temporary.compile().call_python(1000, 7, 0)),
+            "tensor": (lambda: filled(1000, 7, 0),
+                       lambda: filled.compile().call_python(1000, 7, 0)),
         }
         for name, calls in cases.items():
             for path, call in zip(("native", "python"), calls):
@@ -949,9 +952,9 @@ def test_nested_kernel_calls_that_unwind_free_what_each_allocated() -> None:
 
         cases = {
             "outer fails": (lambda: outer(1000, 7, 1, 0),
-                            lambda: outer(n=1000, v=7, b=1, d=0)),
+                            lambda: outer.compile().call_python(1000, 7, 1, 0)),
             "inner fails": (lambda: outer(1000, 7, 0, 1),
-                            lambda: outer(n=1000, v=7, b=0, d=1)),
+                            lambda: outer.compile().call_python(1000, 7, 0, 1)),
         }
         for name, calls in cases.items():
             for path, call in zip(("native", "python"), calls):

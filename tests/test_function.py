@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pymlirjit import MemRef, Session, callback, f64, i64
+from pymlirjit import MemRef, Session, callback, f64, i64, mlir_kernel
 
 SPIN = """
 func.func @spin(%n: i64) -> i64 {
@@ -465,3 +465,65 @@ def test_tuple_results_take_the_native_path(session: Session) -> None:
         expected_error = python_path_calls(lambda: split.call_python(*bad))[0]  # noqa: B023
         assert python_path_calls(lambda: split(*bad))[0] == expected_error  # noqa: B023
         assert expected_error[0] in (TypeError, ValueError)  # type: ignore[index]
+
+
+def positional_calls(call: Callable[[], object]) -> tuple[object, int]:
+    """``call()``'s result (or exception), and how many times the Python path converted
+    positional arguments itself (``call_positional``)."""
+    import sys
+
+    seen = 0
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        nonlocal seen
+        seen += event == "call" and frame.f_code.co_name == "call_positional"
+
+    sys.setprofile(profile)
+    try:
+        result: object = call()
+    except Exception as exc:  # compared, as a value
+        result = (type(exc), str(exc))
+    finally:
+        sys.setprofile(None)
+    return result, seen
+
+
+def test_keyword_calls_are_bound_then_take_the_native_entry(session: Session) -> None:
+    @mlir_kernel(source="""
+    func.func @scale(%x: f64, %k: i64) -> f64 {
+      %kf = arith.sitofp %k : i64 to f64
+      %r = arith.mulf %x, %kf : f64
+      return %r : f64
+    }""", session=session)
+    def scale(x: float, k: int) -> float: ...
+
+    assert scale(1.5, 2) == 3.0  # the entry exists from here on
+    assert positional_calls(lambda: scale(1.5, k=4)) == (6.0, 0)
+    assert positional_calls(lambda: scale(k=np.int32(3), x=np.float64(0.5))) == (1.5, 0)
+    # What the entry does not take still goes to the Python path, which says why.
+    result, converted = positional_calls(lambda: scale(x=1.5, k=[2]))
+    assert converted == 1 and result[0] is TypeError and "argument 2 ('k')" in result[1]
+    result, converted = positional_calls(lambda: scale(1.5, k=2**70))
+    assert converted == 1 and result == (ValueError, "scale() argument 2 ('k'): "
+                                         "1180591620717411303424 is out of range for i64")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        scale(1.5, z=2)
+
+
+def test_a_keyword_call_that_recompiles_its_kernel_finishes(session: Session) -> None:
+    @callback(session=session)
+    def clear(x: f64) -> f64:
+        session.clear_cache()  # the kernel's function retires during this call
+        return x
+
+    @mlir_kernel(source="""
+    func.func @twice(%x: f64) -> f64 {
+      %y = call @clear(%x) : (f64) -> f64
+      %r = arith.addf %y, %y : f64
+      return %r : f64
+    }
+    func.func private @clear(f64) -> f64""", session=session)
+    def twice(x: float) -> float: ...
+
+    for value in range(5):
+        assert twice(x=float(value)) == 2.0 * value

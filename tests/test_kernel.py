@@ -151,7 +151,7 @@ def test_kernel_errors_use_the_stub_parameter_names(session: Session) -> None:
                                          r"range for i8"):
         small(300)
     with pytest.raises(ValueError, match=r"argument 1 \('value'\).*out of range for i8"):
-        small(value=300)  # on the Python path, which the entry hands keywords to
+        small(value=300)  # bound by name, then handed to the Python path by the entry
     with pytest.raises(TypeError, match="expected an int"):
         small(float("inf"))
     with pytest.raises(TypeError, match="takes 1 arguments"):
