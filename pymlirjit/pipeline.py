@@ -22,6 +22,7 @@ from . import ffi
 from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import lower_matrix_intrinsics_if
+from .transformscripts import erase_schedules
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
@@ -328,7 +329,8 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     of a top-level pass to a function run on the module just before that pass's first
     top-level occurrence (and not at all if the pipeline has none).
 
-    External declarations nothing calls once lowered are erased: MLIR's async runtime's
+    Transform scripts (:mod:`pymlirjit.transformscripts`) are erased, and so are the
+    external declarations nothing calls once lowered: MLIR's async runtime's
     always (convert-async-to-llvm declares them all); with ``keep``, every other one whose
     name ``keep`` does not accept.
     """
@@ -350,10 +352,8 @@ def _uses_sparse_tensors(module: Any) -> bool:
                 and "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16))
 
 
-def _lower(module: Any, text: str, filename: str,
-           before: Callable[[Any, str], str] | None = None,
-           hooks: Mapping[str, Callable[[Any], object]] | None = None,
-           keep: Callable[[str], bool] | None = None) -> Any:
+def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], str] | None,
+           hooks: Mapping[str, Callable[[Any], object]], keep: Callable[[str], bool] | None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -363,7 +363,6 @@ def _lower(module: Any, text: str, filename: str,
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        hooks = hooks or {}
         for stage in _stages(text, (_MEMREF_LOWERING, *hooks)):
             hook = hooks.get(_first_pass(stage))
             if hook is not None:
@@ -371,6 +370,7 @@ def _lower(module: Any, text: str, filename: str,
             _check_no_sub_byte_access(module, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_declarations(module, keep)
+    erase_schedules(module)
     _check_lowered(module, filename)
     return module
 
