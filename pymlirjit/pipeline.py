@@ -42,6 +42,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}",
     "func.func(buffer-deallocation-simplification,convert-linalg-to-loops)",
+    "expand-realloc",
     "async-func-to-async-runtime",
     "async-to-async-runtime",
     "func.func(async-runtime-ref-counting,async-runtime-ref-counting-opt)",

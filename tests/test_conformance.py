@@ -28,7 +28,7 @@ FILECHECK = Path(sys.prefix, "lib", f"python{sys.version_info[0]}.{sys.version_i
                  "site-packages", "llvm", "bin", "FileCheck")
 FAST = {"global-constructors.mlir", "bare-ptr-call-conv.mlir", "memref-copy-layouts.mlir",
         "vector-broadcast.mlir", "async-execute.mlir", "f8-arithmetic.mlir",
-        "transform-schedule.mlir"}
+        "transform-schedule.mlir", "memref-realloc.mlir"}
 WAYS = ("lowered", "passes", "default")
 
 
