@@ -168,6 +168,10 @@ def _segments(opt: list[str]) -> list[list[str]]:
         else:
             segments[-1].append(word)
     return segments
+#: Passes of later MLIR than the wheel's, as MLIR 22 spells them: upstream split
+#: convert-vector-to-llvm's vector-to-vector lowerings off after MLIR 22 and named the
+#: plain conversion naive-convert-vector-to-llvm.
+_RENAMED = {"naive-convert-vector-to-llvm": "convert-vector-to-llvm"}
 _TEST_LOWER = re.compile(r"test-lower-to-llvm(?:\{([^}]*)\})?")
 
 
@@ -194,6 +198,7 @@ def _passes(opt: list[str]) -> str:
         elif name in _NOT_PASSES or name == ERASE_SCHEDULE or name.startswith("mlir-"):
             continue
         else:
+            name = _RENAMED.get(name, name)
             parts.append(f"{name}{{{options}}}" if options else name)
     return ",".join(parts)
 
@@ -220,6 +225,8 @@ def _run(args: list[str], stdin: str | None = None, cwd: Path | None = None,
 
 
 def _check(filecheck: list[str], output: str) -> subprocess.CompletedProcess[str]:
+    if not filecheck:  # a RUN line without FileCheck: only mlir-runner's success counts
+        return subprocess.CompletedProcess([], 0, "", "")
     return _run([str(FILECHECK), *filecheck], stdin=output)
 
 
