@@ -22,6 +22,7 @@ from . import ffi
 from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import lower_matrix_intrinsics_if
+from .passguards import GUARDED, check_before
 from .transformscripts import erase_schedules
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
@@ -330,8 +331,7 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     of a top-level pass to a function run on the module just before that pass's first
     top-level occurrence (and not at all if the pipeline has none).
 
-    Transform scripts (:mod:`pymlirjit.transformscripts`) are erased, and so are the
-    external declarations nothing calls once lowered: MLIR's async runtime's
+    External declarations nothing calls once lowered are erased: MLIR's async runtime's
     always (convert-async-to-llvm declares them all); with ``keep``, every other one whose
     name ``keep`` does not accept.
     """
@@ -364,11 +364,12 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        for stage in _stages(text, (_MEMREF_LOWERING, *hooks)):
+        for stage in _stages(text, (_MEMREF_LOWERING, *GUARDED, *hooks)):
             hook = hooks.get(_first_pass(stage))
             if hook is not None:
                 hook(module)
             _check_no_sub_byte_access(module, filename)
+            check_before(module, stage, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_declarations(module, keep)
     erase_schedules(module)
@@ -448,8 +449,7 @@ def _first_pass(pipeline: str) -> str:
     """The name of the first pass of ``pipeline`` (``builtin.module(`` skipped)."""
     if pipeline.startswith("builtin.module("):
         pipeline = pipeline[len("builtin.module("):]
-    match = _PASS_NAME.match(pipeline)
-    return match.group() if match else ""
+    return match.group() if (match := _PASS_NAME.match(pipeline)) else ""
 
 
 #: Memory operations, by the index of their memref operand.
