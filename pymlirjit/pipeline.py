@@ -22,6 +22,8 @@ from . import ffi
 from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import lower_matrix_intrinsics_if
+from .passguards import GUARDED, check_before
+from .transformscripts import erase_schedules
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
@@ -41,6 +43,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}",
     "func.func(buffer-deallocation-simplification,convert-linalg-to-loops)",
+    "expand-realloc",
     "async-func-to-async-runtime",
     "async-to-async-runtime",
     "func.func(async-runtime-ref-counting,async-runtime-ref-counting-opt)",
@@ -350,10 +353,8 @@ def _uses_sparse_tensors(module: Any) -> bool:
                 and "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16))
 
 
-def _lower(module: Any, text: str, filename: str,
-           before: Callable[[Any, str], str] | None = None,
-           hooks: Mapping[str, Callable[[Any], object]] | None = None,
-           keep: Callable[[str], bool] | None = None) -> Any:
+def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], str] | None,
+           hooks: Mapping[str, Callable[[Any], object]], keep: Callable[[str], bool] | None) -> Any:
     from mlir.passmanager import PassManager
 
     with module.context:
@@ -363,14 +364,15 @@ def _lower(module: Any, text: str, filename: str,
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        hooks = hooks or {}
-        for stage in _stages(text, (_MEMREF_LOWERING, *hooks)):
+        for stage in _stages(text, (_MEMREF_LOWERING, *GUARDED, *hooks)):
             hook = hooks.get(_first_pass(stage))
             if hook is not None:
                 hook(module)
             _check_no_sub_byte_access(module, filename)
+            check_before(module, stage, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_declarations(module, keep)
+    erase_schedules(module)
     _check_lowered(module, filename)
     return module
 
@@ -447,8 +449,7 @@ def _first_pass(pipeline: str) -> str:
     """The name of the first pass of ``pipeline`` (``builtin.module(`` skipped)."""
     if pipeline.startswith("builtin.module("):
         pipeline = pipeline[len("builtin.module("):]
-    match = _PASS_NAME.match(pipeline)
-    return match.group() if match else ""
+    return match.group() if (match := _PASS_NAME.match(pipeline)) else ""
 
 
 #: Memory operations, by the index of their memref operand.
