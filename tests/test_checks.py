@@ -685,6 +685,29 @@ func.func @several(%n: index, %b: i64, %a: memref<?xf64>)
 }"""
 
 
+# Runs in the subprocess: how much more memory ``times`` failing calls of ``call`` leave
+# allocated (after 500 that warm up); each call must raise ZeroDivisionError.
+_GROWN = """
+import gc
+from tests.conftest import rss_bytes
+
+def grown(call, times=5000):
+    def fail(count):
+        for _ in range(count):
+            try:
+                call()
+            except ZeroDivisionError:
+                pass
+            else:
+                raise AssertionError("the call did not fail")
+        gc.collect()
+    fail(500)
+    before = rss_bytes()
+    fail(times)
+    return rss_bytes() - before
+"""
+
+
 @pytest.mark.parametrize("shared_libs", [(), ("mlir_c_runner_utils",)],
                          ids=["unwinding", "running-on"])
 def test_a_failing_call_frees_the_arrays_it_would_have_returned(
@@ -694,9 +717,8 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
     # neither the argument nor the global it also returns. Unwound, it never allocates,
     # and its results were never written: nothing (no stack garbage) is freed. Each
     # case leaked 8 KB per result and call (40-80 MB here) before; a wrong free aborts.
-    rows = run_isolated("""
-        import gc, os
-        from tests.conftest import rss_bytes
+    rows = run_isolated(_GROWN + textwrap.dedent("""
+        import os
 
         session = Session(shared_libs=shared_libs)
         @mlir_kernel(source=SOURCE, name="one", session=session)
@@ -729,24 +751,13 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
         }
         for name, calls in cases.items():
             for path, call in zip(("native", "python"), calls):
-                def fail(times):
-                    for _ in range(times):
-                        try:
-                            call()
-                        except ZeroDivisionError:
-                            pass
-                    gc.collect()
-                fail(500)
-                before = rss_bytes()
-                fail(5000)
-                say(name, path, python_path_calls(call), rss_bytes() - before,
-                    outcome(call)[0])
+                say(name, path, python_path_calls(call), grown(call), outcome(call)[0])
         for r in (several(4, 2, a), several(n=4, b=2, a=a)):
             say(r[1], np.shares_memory(r[2], a), r[4].tolist(), np.shares_memory(r[0], r[5]))
         del r
         gc.collect()
         say(one(3, 1)[0], filled(2, 7).tolist(), a.sum())
-    """, cwd=ROOT, shared_libs=shared_libs, SOURCE=ALLOCATING)
+    """), cwd=ROOT, shared_libs=shared_libs, SOURCE=ALLOCATING)
     for name, path, python_calls, grown, raised in rows[:6]:
         assert raised == "ZeroDivisionError", (name, path)
         assert python_calls == ("1" if path == "python" else "0"), (name, path)
@@ -759,10 +770,7 @@ def test_a_call_running_on_in_a_module_that_unwinds_frees_its_results() -> None:
     # A module without shared libraries unwinds a failing call by longjmp, but a kernel it
     # calls fails in its own guard, which makes this call fail and returns: this call runs
     # on to its end (after its allocation) and its native entry frees the result.
-    rows = run_isolated("""
-        import gc
-        from tests.conftest import rss_bytes
-
+    rows = run_isolated(_GROWN + textwrap.dedent("""
         session = Session()
         @mlir_kernel(source=RATIO, session=session)
         def ratio(a, b): ...
@@ -781,19 +789,9 @@ def test_a_call_running_on_in_a_module_that_unwinds_frees_its_results() -> None:
         # call_python: the Python path, through the function's guard, which frees the
         # results of the call it zeroes.
         for call in (lambda: outer(1000, 0), lambda: outer.compile().call_python(1000, 0)):
-            def fail(times):
-                for _ in range(times):
-                    try:
-                        call()
-                    except ZeroDivisionError:
-                        pass
-                gc.collect()
-            fail(500)
-            before = rss_bytes()
-            fail(5000)
-            say(outer.compile().unwind, rss_bytes() - before, outcome(call)[0],
+            say(outer.compile().unwind, grown(call), outcome(call)[0],
                 outer(2, 2)[0], outer(n=2, b=7)[0])
-    """, cwd=ROOT, RATIO=DIVISIONS.split("func.func @divui")[0].replace("@divsi", "@ratio"))
+    """), cwd=ROOT, RATIO=DIVISIONS.split("func.func @divui")[0].replace("@divsi", "@ratio"))
     assert len(rows) == 2
     for unwinds, grown, raised, value, by_keyword in rows:
         assert unwinds == "True" and raised == "ZeroDivisionError"
@@ -859,11 +857,8 @@ func.func @filled(%n: index, %v: i64, %b: i64) -> tensor<?xi64> {
 }"""
 
 # Runs in the subprocess: the kernels of ALLOCATING_FIRST (n=1000: 8 KB each allocation),
-# and a helper measuring what failing calls leave allocated.
-_UNWIND_PRELUDE = """
-import gc
-from tests.conftest import rss_bytes
-
+# and grown() (see _GROWN).
+_UNWIND_PRELUDE = _GROWN + """
 import os
 
 def kernels(session):
@@ -877,21 +872,6 @@ if CACHE is not None:  # from the disk cache: a shared library, or object code (
         kernel.compile()
 session = Session(boundscheck=True, cache_dir=CACHE)
 kept, temporary, filled = kernels(session)
-
-def grown(call, times=5000):
-    def fail(count):
-        for _ in range(count):
-            try:
-                call()
-            except ZeroDivisionError:
-                pass
-            else:
-                raise AssertionError("the call did not fail")
-        gc.collect()
-    fail(500)
-    before = rss_bytes()
-    fail(times)
-    return rss_bytes() - before
 """
 
 
