@@ -25,7 +25,8 @@ import functools
 from typing import Any
 
 from .errors import MLIRError
-from .pipeline import _check_lowered, check_opt_level, new_context, parse_module
+from .loweringchecks import check_lowered
+from .pipeline import check_opt_level, new_context, parse_module
 
 __all__ = ["assembly", "llvm_ir"]
 
@@ -50,7 +51,7 @@ def translate(lowered_mlir: str) -> str:
     from mlir.dialects.llvm import translate_module_to_llvmir
 
     module = parse_module(lowered_mlir, new_context(), "<lowered module>")
-    _check_lowered(module, "<lowered module>")  # MLIR's translation crashes on other ops
+    check_lowered(module, "<lowered module>")  # MLIR's translation crashes on other ops
     try:
         return str(translate_module_to_llvmir(module.operation))
     except Exception as exc:  # the bindings raise their own types, or RuntimeError

@@ -18,8 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from . import ffi
 
-__all__ = ["enable_matrix_lowering", "llvm_options_set", "lower_matrix_intrinsics_if",
-           "set_llvm_options", "split_runner_options"]
+__all__ = ["enable_matrix_lowering", "llvm_options_set", "set_llvm_options", "split_runner_options"]
 
 #: Option name -> the argument that set it, for the options set in this process.
 _set: dict[str, str] = {}
@@ -110,13 +109,6 @@ def enable_matrix_lowering() -> None:
         if "enable-matrix" not in _set:
             _parse_here(["-enable-matrix"])
             _set["enable-matrix"] = "-enable-matrix"
-
-
-def lower_matrix_intrinsics_if(op_name: str) -> None:
-    """:func:`enable_matrix_lowering` if ``op_name`` is one of LLVM's matrix intrinsics
-    (a module about to be JIT-compiled holds it)."""
-    if op_name.startswith("llvm.intr.matrix."):
-        enable_matrix_lowering()
 
 
 _SINGLE_DASH_LONG = re.compile(r"-[A-Za-z][\w-]+(=.*)?", re.DOTALL)

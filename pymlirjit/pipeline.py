@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 from . import ffi
 from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
-from .llvmoptions import lower_matrix_intrinsics_if
+from .llvmoptions import enable_matrix_lowering
+from .loweringchecks import check_lowered, check_no_sub_byte_access
 from .passguards import GUARDED, check_before
 from .transformscripts import erase_schedules
 
@@ -30,6 +31,10 @@ __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_c
 
 _T = TypeVar("_T")
 
+#: The default pipeline's passes for floats LLVM lacks (arith and math become calls of
+#: MLIR's APFloat runtime, then those calls are lowered).
+SMALL_FLOAT_PASSES = ("convert-arith-to-apfloat", "convert-math-to-apfloat", "convert-to-llvm")
+
 #: Lowers what real files use to the LLVM dialect: func, arith, math, complex, scf (with
 #: scf.parallel, run sequentially), affine, cf, memref, linalg and tensor (one-shot
 #: bufferization), vector, async (MLIR's async runtime is then linked automatically),
@@ -37,7 +42,8 @@ _T = TypeVar("_T")
 #: (one-shot bufferization cannot bufferize it otherwise). Affine lowers to scf, so
 #: ``lower-affine`` runs before ``convert-scf-to-cf``, and again after
 #: ``expand-strided-metadata``, which makes ``affine.apply``; vector transfers lower to scf
-#: loops before scf is lowered. Math on floats LLVM lacks (f8, f6, f4) becomes APFloat calls.
+#: loops before scf is lowered. Math on floats LLVM lacks (f8, f6, f4) becomes APFloat calls
+#: (those passes run only on modules whose text names such a type: see :func:`lower`).
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "func.func(convert-elementwise-to-linalg)",
     "one-shot-bufferize{bufferize-function-boundaries "
@@ -65,9 +71,12 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "convert-cf-to-llvm",
     "convert-index-to-llvm",
     "convert-ub-to-llvm",
-    "convert-arith-to-apfloat", "convert-math-to-apfloat", "convert-to-llvm",
+    *SMALL_FLOAT_PASSES,
     "reconcile-unrealized-casts",
 )
+
+#: Floats LLVM has no type for (f8E4M3FN, f6E2M3FN, f4E2M1FN, ...), as MLIR prints them.
+_SMALL_FLOAT_TYPE = re.compile(r"\bf[468]E\d")
 
 
 #: Registered passes that abort the process (an LLVM assertion or a bad cast) on ordinary
@@ -323,7 +332,8 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           hooks: Mapping[str, Callable[[Any], object]] | None = None,
           keep: Callable[[str], bool] | None = None) -> Any:
     """Run ``pipeline`` (the default one if ``None``; :data:`SPARSE_PIPELINE` instead
-    for a module with sparse tensors) on ``module`` in place; return it.
+    for a module with sparse tensors, and without :data:`SMALL_FLOAT_PASSES` for one
+    naming no f8, f6 or f4 type) on ``module`` in place; return it.
 
     ``filename`` names the source in the locations of diagnostics. ``before(module,
     pipeline)``, if given, runs first (on the same large stack: the optimizing passes of
@@ -336,8 +346,8 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     name ``keep`` does not accept.
     """
     text = normalize_pipeline(pipeline)
-    if text == normalize_pipeline(None) and _uses_sparse_tensors(module):
-        text = normalize_pipeline(SPARSE_PIPELINE)
+    if text == normalize_pipeline(None):
+        text = _default_pipeline_for(module)
     return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep))
 
 
@@ -345,6 +355,22 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
 #: bufferizes and lowers the rest to the LLVM dialect. Sparse code is generated inline
 #: (no sparse runtime library needed).
 SPARSE_PIPELINE = ("sparsifier{enable-runtime-library=false}",)
+
+
+def _default_pipeline_for(module: Any) -> str:
+    """The default pipeline for ``module``: :data:`SPARSE_PIPELINE` if it has sparse
+    tensors; without the APFloat passes (5-15% of the lowering's time) if it names no
+    float type that needs them."""
+    if _uses_sparse_tensors(module):
+        return normalize_pipeline(SPARSE_PIPELINE)
+    if _SMALL_FLOAT_TYPE.search(module.operation.get_asm(large_elements_limit=16)):
+        return normalize_pipeline(DEFAULT_PIPELINE)
+    return _default_without_small_floats()
+
+
+@functools.cache
+def _default_without_small_floats() -> str:
+    return normalize_pipeline([p for p in DEFAULT_PIPELINE if p not in SMALL_FLOAT_PASSES])
 
 
 def _uses_sparse_tensors(module: Any) -> bool:
@@ -368,12 +394,13 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
             hook = hooks.get(_first_pass(stage))
             if hook is not None:
                 hook(module)
-            _check_no_sub_byte_access(module, filename)
+            check_no_sub_byte_access(module, filename)
             check_before(module, stage, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_declarations(module, keep)
     erase_schedules(module)
-    _check_lowered(module, filename)
+    if check_lowered(module, filename).uses_matrix_intrinsics:
+        enable_matrix_lowering()  # else LLVM's code generator ends the process on them
     return module
 
 
@@ -450,51 +477,3 @@ def _first_pass(pipeline: str) -> str:
     if pipeline.startswith("builtin.module("):
         pipeline = pipeline[len("builtin.module("):]
     return match.group() if (match := _PASS_NAME.match(pipeline)) else ""
-
-
-#: Memory operations, by the index of their memref operand.
-_MEMORY_ACCESSES = {"memref.load": 0, "memref.store": 1, "affine.load": 0, "affine.store": 1,
-                    "memref.generic_atomic_rmw": 0, "memref.atomic_rmw": 1}
-
-
-def _check_no_sub_byte_access(module: Any, filename: str) -> None:
-    """Raise instead of letting MLIR 22 abort the process: its memref lowering asserts
-    on loads and stores of integers narrower than a byte (such as i1)."""
-    from mlir import ir
-
-    found: list[Diagnostic] = []
-
-    def visit(op: Any) -> Any:
-        operand = _MEMORY_ACCESSES.get(op.name)
-        if operand is not None and len(found) < 5:
-            element = ir.MemRefType(op.operands[operand].type).element_type
-            if isinstance(element, ir.IntegerType) and element.width < 8:
-                found.append(Diagnostic(
-                    "error", f"'{op.name}' of {element} cannot be lowered by MLIR 22 (its "
-                    f"memref lowering aborts on elements narrower than a byte); use i8 and "
-                    f"arith.trunci/arith.extui", str(op.location)).renamed_source(filename))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if found:
-        raise MLIRError("unsupported memory access", found)
-
-
-def _check_lowered(module: Any, filename: str) -> None:
-    """Raise if an op outside the LLVM dialect survived the pipeline (the JIT rejects it)."""
-    leftovers: list[Diagnostic] = []
-
-    def visit(op: Any) -> Any:
-        from mlir import ir
-
-        name = op.name
-        lower_matrix_intrinsics_if(name)  # else LLVM's codegen ends the process on them
-        if not name.startswith("llvm.") and name != "builtin.module" and len(leftovers) < 5:
-            leftovers.append(Diagnostic("error", f"'{name}' was not lowered to the LLVM dialect",
-                                        str(op.location)).renamed_source(filename))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if leftovers:
-        raise MLIRError("the pipeline left operations that cannot be JIT-compiled "
-                        "(add the passes that lower them)", leftovers)
