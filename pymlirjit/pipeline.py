@@ -26,7 +26,8 @@ from .loweringchecks import check_lowered, check_no_sub_byte_access
 from .passguards import GUARDED, check_before
 from .transformscripts import erase_schedules
 
-__all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "lower", "new_context",
+__all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "default_pipeline_for",
+           "lower", "new_context",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
 
 _T = TypeVar("_T")
@@ -347,7 +348,7 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     """
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None):
-        text = _default_pipeline_for(module)
+        text = default_pipeline_for(module)
     return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep))
 
 
@@ -357,13 +358,14 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
 SPARSE_PIPELINE = ("sparsifier{enable-runtime-library=false}",)
 
 
-def _default_pipeline_for(module: Any) -> str:
-    """The default pipeline for ``module``: :data:`SPARSE_PIPELINE` if it has sparse
-    tensors; without the APFloat passes (5-15% of the lowering's time) if it names no
-    float type that needs them."""
-    if _uses_sparse_tensors(module):
+def default_pipeline_for(module: Any) -> str:
+    """The default pipeline as run on ``module``: :data:`SPARSE_PIPELINE` if it has
+    sparse tensors; without :data:`SMALL_FLOAT_PASSES` (5-15% of the lowering's time) if
+    it names no float type that needs them."""
+    text = module.operation.get_asm(large_elements_limit=16)  # large constants elided
+    if "#sparse_tensor.encoding" in text:
         return normalize_pipeline(SPARSE_PIPELINE)
-    if _SMALL_FLOAT_TYPE.search(module.operation.get_asm(large_elements_limit=16)):
+    if _SMALL_FLOAT_TYPE.search(text):
         return normalize_pipeline(DEFAULT_PIPELINE)
     return _default_without_small_floats()
 
