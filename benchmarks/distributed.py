@@ -79,24 +79,24 @@ def block_sum_py(start: int, n: int) -> float:
     return s
 
 
-def _median_us(function: Callable[[], Any], number: int, repeat: int = 5) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            function()
-        samples.append((time.perf_counter() - start) / number * 1e6)
-    return statistics.median(samples)
+def _timed_us(function: Callable[[], Any], number: int) -> tuple[float, float]:
+    """Microseconds per call of ``function`` over ``number`` calls: wall time, and the
+    CPU time of this process (which other jobs on the machine disturb less)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(number):
+        function()
+    return ((time.perf_counter() - wall) / number * 1e6,
+            (time.process_time() - cpu) / number * 1e6)
 
 
-def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> float:
-    """Microseconds per ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as a receiver
-    that has not unpickled ``obj`` before (pymlirjit's token tables, and numba's
-    dispatcher memo, cleared before each round trip)."""
+def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> tuple[float, float]:
+    """Wall and CPU microseconds per ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as
+    a receiver that has not unpickled ``obj`` before (pymlirjit's token tables, and
+    numba's dispatcher memo, cleared before each round trip)."""
     from pymlirjit import pickling as tokens
 
     if not fresh:
-        return _median_us(lambda: pickle.loads(pickle.dumps(obj)), number, 1)
+        return _timed_us(lambda: pickle.loads(pickle.dumps(obj)), number)
     tables: list[Any] = [tokens._by_token, tokens._kept]
     if "numba" in sys.modules:  # numba interns unpickled dispatchers by uuid the same way
         from numba.core.dispatcher import _MemoMixin
@@ -110,7 +110,7 @@ def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> float:
 
     known = [dict(table) for table in tables]
     try:
-        return _median_us(once, number, 1)
+        return _timed_us(once, number)
     finally:  # the sender's objects again: unpickling gives them back, as before
         for table, entries in zip(tables, known):
             table.clear()
@@ -160,21 +160,26 @@ def pickling(quick: bool) -> None:
                      importable.block_sum_py)),
                  ("numba dispatcher made at run time", numba.njit(numba_local))]
     # Rounds of one sample of each, in turn (a burst of load hits every row alike).
-    samples: dict[tuple[str, bool], list[float]] = {}
-    for _ in range(5 if quick else 9):
+    samples: dict[tuple[str, bool], list[tuple[float, float]]] = {}
+    rounds = 5 if quick else 9
+    for _ in range(rounds):
         for label, obj in rows:
             for fresh in (False, True):
                 samples.setdefault((label, fresh), []).append(_round_trip_us(
                     obj, max(number // 10, 20) if fresh else number, fresh))
-    taken = {key: statistics.median(values) for key, values in samples.items()}
+    taken = {key: statistics.median(wall for wall, _ in values)
+             for key, values in samples.items()}
+    cpu = {key: min(cpu for _, cpu in values) for key, values in samples.items()}
     floor = taken[rows[0][0], False]
-    print(f"pickle round trip, dumps + loads, medians (target < 50 us; a plain function: "
-          f"{floor:.1f} us)")
-    print(f"  {'':<44} {'receiver has it':>15} {'first in receiver':>18}")
+    print(f"pickle round trip, dumps + loads, medians of {rounds} rounds (target < 50 us; "
+          f"a plain function: {floor:.1f} us); CPU: this process's CPU time, the least "
+          f"of the rounds (other jobs disturb it less)")
+    print(f"  {'':<44} {'receiver has it':>15} {'first in receiver':>18} {'CPU':>13}")
     for label, obj in rows:
         took, first = taken[label, False], taken[label, True]
         print(f"  {label:<44} {took:8.1f} us {took / floor:5.1f}x {first:9.1f} us "
-              f"{first / floor:6.1f}x  ({len(pickle.dumps(obj))} bytes)")
+              f"{first / floor:6.1f}x {cpu[label, False]:5.1f} / {cpu[label, True]:5.1f} us"
+              f"  ({len(pickle.dumps(obj))} bytes)")
 
 
 FRESH = """
