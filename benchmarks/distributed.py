@@ -14,7 +14,9 @@ Measures, each against its baseline in the same run:
   LocalCluster (when installed): throughput and speedup over one process, pools and
   clusters started and warmed outside the timing; each task calls the importable kernel
   through a function of this module, or is the same kernel made at run time, shipped
-  by value with every task.
+  by value with every task. A row per block count (``--blocks``, default 4, 8, 16 and
+  32 blocks over the same elements): a task's fixed cost (Dask's scheduler, a pool's
+  queues) against the block's work, which Dask advises to keep at 100 ms or more.
 
 Not one of ``python -m benchmarks``'s cases: it starts processes and clusters.
 """
@@ -77,24 +79,24 @@ def block_sum_py(start: int, n: int) -> float:
     return s
 
 
-def _median_us(function: Callable[[], Any], number: int, repeat: int = 5) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            function()
-        samples.append((time.perf_counter() - start) / number * 1e6)
-    return statistics.median(samples)
+def _timed_us(function: Callable[[], Any], number: int) -> tuple[float, float]:
+    """Microseconds per call of ``function`` over ``number`` calls: wall time, and the
+    CPU time of this process (which other jobs on the machine disturb less)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(number):
+        function()
+    return ((time.perf_counter() - wall) / number * 1e6,
+            (time.process_time() - cpu) / number * 1e6)
 
 
-def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> float:
-    """Microseconds per ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as a receiver
-    that has not unpickled ``obj`` before (pymlirjit's token tables, and numba's
-    dispatcher memo, cleared before each round trip)."""
+def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> tuple[float, float]:
+    """Wall and CPU microseconds per ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as
+    a receiver that has not unpickled ``obj`` before (pymlirjit's token tables, and
+    numba's dispatcher memo, cleared before each round trip)."""
     from pymlirjit import pickling as tokens
 
     if not fresh:
-        return _median_us(lambda: pickle.loads(pickle.dumps(obj)), number, 1)
+        return _timed_us(lambda: pickle.loads(pickle.dumps(obj)), number)
     tables: list[Any] = [tokens._by_token, tokens._kept]
     if "numba" in sys.modules:  # numba interns unpickled dispatchers by uuid the same way
         from numba.core.dispatcher import _MemoMixin
@@ -108,7 +110,7 @@ def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> float:
 
     known = [dict(table) for table in tables]
     try:
-        return _median_us(once, number, 1)
+        return _timed_us(once, number)
     finally:  # the sender's objects again: unpickling gives them back, as before
         for table, entries in zip(tables, known):
             table.clear()
@@ -158,21 +160,26 @@ def pickling(quick: bool) -> None:
                      importable.block_sum_py)),
                  ("numba dispatcher made at run time", numba.njit(numba_local))]
     # Rounds of one sample of each, in turn (a burst of load hits every row alike).
-    samples: dict[tuple[str, bool], list[float]] = {}
-    for _ in range(5 if quick else 9):
+    samples: dict[tuple[str, bool], list[tuple[float, float]]] = {}
+    rounds = 5 if quick else 9
+    for _ in range(rounds):
         for label, obj in rows:
             for fresh in (False, True):
                 samples.setdefault((label, fresh), []).append(_round_trip_us(
                     obj, max(number // 10, 20) if fresh else number, fresh))
-    taken = {key: statistics.median(values) for key, values in samples.items()}
+    taken = {key: statistics.median(wall for wall, _ in values)
+             for key, values in samples.items()}
+    cpu = {key: min(cpu for _, cpu in values) for key, values in samples.items()}
     floor = taken[rows[0][0], False]
-    print(f"pickle round trip, dumps + loads, medians (target < 50 us; a plain function: "
-          f"{floor:.1f} us)")
-    print(f"  {'':<44} {'receiver has it':>15} {'first in receiver':>18}")
+    print(f"pickle round trip, dumps + loads, medians of {rounds} rounds (target < 50 us; "
+          f"a plain function: {floor:.1f} us); CPU: this process's CPU time, the least "
+          f"of the rounds (other jobs disturb it less)")
+    print(f"  {'':<44} {'receiver has it':>15} {'first in receiver':>18} {'CPU':>13}")
     for label, obj in rows:
         took, first = taken[label, False], taken[label, True]
         print(f"  {label:<44} {took:8.1f} us {took / floor:5.1f}x {first:9.1f} us "
-              f"{first / floor:6.1f}x  ({len(pickle.dumps(obj))} bytes)")
+              f"{first / floor:6.1f}x {cpu[label, False]:5.1f} / {cpu[label, True]:5.1f} us"
+              f"  ({len(pickle.dumps(obj))} bytes)")
 
 
 FRESH = """
@@ -243,7 +250,7 @@ def _check(got: float, expected: float) -> None:
     assert abs(got - expected) <= 1e-9 * abs(expected), (got, expected)
 
 
-def chunked(quick: bool) -> None:
+def chunked(quick: bool, block_counts: list[int]) -> None:
     import multiprocessing
     from contextlib import ExitStack
 
@@ -251,60 +258,73 @@ def chunked(quick: bool) -> None:
 
     total = 10**6 if quick else 10**8
     repeat = 3 if quick else 7
-    chunks = _chunks(total, 16)
-    starts, sizes = [s for s, _ in chunks], [n for _, n in chunks]
     importable.block_sum(0, 1)
-    expected = sum(importable.block_sum(s, n) for s, n in chunks)
 
     # The same kernel made at run time, in a session of its own: what a script or a
     # notebook ships (by value, with every task; the workers keep what they unpickled).
     @mlir_kernel(source=BLOCK, session=Session(), name="block_sum")
     def local_sum(start: i64, n: i64) -> f64: ...
 
-    ways: dict[str, Callable[[], float]] = {
-        "one process": lambda: sum(importable.block_sum(s, n) for s, n in chunks)}
+    # Ways to run a list of blocks; each returns the sum of the blocks' sums.
+    ways: dict[str, Callable[[list[tuple[int, int]]], float]] = {
+        "one process": lambda chunks: sum(importable.block_sum(s, n) for s, n in chunks)}
     with ExitStack() as stack:
         pool = stack.enter_context(ProcessPoolExecutor(
             2, mp_context=multiprocessing.get_context("spawn")))
         for _ in range(10):  # start both workers and compile in each, outside the timing
             if len(set(pool.map(importable._warm, [0.2, 0.2], [local_sum] * 2))) == 2:
                 break
-        ways["2-process pool (spawn)"] = lambda: sum(pool.map(importable._run_chunk, chunks))
-        ways["2-process pool, kernel by value"] = lambda: sum(pool.map(local_sum, starts, sizes))
+        ways["pool"] = lambda chunks: sum(pool.map(importable._run_chunk, chunks))
+        ways["pool, by value"] = lambda chunks: sum(pool.map(
+            local_sum, *zip(*chunks)))
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError:
             client = None
         else:
+            # What a Dask user starts for CPU-bound code that releases the GIL, on 2
+            # cores: 2 worker processes of one thread each, the scheduler in this
+            # (the client's) process; Dask's defaults otherwise.
             cluster = stack.enter_context(LocalCluster(
                 n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None))
             client = stack.enter_context(Client(cluster))
             client.run(importable._warm, 0.0, local_sum)  # on every worker
-            ways["2-worker Dask LocalCluster"] = lambda: sum(client.gather(client.map(
+            ways["Dask"] = lambda chunks: sum(client.gather(client.map(
                 importable._run_chunk, chunks, pure=False)))
-            ways["2-worker Dask, kernel by value"] = lambda: sum(client.gather(client.map(
-                local_sum, starts, sizes, pure=False)))
-        # Rounds of one run each, in turn: a burst of load elsewhere on the machine
-        # slows the baseline as much as the others, and each round gives a ratio.
-        samples: dict[str, list[float]] = {label: [] for label in ways}
+            ways["Dask, by value"] = lambda chunks: sum(client.gather(client.map(
+                local_sum, *zip(*chunks), pure=False)))
+        # Rounds of one run of each way and block count, in turn: a burst of load
+        # elsewhere slows the baseline as much as the others, and each round gives a ratio.
+        splits = {count: _chunks(total, count) for count in block_counts}
+        expected = {count: ways["one process"](chunks) for count, chunks in splits.items()}
+        samples: dict[tuple[int, str], list[float]] = {}
         for _ in range(repeat):
-            for label, run in ways.items():
-                start = time.perf_counter()
-                got = run()
-                samples[label].append(time.perf_counter() - start)
-                _check(got, expected)
-    print(f"chunked reduction over {total:.0e} elements, {len(chunks)} blocks, "
+            for count, chunks in splits.items():
+                for label, run in ways.items():
+                    start = time.perf_counter()
+                    got = run(chunks)
+                    samples.setdefault((count, label), []).append(
+                        time.perf_counter() - start)
+                    _check(got, expected[count])
+    print(f"chunked reduction over {total:.0e} elements in N equal blocks, "
           f"{os.cpu_count()} cpus shared with whatever else runs (medians of {repeat} "
-          f"rounds; speedup: the median of each round's; target >= 1.7x; load average "
-          f"{os.getloadavg()[0]:.1f} at the end)")
-    ones = samples["one process"]
-    for label, taken in samples.items():
-        speedup = statistics.median(one / t for one, t in zip(ones, taken))
-        runs = " ".join(f"{t * 1e3:.0f}" for t in taken)
-        print(f"  {label:<40} {statistics.median(taken) * 1e3:8.1f} ms  {speedup:.2f}x  "
-              f"(runs: {runs} ms)")
+          f"rounds; speedup: the median of each round's one-process time over the way's; "
+          f"target >= 1.7x; load average {os.getloadavg()[0]:.1f} at the end)")
+    others = [label for label in ways if label != "one process"]
+    print(f"  {'N':>3} {'block':>10} {'ms/block':>9} {'one process':>12} "
+          + " ".join(f"{label:>15}" for label in others))
+    for count in block_counts:
+        ones = samples[count, "one process"]
+        one = statistics.median(ones)
+        cells = []
+        for label in others:
+            speedup = statistics.median(
+                o / t for o, t in zip(ones, samples[count, label]))
+            cells.append(f"{speedup:14.2f}x")
+        print(f"  {count:>3} {total // count:>10} {one / count * 1e3:9.1f} "
+              f"{one * 1e3:9.1f} ms " + " ".join(cells))
     if client is None:
-        print("  2-worker Dask LocalCluster: dask.distributed is not installed")
+        print("  Dask: dask.distributed is not installed")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -312,8 +332,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--only", default="pickling,first-call,chunked",
                         help="comma-separated parts to run (default: all)")
+    parser.add_argument("--blocks", default="4,8,16,32",
+                        help="chunked: the block counts, comma-separated (the same elements "
+                             "split in that many blocks; default: 4,8,16,32)")
     args = parser.parse_args(argv)
-    parts = {"pickling": pickling, "first-call": first_call, "chunked": chunked}
+    try:
+        block_counts = [int(count) for count in args.blocks.split(",")]
+    except ValueError:
+        parser.error(f"--blocks: {args.blocks!r} is not a comma-separated list of integers")
+    if not block_counts or min(block_counts) < 1:
+        parser.error(f"--blocks: {args.blocks!r}: block counts are at least 1")
+    parts: dict[str, Callable[[bool], None]] = {
+        "pickling": pickling, "first-call": first_call,
+        "chunked": lambda quick: chunked(quick, block_counts)}
     wanted = args.only.split(",")
     unknown = sorted(set(wanted) - set(parts))
     if unknown:

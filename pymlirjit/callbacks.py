@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -39,7 +38,14 @@ from .memref import (
     fill_descriptor_with_copy,
     result_array,
 )
-from .pickling import function_by_value, importable, interned, pickle_token, pickled_once
+from .pickling import (
+    function_by_value,
+    importable,
+    interned,
+    loads_parts,
+    pickle_token,
+    pickled_once,
+)
 from .signature import Signature, as_signature, function_name
 from .sourcelines import located_type_error
 from .types import (
@@ -147,7 +153,7 @@ class Callback:
 
 def _callback_by_value(token: str, fixed: bytes, registered: bool) -> Callback:
     def make() -> Callback:
-        name, signature, function = pickle.loads(fixed)
+        name, signature, function = loads_parts(fixed)
         cb = Callback(function, signature, name)
         # Linked by name as in the sender, unless this process defines that name itself.
         if registered and _default_registry.get(name) is None:

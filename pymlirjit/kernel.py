@@ -207,12 +207,11 @@ class Kernel(NativeCallable):
             return self.__qualname__
         parts = self.__dict__.get("_pickled_parts")
         if parts is None:  # made once: what never changes, pickled (unpickled if needed)
-            stub = self.__wrapped__
-            stand_in: Any = stub if stub is None or isinstance(stub, _Stub) else _Stub(
-                stub.__name__, self.__qualname__, self.__module__, self.__doc__,
-                tuple(inspect.signature(stub).parameters))
-            text = self.mlir
-            fixed = pickle.dumps((text, self.name, self._overrides, self._cache, stand_in))
+            stub = self.__wrapped__  # builtins only: nothing for the receiver to import
+            stand_in = None if stub is None else (stub.__name__, self.__qualname__,
+                self.__module__, self.__doc__, tuple(inspect.signature(stub).parameters))
+            text, given = self.mlir, self._overrides.given()
+            fixed = pickle.dumps((text, self.name, given, self._cache, stand_in))
             parts = self.__dict__["_pickled_parts"] = (
                 fixed, sorted(symbol_references(text)))
         fixed, symbols = parts
@@ -423,8 +422,8 @@ def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
                      session: Session | None, release_gil: bool | None) -> Kernel:
     def make() -> Kernel:
         source, name, overrides, cache, stub = pickle.loads(fixed)
-        return Kernel(stub, source, name, callbacks=callbacks, session=session,
-                      release_gil=release_gil, cache=cache, **overrides.given())
+        return Kernel(stub and _Stub(*stub), source, name, callbacks=callbacks, session=session,
+                      release_gil=release_gil, cache=cache, **overrides)
     return interned(token, make)  # type: ignore[no-any-return]
 
 

@@ -21,6 +21,7 @@ module's functions as Python callables.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import weakref
 from collections import Counter
@@ -52,6 +53,7 @@ from .module import (
     load,
 )
 from .options import CompileOptions
+from .pickling import loads_parts
 from .pipeline import runtime_library
 from .prepare import built_text, builtin_callbacks, lower, prepare
 
@@ -190,10 +192,15 @@ class Session:
         twice in a process, it is one session. The default session is the receiver's."""
         if self is _default_session:
             return default_session, ()
-        store = self.disk_cache
-        return _session_by_value, (pickle_token(self), self.options,
-                                   store.directory if isinstance(store, DiskCache) else None,
-                                   self.callbacks is default_registry())
+        # Pickled again only when they change: a receiver that has this session's token
+        # unpickles none of it, and one that has not, with pymlirjit's classes found once.
+        store, options, registry = self.disk_cache, self.options, self.callbacks
+        parts = self.__dict__.get("_pickled_parts")
+        if parts is None or parts[:3] != (store, options, registry):
+            directory = store.directory if isinstance(store, DiskCache) else None
+            parts = self.__dict__["_pickled_parts"] = (store, options, registry, pickle.dumps(
+                (options, directory, registry is default_registry())))
+        return _session_by_value, (pickle_token(self), parts[3])
 
     def find_callback(self, name: str, explicit: Sequence[Any] = ()) -> Any:
         """The callback ``@name`` links to: explicit ones first (callbacks, or externs
@@ -313,9 +320,9 @@ class Session:
         return engine_module(engine, prepared, key.source, options), prepared.declared
 
 
-def _session_by_value(token: str, options: CompileOptions, cache_dir: Path | None,
-                      default_callbacks: bool) -> Session:
+def _session_by_value(token: str, parts: bytes) -> Session:
     def make() -> Session:
+        options, cache_dir, default_callbacks = loads_parts(parts)
         session = Session(registry=default_registry() if default_callbacks else None,
                           cache_dir=cache_dir)
         session.options = options

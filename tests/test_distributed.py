@@ -280,17 +280,32 @@ def slow_opt_in(request: pytest.FixtureRequest) -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("slow_opt_in")
-def test_the_benchmark_runs_every_chunked_way_to_the_same_sum() -> None:
+def test_the_benchmark_runs_every_chunked_way_to_the_same_sum_per_block_count() -> None:
     # Each way's sum is checked against one process's inside the benchmark (it raises
     # otherwise); ~15 s: a pool and a Dask cluster start, each worker compiles twice.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--quick",
-                           "--only", "chunked"], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=ROOT)
+                           "--only", "chunked", "--blocks", "2,8"], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    rows = [line[:42].strip() for line in done.stdout.splitlines()
-            if line.startswith("  ") and " ms " in line]
-    expected = ["one process", "2-process pool (spawn)", "2-process pool, kernel by value"]
+    lines = done.stdout.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["N", "block"])
+    ways = ["pool", "pool, by value"]
     if importlib.util.find_spec("distributed") is not None:
-        expected += ["2-worker Dask LocalCluster", "2-worker Dask, kernel by value"]
-    assert rows == expected, done.stdout
+        ways += ["Dask", "Dask, by value"]
+    assert [label.strip() for label in header.split("  ") if label.strip()][4:] == ways
+    rows = [line.split() for line in lines if line.startswith("  ") and " ms " in line]
+    # N, elements a block, ms a block, one process (ms), then a speedup per way.
+    assert [row[:2] for row in rows] == [["2", str(10**6 // 2)], ["8", str(10**6 // 8)]]
+    for row in rows:
+        assert len(row) == 5 + len(ways) and all(cell.endswith("x") for cell in row[5:])
+
+
+def test_the_benchmark_refuses_bad_block_counts() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for blocks, problem in [("4,x", "not a comma-separated list of integers"),
+                            ("0,4", "block counts are at least 1")]:
+        bad = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--only",
+                              "chunked", "--blocks", blocks], capture_output=True, text=True,
+                             timeout=120, env=env, cwd=ROOT)
+        assert bad.returncode == 2 and problem in bad.stderr, bad.stderr

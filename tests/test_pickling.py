@@ -467,3 +467,91 @@ print(os.waitstatus_to_exitcode(status))
                                capture_output=True, text=True, timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "0", completed.stdout + completed.stderr
+
+
+def test_a_kernels_parts_name_nothing_the_receiver_must_import(session: Session) -> None:
+    # Each name a pickle holds is an import by name when unpickled (~1 us each).
+    @mlir_kernel(source=ADD, session=session, name="add", opt_level=1)
+    def local_add(a: f64, b: f64) -> f64:
+        """Adds."""
+
+    fixed, _ = pickle.loads(pickle.dumps(local_add)) and local_add.__dict__["_pickled_parts"]
+    for name in (b"OptionOverrides", b"_Stub", b"pymlirjit"):
+        assert name not in fixed
+    done = run(f"""
+        import inspect, pickle
+        kernel = pickle.loads({pickle.dumps(local_add)!r})
+        print(kernel(1.0, 2.0), kernel.__doc__, list(inspect.signature(kernel.__wrapped__)
+              .parameters), kernel._overrides.opt_level, kernel.__qualname__.split(".")[-1])
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3.0", "Adds.", "['a',", "'b']", "1", "local_add"]
+
+
+def test_a_sessions_options_are_pickled_again_only_when_they_change() -> None:
+    from pymlirjit.options import CompileOptions
+
+    session = Session(opt_level=1)
+    first = pickle.dumps(session)
+    parts = session.__dict__["_pickled_parts"]
+    pickle.dumps(session)
+    assert session.__dict__["_pickled_parts"] is parts  # not pickled again
+    session.options = CompileOptions.make(opt_level=3)
+    done = run(f"""
+        import pickle
+        print(pickle.loads({first!r}).opt_level, pickle.loads({pickle.dumps(session)!r})
+              .opt_level)
+    """)
+    assert done.returncode == 0, done.stderr
+    # One token: a receiver keeps the session it made first; a new one gets level 3.
+    assert done.stdout.split() == ["1", "1"]
+    done = run(f"""
+        import pickle
+        print(pickle.loads({pickle.dumps(session)!r}).opt_level)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3"]
+
+
+def test_parts_find_pymlirjit_names_once_and_others_as_pickle_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from pymlirjit import pickling
+    from pymlirjit.options import CompileOptions
+
+    options = CompileOptions.make(opt_level=1)
+    assert pickling.loads_parts(pickle.dumps(options)) == options
+    assert pickling._found[("pymlirjit.options", "CompileOptions")] is CompileOptions
+    module = types.ModuleType("pickling_parts_elsewhere")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+
+    def first() -> int:
+        return 1
+
+    def second() -> int:
+        return 2
+
+    for function in (first, second):
+        function.__module__, function.__qualname__ = module.__name__, "current"
+    module.current = first  # type: ignore[attr-defined]
+    data = pickle.dumps(first)
+    assert pickling.loads_parts(data) is first
+    module.current = second  # type: ignore[attr-defined]
+    assert pickling.loads_parts(data) is second  # looked up again, as pickle.loads does
+    assert (module.__name__, "current") not in pickling._found
+
+
+def test_the_token_table_lets_go_of_objects_that_died() -> None:
+    sessions = [Session(opt_level=level) for level in (0, 1, 3)]
+    done = run(f"""
+        import gc, pickle
+        from pymlirjit import pickling
+        pickling.KEPT = 0
+        for data in {[pickle.dumps(s) for s in sessions]!r} * 2:
+            pickle.loads(data)
+        gc.collect()
+        print(len(pickling._by_token), len(pickling._kept))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "0"]
