@@ -211,7 +211,8 @@ def _rate(spec: Spec, ns: float, peak: ComputePeak, bandwidth: float) -> str:
 
 def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
              bandwidth: float, paths: list[Path] | None = None, tag: str = "") -> None:
-    """Time ``paths`` (default: :func:`_paths`) of ``spec``, keys ``"<kernel><tag> <path>"``."""
+    """Time ``paths`` (default: :func:`_paths`, the serial rows, in thread CPU time if
+    ``config.cpu_time``) of ``spec``, keys ``"<kernel><tag> <path>"``."""
     chosen = _paths(spec) if paths is None else paths
     numpy_call, numpy_output = _bind(NUMPY[spec.kernel], spec)
     numpy_call()
@@ -234,13 +235,14 @@ def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
         else:
             timed.append((path, call))
     budget = config.pick(100_000_000, 1_000_000)  # ns of calls per repeat
+    clock = time.thread_time if config.cpu_time and paths is None else time.perf_counter
     samplers = []
     for _, call in timed:
         start = time.perf_counter_ns()
         call()
         number = max(1, int(budget / max(1, time.perf_counter_ns() - start)))
-        samplers.append(lambda call=call, number=number: per_unit(call, units=1, repeat=1,
-                                                                  number=number))
+        samplers.append(lambda call=call, number=number: per_unit(
+            call, units=1, repeat=1, number=number, clock=clock))
     measured = dict(zip((p.key for p, _ in timed),
                         interleaved(*samplers, repeat=config.repeat)))
     for path in chosen:

@@ -52,3 +52,19 @@ def test_kernel_suite_places_each_paths_output_where_the_specs_is() -> None:
         assert placed.shape == spec_array.shape and placed.dtype == spec_array.dtype
         assert placed.flags.writeable and placed.flags.c_contiguous and not placed.any()
         assert not np.shares_memory(placed, spec_array)
+
+
+def test_cpu_time_option_reaches_case_f_and_times_with_the_clock_given() -> None:
+    # --cpu-time: case f's serial rows timed by time.thread_time (a busy machine's
+    # descheduled time not counted); per_unit times with whatever clock it is given.
+    import itertools
+
+    from benchmarks.__main__ import _parse
+    from benchmarks._timing import Config, per_unit
+
+    assert _parse(["--cpu-time", "--only", "f"]).cpu_time is True
+    assert _parse([]).cpu_time is False and Config().cpu_time is False
+    ticks = itertools.count()
+    samples = per_unit(lambda: None, units=4, repeat=3, number=5,
+                       clock=lambda: float(next(ticks)))
+    assert samples.values == (1e9 / 20,) * 3  # one tick per repeat of 5 runs x 4 units
