@@ -1,6 +1,6 @@
-"""``python -m benchmarks [--quick] [--repeat N] [--only a,c]``: run the benchmark cases
-and print, per case, a table of medians (ns per call), ratios to the baseline measured in
-the same run, and the design targets met or missed."""
+"""``python -m benchmarks [--quick] [--repeat N] [--only a,c] [--cpu-time]``: run the
+benchmark cases and print, per case, a table of medians (ns per call), ratios to the
+baseline measured in the same run, and the design targets met or missed."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="tiny sizes and few repeats: a smoke test, not a measurement")
     parser.add_argument("--repeat", type=int, default=None,
                         help="repeats per measurement (default 7, or 3 with --quick)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time case f's serial kernels in thread CPU time (on a busy "
+                             "machine: time spent descheduled is not counted)")
     parser.add_argument("--only", default=",".join(CASES),
                         help="comma-separated case letters to run (default: all)")
     args = parser.parse_args(argv)
@@ -53,10 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     failures), 1 if one crashed."""
     args = _parse(argv)
     repeat = args.repeat if args.repeat is not None else (3 if args.quick else 7)
-    config = Config(quick=args.quick, repeat=repeat)
+    config = Config(quick=args.quick, repeat=repeat, cpu_time=args.cpu_time)
     print(machine_info())
     print(f"mode:      {'quick (smoke test; numbers are not meaningful)' if args.quick else 'full'}"
-          f", {repeat} repeats, medians; ratios are to a baseline measured in this run")
+          f", {repeat} repeats, medians; ratios are to a baseline measured in this run"
+          + ("; case f's serial rows in thread CPU time" if args.cpu_time else ""))
     print()
     failed = []
     summary: list[tuple[str, Target]] = []

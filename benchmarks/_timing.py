@@ -38,10 +38,15 @@ HEADER = f"{'case':<5} {'path':<62} {'median ns':>14} {'min ns':>14} {'ratio':>8
 
 @dataclass(frozen=True)
 class Config:
-    """How hard to measure: ``quick`` shrinks sizes and counts to a smoke test."""
+    """How hard to measure: ``quick`` shrinks sizes and counts to a smoke test;
+    ``cpu_time`` times case f's serial kernels in the calling thread's CPU time."""
 
     quick: bool = False
     repeat: int = 7
+    #: Case f's serial rows in thread CPU time (``time.thread_time``): on a shared
+    #: machine, time the scheduler gives other processes is then not counted (memory
+    #: and cache contention still is); parallel rows stay wall clock.
+    cpu_time: bool = False
 
     def pick(self, full: int, quick: int) -> int:
         """``full`` normally, ``quick`` under ``--quick``."""
@@ -142,10 +147,12 @@ def per_call(function: Callable[..., Any], args: Sequence[Any], *, calls: int,
     return Samples(tuple(t * 1e9 / calls for t in totals))
 
 
-def per_unit(run: Callable[[], Any], *, units: int, repeat: int, number: int = 1) -> Samples:
+def per_unit(run: Callable[[], Any], *, units: int, repeat: int, number: int = 1,
+             clock: Callable[[], float] = time.perf_counter) -> Samples:
     """ns per unit of work, where one ``run()`` does ``units`` units (e.g. a compiled loop
-    making ``units`` callbacks); ``run`` is timed ``number`` times per repeat."""
-    timer = timeit.Timer(run)
+    making ``units`` callbacks); ``run`` is timed ``number`` times per repeat, by
+    ``clock`` (seconds; wall clock unless given)."""
+    timer = timeit.Timer(run, timer=clock)
     totals = _repeat(timer, number, repeat)
     return Samples(tuple(t * 1e9 / (number * units) for t in totals))
 

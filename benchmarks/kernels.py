@@ -108,7 +108,7 @@ def _bind(function: Callable[..., Any], spec: Spec,
           scalars: Callable[[Any], Any] = lambda x: x) -> tuple[Callable[[], Any],
                                                                 Callable[[], Any]]:
     """(a no-argument call, what it computed): outputs are this path's own arrays."""
-    args = [np.zeros_like(a) if i in spec.outputs else scalars(a)
+    args = [_placed_like(a) if i in spec.outputs else scalars(a)
             for i, a in enumerate(spec.args)]
     returned: list[Any] = [None]
 
@@ -121,6 +121,23 @@ def _bind(function: Callable[..., Any], spec: Spec,
         returned[0] = function(*args)
         return returned[0]
     return call, output
+
+
+#: Bytes of the address of an array that decide how its rows fall on cache lines and
+#: whether its stores falsely depend on loads of another array (4K aliasing): a page.
+_PLACEMENT = 4096
+
+
+def _placed_like(array: np.ndarray) -> np.ndarray:
+    """Zeros like ``array`` at the same address modulo a page. Each path gets its own
+    output; allocated plainly, each would start wherever the allocator put it, and the
+    same loops run up to a fifth slower with their output 16 bytes past a cache line
+    (split vector stores) than on one: the rows would compare allocations, not code."""
+    flat = np.zeros(array.nbytes + _PLACEMENT, np.uint8)
+    skip = (array.ctypes.data - flat.ctypes.data) % _PLACEMENT
+    placed = flat[skip:skip + array.nbytes].view(array.dtype).reshape(array.shape)
+    assert (placed.ctypes.data - array.ctypes.data) % _PLACEMENT == 0
+    return placed
 
 
 def _pymlirjit(spec: Spec, variant: str, **options: Any) -> Callable[..., Any]:
@@ -194,7 +211,8 @@ def _rate(spec: Spec, ns: float, peak: ComputePeak, bandwidth: float) -> str:
 
 def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
              bandwidth: float, paths: list[Path] | None = None, tag: str = "") -> None:
-    """Time ``paths`` (default: :func:`_paths`) of ``spec``, keys ``"<kernel><tag> <path>"``."""
+    """Time ``paths`` (default: :func:`_paths`, the serial rows, in thread CPU time if
+    ``config.cpu_time``) of ``spec``, keys ``"<kernel><tag> <path>"``."""
     chosen = _paths(spec) if paths is None else paths
     numpy_call, numpy_output = _bind(NUMPY[spec.kernel], spec)
     numpy_call()
@@ -217,13 +235,14 @@ def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
         else:
             timed.append((path, call))
     budget = config.pick(100_000_000, 1_000_000)  # ns of calls per repeat
+    clock = time.thread_time if config.cpu_time and paths is None else time.perf_counter
     samplers = []
     for _, call in timed:
         start = time.perf_counter_ns()
         call()
         number = max(1, int(budget / max(1, time.perf_counter_ns() - start)))
-        samplers.append(lambda call=call, number=number: per_unit(call, units=1, repeat=1,
-                                                                  number=number))
+        samplers.append(lambda call=call, number=number: per_unit(
+            call, units=1, repeat=1, number=number, clock=clock))
     measured = dict(zip((p.key for p, _ in timed),
                         interleaved(*samplers, repeat=config.repeat)))
     for path in chosen:

@@ -33,3 +33,38 @@ def test_quick_benchmarks_run_and_print_the_table() -> None:
     assert "of FMA peak" in output and "of copy" in output
     assert "g     two scalar results (a tuple): pymlirjit" in output
     assert "h     pymlirjit mlir_ufunc, add body" in output
+
+
+def test_kernel_suite_places_each_paths_output_where_the_specs_is() -> None:
+    # Where an output starts (modulo a page) moves the same loops' time by up to a
+    # fifth (split vector stores, 4K aliasing): every path's copy starts where the
+    # spec's array does, so the rows compare code, not allocations.
+    import numpy as np
+
+    from benchmarks.kernels import _placed_like
+
+    for skip in (0, 8, 16, 48, 4000):
+        backing = np.zeros(40_000 + 4096, np.uint8)
+        start = skip + (-backing.ctypes.data) % 4096
+        spec_array = backing[start:start + 32_000].view(np.float64).reshape(40, 100)
+        placed = _placed_like(spec_array)
+        assert (placed.ctypes.data - spec_array.ctypes.data) % 4096 == 0
+        assert placed.shape == spec_array.shape and placed.dtype == spec_array.dtype
+        assert placed.flags.writeable and placed.flags.c_contiguous and not placed.any()
+        assert not np.shares_memory(placed, spec_array)
+
+
+def test_cpu_time_option_reaches_case_f_and_times_with_the_clock_given() -> None:
+    # --cpu-time: case f's serial rows timed by time.thread_time (a busy machine's
+    # descheduled time not counted); per_unit times with whatever clock it is given.
+    import itertools
+
+    from benchmarks.__main__ import _parse
+    from benchmarks._timing import Config, per_unit
+
+    assert _parse(["--cpu-time", "--only", "f"]).cpu_time is True
+    assert _parse([]).cpu_time is False and Config().cpu_time is False
+    ticks = itertools.count()
+    samples = per_unit(lambda: None, units=4, repeat=3, number=5,
+                       clock=lambda: float(next(ticks)))
+    assert samples.values == (1e9 / 20,) * 3  # one tick per repeat of 5 runs x 4 units
