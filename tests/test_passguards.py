@@ -1,5 +1,8 @@
 """Passes MLIR 22 aborts on: refused with an error naming the op, in a subprocess (without
-the check the interpreter dies); the same ops still compile where nothing aborts."""
+the check the interpreter dies); the same ops still compile where nothing aborts.
+
+The sparse kernels are our own, shaped like upstream's sparse_expand.mlir (a product with
+a sparse result: the sparsifier's workspace is a memref of i1)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pymlirjit import Session
 
@@ -49,3 +53,53 @@ def test_the_default_pipeline_still_lowers_a_vector_fma(session: Session) -> Non
     expected = data * data + data
     session.compile(FMA)["fma"](data)
     np.testing.assert_array_equal(data, expected)
+
+
+#: A product of CSR matrices into a CSR matrix: the sparsifier expands each result row
+#: into a dense workspace whose "filled" flags are a memref of i1.
+SPARSE_PRODUCT = """
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+func.func @product(%a: tensor<4x4xf64, #CSR>, %b: tensor<4x4xf64, #CSR>) -> tensor<4x4xf64, #CSR> {
+  %init = tensor.empty() : tensor<4x4xf64, #CSR>
+  %c = linalg.matmul ins(%a, %b : tensor<4x4xf64, #CSR>, tensor<4x4xf64, #CSR>)
+                     outs(%init : tensor<4x4xf64, #CSR>) -> tensor<4x4xf64, #CSR>
+  return %c : tensor<4x4xf64, #CSR>
+}
+"""
+
+#: The same product into a dense result: no workspace, nothing for MLIR 22 to abort on.
+DENSE_RESULT_PRODUCT = """
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+func.func @product(%d: tensor<4x4xf64>, %out: tensor<4x4xf64>) -> tensor<4x4xf64> {
+  %a = sparse_tensor.convert %d : tensor<4x4xf64> to tensor<4x4xf64, #CSR>
+  %c = linalg.matmul ins(%a, %d : tensor<4x4xf64, #CSR>, tensor<4x4xf64>)
+                     outs(%out : tensor<4x4xf64>) -> tensor<4x4xf64>
+  bufferization.dealloc_tensor %a : tensor<4x4xf64, #CSR>
+  return %c : tensor<4x4xf64>
+}
+"""
+
+
+@pytest.mark.parametrize("pipeline",
+                         [None, "builtin.module(sparsifier{enable-runtime-library=true})"])
+def test_a_sparsifier_workspace_of_i1_raises_instead_of_aborting(pipeline: str | None) -> None:
+    code = textwrap.dedent(f"""
+        from pymlirjit import MLIRError, Session
+        try:
+            Session().compile({SPARSE_PRODUCT!r}, pipeline={pipeline!r})
+        except MLIRError as exc:
+            print("raised:", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "raised: the sparsifier cannot lower this module in MLIR 22" in done.stdout
+    assert "the sparsifier makes a 'memref.store' of i1 here" in done.stdout
+    assert "\"<source>\":5:8" in done.stdout  # the linalg.matmul it came from
+
+
+def test_the_sparsifier_still_lowers_a_product_with_a_dense_result(session: Session) -> None:
+    d = np.arange(16, dtype=np.float64).reshape(4, 4) * (np.arange(16).reshape(4, 4) % 3 == 0)
+    out = np.zeros((4, 4))
+    result = session.compile(DENSE_RESULT_PRODUCT)["product"](d, out)
+    np.testing.assert_array_equal(np.asarray(result), d @ d)
