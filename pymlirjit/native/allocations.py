@@ -48,7 +48,7 @@ from .builder import (
     allocation_list,
 )
 
-__all__ = ["add_trackers", "end_allocations", "track_allocations"]
+__all__ = ["add_trackers", "end_allocations", "track_allocations", "track_in_innermost_call"]
 
 _I1 = ir.IntType(1)
 _LIST = _i64.as_pointer()  # an allocation list, or a call record
@@ -329,6 +329,20 @@ def _innermost_list(b: ir.IRBuilder, record: ir.Value, otherwise: ir.Block,
     b.position_at_end(unwinds)
     allocations = allocation_list(b, jump_buffer)
     return allocations, b.load(_field(b, allocations, LIST_COUNT))
+
+
+def track_in_innermost_call(b: ir.IRBuilder, unit: _Unit, record: ir.Value,
+                            memory: ir.Value) -> None:
+    """Emit: put ``memory`` (a pointer from ``malloc``) on the allocation list of the
+    call whose record is ``record`` (an ``i64*``: the thread's innermost), if that call
+    can unwind, as a tracked allocation of its code would be: freed if the call unwinds,
+    taken off the list by a tracked ``free``. Nothing if the call cannot unwind (or
+    ``record`` is NULL)."""
+    done = _block(b, "tracked")
+    allocations, _ = _innermost_list(b, record, done)
+    b.call(_track(unit), [allocations, b.ptrtoint(memory, _i64)])
+    b.branch(done)
+    b.position_at_end(done)
 
 
 def add_trackers(unit: _Unit, frame_key: int) -> list[str]:

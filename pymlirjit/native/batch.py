@@ -21,7 +21,8 @@ from .builder import (
 )
 from .entry import ExactTypes, _EntryBuilder
 from .guard import _GuardBuilder
-from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
+from .trampoline import _forward, _TrampolineBuilder
+from .wrapper import _CtypesWrapperBuilder
 
 __all__ = ["NativeBatch", "process_trackers"]
 
