@@ -48,7 +48,8 @@ from .builder import (
     allocation_list,
 )
 
-__all__ = ["add_trackers", "end_allocations", "track_allocations", "track_in_innermost_call"]
+__all__ = ["add_trackers", "end_allocations", "hide_jump_buffer", "restore_jump_buffer",
+           "track_allocations", "track_in_innermost_call"]
 
 _I1 = ir.IntType(1)
 _LIST = _i64.as_pointer()  # an allocation list, or a call record
@@ -343,6 +344,29 @@ def track_in_innermost_call(b: ir.IRBuilder, unit: _Unit, record: ir.Value,
     b.call(_track(unit), [allocations, b.ptrtoint(memory, _i64)])
     b.branch(done)
     b.position_at_end(done)
+
+
+def hide_jump_buffer(b: ir.IRBuilder, record: ir.Value) -> ir.Value:
+    """Emit, before Python runs in the call whose record is ``record`` (an ``i64*``; a
+    callback): make the call look, to the code Python calls, like one that cannot
+    unwind (a jump buffer of 0), and return its jump buffer for
+    :func:`restore_jump_buffer`. The memory kernels called from Python allocate is then
+    not put on the call's list, nor handed to it: Python owns it (as arrays), and the
+    call must not free it if it unwinds. Nothing can unwind the call meanwhile: a
+    failure in code Python calls ends that code's own call."""
+    slot = b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)])
+    saved = b.load(slot)
+    # Only a call that can unwind is touched: the foreign record is shared by threads.
+    with b.if_then(b.icmp_unsigned("!=", saved, ir.Constant(_i64, 0))):
+        b.store(ir.Constant(_i64, 0), slot)
+    return saved
+
+
+def restore_jump_buffer(b: ir.IRBuilder, record: ir.Value, saved: ir.Value) -> None:
+    """Emit: give the call whose record is ``record`` its jump buffer ``saved`` back
+    (see :func:`hide_jump_buffer`)."""
+    with b.if_then(b.icmp_unsigned("!=", saved, ir.Constant(_i64, 0))):
+        b.store(saved, b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
 
 
 def add_trackers(unit: _Unit, frame_key: int) -> list[str]:

@@ -18,7 +18,7 @@ from ..relocation import (
     dtype_slot,
 )
 from ..types import MemRefType, ScalarType, UnrankedMemRefType
-from .allocations import track_in_innermost_call
+from .allocations import hide_jump_buffer, restore_jump_buffer, track_in_innermost_call
 from .builder import (
     ARRAY_DATA,
     ARRAY_DESCR,
@@ -81,6 +81,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.callee = function
         self.gil: ir.Value = None
         self.frame_record: ir.Value = None
+        self.jump_buffer: ir.Value = None  # the call's, hidden while Python runs
 
     def slot_of(self, what: str) -> str:
         return callback_slot(self.helpers.name, what)
@@ -101,6 +102,7 @@ class _TrampolineBuilder(_FunctionBuilder):
 
     def leave(self, value: ir.Value | None) -> None:
         b = self.builder
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
         self.release_gil()
         if value is None:
             b.ret_void()
@@ -112,6 +114,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         Python cannot keep the exception), hand the raised exception to Python
         (``helpers.record``), then unwind to the call's entry or return zero."""
         b = self.builder
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
         b.store(self.integer(self.helpers.culprit, self.slot_of("culprit")),
                 self.record_at(FAILED))
         slots = [b.alloca(_ptr) for _ in range(3)]
@@ -269,6 +272,7 @@ class _TrampolineBuilder(_FunctionBuilder):
             b.call(self.api["PyErr_NoMemory"], [])
             self.record_error_and_leave()
         # Owned by the call from here on: freed if it unwinds before it frees it.
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
         track_in_innermost_call(b, self.unit, self.frame_record, memory)
         b.call(self.libc["memcpy"], [memory, self.read_field(array, ARRAY_DATA, _ptr), nbytes])
         b.call(self.api["Py_DecRef"], [array])
@@ -386,6 +390,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         with b.if_then(b.icmp_signed("!=", b.load(self.record_at(FAILED)),
                                      ir.Constant(_i64, 0))):
             self.return_zero()
+        self.jump_buffer = hide_jump_buffer(b, self.frame_record)
         # A kernel call that kept the GIL on this thread says so in its record: the GIL
         # is then held already, and taking it again would only cost time.
         holds_gil = b.load(self.record_at(HOLDS_GIL))

@@ -13,7 +13,7 @@ from ..callframe import FAILED
 from ..memref import ALLOCATED
 from ..relocation import FOREIGN_RECORD, FRAME_KEY
 from ..types import MemRefType
-from .allocations import track_in_innermost_call
+from .allocations import hide_jump_buffer, restore_jump_buffer, track_in_innermost_call
 from .builder import (
     _boundary_function_type,
     _FunctionBuilder,
@@ -85,7 +85,9 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
         target_type = ir.FunctionType(function_type.return_type,
                                       [_ptr, *function_type.args])
         target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
+        jump_buffer = hide_jump_buffer(b, record)
         returned = b.call(target, [b.bitcast(status, _ptr), *self.function.args])
+        restore_jump_buffer(b, record, jump_buffer)
         with b.if_then(b.icmp_signed("!=", b.load(status), ir.Constant(_i64, 0)),
                        likely=False):
             # The copies of the results stored before the failure are no one's.
