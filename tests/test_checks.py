@@ -1018,10 +1018,11 @@ def test_results_kept_across_many_failing_calls_stay_valid() -> None:
     assert rows == [["True", "True", "[2, 4, 4]", "[5, 5, 5]"]]
 
 
-def test_only_code_that_may_unwind_allocates_through_the_trackers() -> None:
-    # A module with a failure callback and no shared library may unwind: its memref
-    # allocations go through the trackers, which LLVM still knows as malloc and free
-    # (an allocation nothing reads is removed). Other modules call the C library.
+def test_only_code_without_shared_libraries_allocates_through_the_trackers() -> None:
+    # A module without shared libraries allocates through the trackers, whether its
+    # calls may unwind (a failure callback) or not (no callback: a kernel another one
+    # may call), which LLVM still knows as malloc and free (an allocation nothing reads
+    # is removed). A module with shared libraries calls the C library.
     from pymlirjit.failures import ALLOCATION_TRACKERS
 
     source = """
@@ -1041,13 +1042,14 @@ def test_only_code_that_may_unwind_allocates_through_the_trackers() -> None:
     unchecked = Session().compile(plain)
     assert unwinding.f.unwind and not running_on.f.unwind
     assert not unchecked.f.unwind and not unchecked.f._links_callbacks
-    lowered = unwinding.lowered_mlir
-    assert all(f"@{tracker}(" in lowered for tracker in
-               (ALLOCATION_TRACKERS["malloc"], ALLOCATION_TRACKERS["free"]))
-    assert "@malloc(" not in lowered and "@free(" not in lowered
-    assert '"allockind", "9"' in lowered  # what LLVM knows of malloc
-    for other in (running_on, unchecked):
-        assert "@malloc(" in other.lowered_mlir and "__pymlirjit_malloc" not in other.lowered_mlir
+    for tracked in (unwinding, unchecked):
+        lowered = tracked.lowered_mlir
+        assert all(f"@{tracker}(" in lowered for tracker in
+                   (ALLOCATION_TRACKERS["malloc"], ALLOCATION_TRACKERS["free"]))
+        assert "@malloc(" not in lowered and "@free(" not in lowered
+        assert '"allockind", "9"' in lowered  # what LLVM knows of malloc
+    lowered = running_on.lowered_mlir
+    assert "@malloc(" in lowered and "__pymlirjit_malloc" not in lowered
     for m in (unwinding, running_on, unchecked):
         assert m.f(3, 2)[0] == (1 if m is not unchecked else 4)
 
@@ -1165,7 +1167,9 @@ func.func @drop(%m: memref<?xi64>) {
 }"""
 
 
-def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it() -> None:
+@pytest.mark.parametrize("artifact", ["jit", "shared"])
+def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
+        artifact: str, tmp_path: Path) -> None:
     # @make and @drop have no callback (their calls cannot unwind), yet allocate and
     # free through the trackers: called by @outer's code, @make's result goes on
     # @outer's list (freed when @outer unwinds: 8 KB a call leaked before), and @drop's
@@ -1175,7 +1179,7 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
     rows = run_isolated(_GROWN + textwrap.dedent("""
         from pymlirjit import callback, i64
 
-        session = Session()
+        session = Session(cache_dir=CACHE)
         kept = []
 
         @mlir_kernel(source=SOURCE, name="make", session=session)
@@ -1218,7 +1222,7 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
 
         m = outer.compile().module
         say(make.compile().unwind, m.held.unwind, make(3, 4).tolist(), m.held(1000, 6, 2),
-            m.handed(1000, 6, 3), m.from_python(6, 3))
+            m.handed(1000, 6, 3), m.from_python(6, 3), type(make.compile().engine).__name__)
         for name, call in [("held", lambda: m.held(1000, 6, 0)),
                            ("python path", lambda: m.held.call_python(1000, 6, 0)),
                            ("handed", lambda: m.handed(1000, 6, 0))]:
@@ -1228,8 +1232,9 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
             outcome(m.held, 1000, v, 0)
         gc.collect()
         say(len(kept), all((a == v).all() for v, a in enumerate(kept[1:])))
-    """), cwd=ROOT, SOURCE=PLAIN_KERNELS)
-    assert rows[0] == ["False", "True", "[4, 4, 4]", "3", "2", "2"]
+    """), cwd=ROOT, SOURCE=PLAIN_KERNELS, CACHE=None if artifact == "jit" else str(tmp_path))
+    engine = {"jit": "ExecutionEngine", "shared": "SharedLibrary"}[artifact]
+    assert rows[0] == ["False", "True", "[4, 4, 4]", "3", "2", "2", engine]
     for name, grew in rows[1:4]:
         assert int(grew) < 2 << 20, f"{name}: {int(grew) >> 10} KiB more"
     assert rows[4] == ["301", "True"]
