@@ -2,15 +2,21 @@
 
 A failing check or callback may end a kernel call at once (see
 :func:`pymlirjit.module.call_policy`): the compiled code never reaches its own
-``free`` of a temporary buffer, nor returns the results it allocated. In modules whose
-calls may unwind, compiled code therefore allocates through the trackers defined here
-(:data:`~pymlirjit.failures.ALLOCATION_TRACKERS`; :func:`track_allocations` renames
-its calls of ``malloc``, ``aligned_alloc`` and ``free``). While a call that can
-unwind is in flight, the innermost call record of the thread has a jump buffer, and
-after it a list (see :data:`pymlirjit.native.builder.ALLOCATIONS`): a tracked allocation
-is added to it, a tracked ``free`` removes the pointer from the list that holds it (the
-innermost first, then those of the calls it is nested in) and frees it. When the call
-ends, its entry or guard (:func:`end_allocations`):
+``free`` of a temporary buffer, nor returns the results it allocated. Compiled code
+of every module without shared libraries therefore allocates through the trackers
+defined here (:data:`~pymlirjit.failures.ALLOCATION_TRACKERS`;
+:func:`track_allocations` renames its calls of ``malloc``, ``aligned_alloc`` and
+``free``): kernels whose own calls cannot unwind may be called by code whose call can.
+While a call that can unwind is in flight, the innermost call record of the thread has
+a jump buffer, and after it a list (see :data:`pymlirjit.native.builder.ALLOCATIONS`):
+a tracked allocation is added to it (else, with no such call, it is a plain
+``malloc``), a tracked ``free`` removes the pointer from the list that holds it (the
+innermost first, then those of the calls it is nested in) and frees it. A callback's
+memref result, copied into ``malloc`` memory, goes on the list too
+(:func:`track_in_innermost_call`); while the callback's Python code runs, its call's
+jump buffer is hidden (:func:`hide_jump_buffer`), so that what kernels called from
+Python allocate stays Python's. When the call ends, its entry or guard
+(:func:`end_allocations`):
 
 - unwound (or, for a guard, failed): frees everything still on the list;
 - returned to Python (a native entry): drops the list, whose memory now belongs to the

@@ -168,7 +168,7 @@ class NativeBatch:
         return len(self.symbols) - 1
 
     def add_allocation_trackers(self, frame_key: int) -> list[str]:
-        """Add the allocation trackers compiled code of modules whose calls may unwind
+        """Add the allocation trackers compiled code of modules without shared libraries
         calls instead of ``malloc``, ``aligned_alloc`` and ``free`` (see
         :mod:`pymlirjit.native.allocations`), exported by their reserved names, which it
         returns; ``frame_key`` is the call machinery's pthread key."""
