@@ -1174,7 +1174,8 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
     # free through the trackers: called by @outer's code, @make's result goes on
     # @outer's list (freed when @outer unwinds: 8 KB a call leaked before), and @drop's
     # free of @outer's buffer takes it off (before, @outer's unwinding freed it again
-    # and aborted). @make called from Python inside @outer's callback returns an array
+    # and aborted), as does @drop's free of it called from Python by @outer's callback
+    # (@released). @make called from Python inside @outer's callback returns an array
     # Python owns: @outer's unwinding leaves it alone.
     rows = run_isolated(_GROWN + textwrap.dedent("""
         from pymlirjit import callback, i64
@@ -1192,10 +1193,15 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
             kept.append(make(1000, v))
             return v
 
+        @callback("(memref<?xi64>) -> ()", name="release", session=session)
+        def release(a):
+            drop(a)
+
         @mlir_kernel(session=session, callbacks=[make, drop], name="held", source='''
         func.func private @make(index, i64) -> memref<?xi64>
         func.func private @drop(memref<?xi64>)
         func.func private @keep(i64) -> i64
+        func.func private @release(memref<?xi64>)
         func.func @held(%n: index, %v: i64, %b: i64) -> i64 {
           %c0 = arith.constant 0 : index
           %m = call @make(%n, %v) : (index, i64) -> memref<?xi64>
@@ -1213,6 +1219,13 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
           %q = arith.divsi %x, %b : i64
           return %q : i64
         }
+        func.func @released(%n: index, %b: i64) -> i64 {
+          %t = memref.alloc(%n) : memref<?xi64>
+          call @release(%t) : (memref<?xi64>) -> ()
+          %c7 = arith.constant 7 : i64
+          %q = arith.divsi %c7, %b : i64
+          return %q : i64
+        }
         func.func @from_python(%v: i64, %b: i64) -> i64 {
           %k = call @keep(%v) : (i64) -> i64
           %q = arith.divsi %k, %b : i64
@@ -1222,10 +1235,12 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
 
         m = outer.compile().module
         say(make.compile().unwind, m.held.unwind, make(3, 4).tolist(), m.held(1000, 6, 2),
-            m.handed(1000, 6, 3), m.from_python(6, 3), type(make.compile().engine).__name__)
+            m.handed(1000, 6, 3), m.from_python(6, 3), m.released(1000, 7),
+            type(make.compile().engine).__name__)
         for name, call in [("held", lambda: m.held(1000, 6, 0)),
                            ("python path", lambda: m.held.call_python(1000, 6, 0)),
-                           ("handed", lambda: m.handed(1000, 6, 0))]:
+                           ("handed", lambda: m.handed(1000, 6, 0)),
+                           ("released", lambda: m.released(1000, 0))]:
             say(name, grown(call))
         for v in range(300):
             outcome(m.from_python, v, 0)
@@ -1234,7 +1249,7 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
         say(len(kept), all((a == v).all() for v, a in enumerate(kept[1:])))
     """), cwd=ROOT, SOURCE=PLAIN_KERNELS, CACHE=None if artifact == "jit" else str(tmp_path))
     engine = {"jit": "ExecutionEngine", "shared": "SharedLibrary"}[artifact]
-    assert rows[0] == ["False", "True", "[4, 4, 4]", "3", "2", "2", engine]
-    for name, grew in rows[1:4]:
+    assert rows[0] == ["False", "True", "[4, 4, 4]", "3", "2", "2", "1", engine]
+    for name, grew in rows[1:5]:
         assert int(grew) < 2 << 20, f"{name}: {int(grew) >> 10} KiB more"
-    assert rows[4] == ["301", "True"]
+    assert rows[5] == ["301", "True"]

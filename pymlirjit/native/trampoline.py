@@ -38,10 +38,10 @@ from .builder import (
     _i64,
     _ptr,
     _Unit,
-    _unwind,
     _zero_results,
 )
 from .halffloat import _BITS_LAYOUTS, _double_to_bits, _half_to_float
+from .unwindarea import unwind
 
 
 def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
@@ -128,7 +128,7 @@ class _TrampolineBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
         self.release_gil()
-        _unwind(b, self.libc, self.frame_record)
+        unwind(b, self.libc, self.frame_record)
         self.return_zero()
 
     def return_zero(self) -> None:

@@ -21,9 +21,9 @@ from .builder import (
     _i64,
     _ptr,
     _Unit,
-    _unwind,
     _zero_results,
 )
+from .unwindarea import unwind
 
 
 class _CtypesWrapperBuilder(_FunctionBuilder):
@@ -95,7 +95,7 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
                 b.call(self.libc["free"], [b.load(copy)])
             with b.if_then(b.icmp_signed("==", b.load(failed), ir.Constant(_i64, 0))):
                 b.store(ir.Constant(_i64, self.helpers.culprit), failed)
-            _unwind(b, self.libc, record)
+            unwind(b, self.libc, record)
             self.return_zero()
         for copy in copies:  # the call's now, as trampolines' copies are
             memory = b.load(copy)
