@@ -114,7 +114,6 @@ class _TrampolineBuilder(_FunctionBuilder):
         Python cannot keep the exception), hand the raised exception to Python
         (``helpers.record``), then unwind to the call's entry or return zero."""
         b = self.builder
-        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
         b.store(self.integer(self.helpers.culprit, self.slot_of("culprit")),
                 self.record_at(FAILED))
         slots = [b.alloca(_ptr) for _ in range(3)]
@@ -128,6 +127,8 @@ class _TrampolineBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
         self.release_gil()
+        # After the last Python (finalizers of what Py_DecRef releases included).
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
         unwind(b, self.libc, self.frame_record)
         self.return_zero()
 
@@ -271,11 +272,12 @@ class _TrampolineBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [array])
             b.call(self.api["PyErr_NoMemory"], [])
             self.record_error_and_leave()
-        # Owned by the call from here on: freed if it unwinds before it frees it.
-        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
-        track_in_innermost_call(b, self.unit, self.frame_record, memory)
         b.call(self.libc["memcpy"], [memory, self.read_field(array, ARRAY_DATA, _ptr), nbytes])
         b.call(self.api["Py_DecRef"], [array])
+        # Owned by the call from here on (no Python runs after this): freed if the call
+        # unwinds before it frees it.
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
+        track_in_innermost_call(b, self.unit, self.frame_record, memory)
         b.store(memory, self.descriptor_field(out, rank, ALLOCATED))
         b.store(memory, self.descriptor_field(out, rank, ALIGNED))
         b.store(ir.Constant(_i64, 0), self.descriptor_field(out, rank, OFFSET))
