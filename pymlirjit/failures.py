@@ -23,9 +23,10 @@ FAIL_SYMBOL = "__pymlirjit_fail"
 #: (bounds checks only).
 FAIL_SIGNATURE = "(i32, i64, i64, i64, i64) -> ()"
 
-#: In a module whose calls a failure may unwind (``longjmp``), compiled code allocates
-#: through these reserved symbols instead of the C library's (C function -> tracker,
-#: see :mod:`pymlirjit.native.allocations`): a call that unwinds frees what it allocated.
+#: In a module without shared libraries, compiled code allocates through these reserved
+#: symbols instead of the C library's (C function -> tracker, see
+#: :mod:`pymlirjit.native.allocations`): a call that a failure unwinds (``longjmp``)
+#: frees what it allocated, and what kernels it called allocated for it.
 ALLOCATION_TRACKERS = {"malloc": "__pymlirjit_malloc",
                        "aligned_alloc": "__pymlirjit_aligned_alloc",
                        "free": "__pymlirjit_free"}

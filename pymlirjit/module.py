@@ -80,12 +80,13 @@ def _only_failure_callback(linked: Iterable[str]) -> bool:
     return set(linked) == {FAIL_SYMBOL}
 
 
-def _unwinds(prepared: PreparedModule, options: CompileOptions) -> bool:
-    """Whether calls of ``prepared``'s functions may unwind (see :func:`call_policy`):
-    its code then allocates through the trackers (:mod:`pymlirjit.native.allocations`)."""
-    calls_back = bool(prepared.linked) or any(e.calls_python
-                                              for e in prepared.externs.values())
-    return call_policy(calls_back, prepared.shared_libs(options))[1]
+def _tracks_allocations(prepared: PreparedModule, options: CompileOptions) -> bool:
+    """Whether ``prepared``'s code allocates through the trackers
+    (:mod:`pymlirjit.native.allocations`): all code that starts no threads (no shared
+    libraries). A call that unwinds frees what they put on its list; a module whose calls
+    cannot unwind gets its allocations on the list of the unwinding call whose code
+    calls it (``callbacks=[kernel]``), else they are plain ``malloc`` and ``free``."""
+    return not prepared.shared_libs(options)
 
 
 def _trackers_needed(needed: Iterable[str]) -> dict[str, int]:
@@ -205,19 +206,20 @@ class UncallableFunction:
 
 def build_native_code(functions: Mapping[str, tuple[Signature, str]],
                       runtime_symbols: Mapping[str, Callback], release_gil: bool | None,
-                      unwind: bool) -> NativeCode:
+                      unwind: bool, trackers: bool = False) -> NativeCode:
     """The native entries of ``functions`` (name -> (signature, C-ABI entry name)), each
     calling ``_mlir_ciface_<entry>`` under the module's GIL and unwinding policy, and
     the functions compiled code calls for ``runtime_symbols`` (symbol -> callback): a
     trampoline where the types allow one, else a forwarder to the callback's ctypes
     entry. With callbacks, each function also gets a guard, which the Python path
-    calls (see :attr:`pymlirjit.function.CompiledFunction.address`)."""
+    calls (see :attr:`pymlirjit.function.CompiledFunction.address`). ``trackers``: the
+    code allocates through the allocation trackers, defined here."""
     from .native import NativeBatch  # llvmlite loads only when code is generated
 
     batch = NativeBatch(relocatable=True)
     calls = call_machinery() if runtime_symbols else None
-    if calls is not None and unwind:  # the code allocates through them
-        batch.add_allocation_trackers(calls.frame_key)
+    if trackers:
+        batch.add_allocation_trackers(call_machinery().frame_key)
     entries: dict[str, str] = {}
     guards: dict[str, str] = {}
     for i, (name, (signature, entry)) in enumerate(functions.items()):
@@ -312,7 +314,7 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     code runs. The module's global constructors run when the engine serves a module
     (:func:`engine_module`), not here: a module loaded from the cache entry built from
     the engine runs its own, and they must run once."""
-    if _unwinds(prepared, options):
+    if _tracks_allocations(prepared, options):
         from .native.allocations import track_allocations
 
         track_allocations(prepared.module)
@@ -386,7 +388,9 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
     if supported():
         release_gil, unwind = call_policy(bool(prepared.linked), prepared.shared_libs(options),
                                           _only_failure_callback(prepared.linked))
-        native = build_native_code(signatures, prepared.registrations, release_gil, unwind)
+        native = build_native_code(signatures, prepared.registrations, release_gil, unwind,
+                                   bool(set(ALLOCATION_TRACKERS.values())
+                                        & set(engine.needed_symbols)))
         parts = [object_code] + ([native.object_code] if native.object_code else [])
         exported = tuple(f"pymlirjit_init_{i}" for i in range(len(constructors)))
         if constructors:

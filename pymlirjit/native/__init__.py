@@ -44,11 +44,13 @@ before any code is generated: a mismatch raises instead of generating wrong code
 
 The modules: :mod:`~pymlirjit.native.batch` (the llvmlite JIT and :class:`NativeBatch`),
 :mod:`~pymlirjit.native.builder` (what every generated function shares),
+:mod:`~pymlirjit.native.unwindarea` (a call's jump buffer and allocation list),
 :mod:`~pymlirjit.native.entry` (Python -> C ABI: kernel entries),
 :mod:`~pymlirjit.native.results` (the results entries box),
-:mod:`~pymlirjit.native.guard` (guards: a call record for calls through raw addresses) and
-:mod:`~pymlirjit.native.trampoline` (C ABI -> Python: trampolines, ctypes wrappers,
-forwarders) with :mod:`~pymlirjit.native.halffloat` (f16/bf16 without libcalls).
+:mod:`~pymlirjit.native.guard` (guards: a call record for calls through raw addresses),
+:mod:`~pymlirjit.native.trampoline` (C ABI -> Python: trampolines, forwarders) with
+:mod:`~pymlirjit.native.halffloat` (f16/bf16 without libcalls), and
+:mod:`~pymlirjit.native.wrapper` (the native wrappers of callbacks' ctypes entries).
 """
 
 from .batch import NativeBatch

@@ -2,15 +2,21 @@
 
 A failing check or callback may end a kernel call at once (see
 :func:`pymlirjit.module.call_policy`): the compiled code never reaches its own
-``free`` of a temporary buffer, nor returns the results it allocated. In modules whose
-calls may unwind, compiled code therefore allocates through the trackers defined here
-(:data:`~pymlirjit.failures.ALLOCATION_TRACKERS`; :func:`track_allocations` renames
-its calls of ``malloc``, ``aligned_alloc`` and ``free``). While a call that can
-unwind is in flight, the innermost call record of the thread has a jump buffer, and
-after it a list (see :data:`pymlirjit.native.builder.ALLOCATIONS`): a tracked allocation
-is added to it, a tracked ``free`` removes the pointer from the list that holds it (the
-innermost first, then those of the calls it is nested in) and frees it. When the call
-ends, its entry or guard (:func:`end_allocations`):
+``free`` of a temporary buffer, nor returns the results it allocated. Compiled code
+of every module without shared libraries therefore allocates through the trackers
+defined here (:data:`~pymlirjit.failures.ALLOCATION_TRACKERS`;
+:func:`track_allocations` renames its calls of ``malloc``, ``aligned_alloc`` and
+``free``): kernels whose own calls cannot unwind may be called by code whose call can.
+While a call that can unwind is in flight, the innermost call record of the thread has
+a jump buffer, and after it a list (see :data:`pymlirjit.native.unwindarea.ALLOCATIONS`):
+a tracked allocation is added to it (else, with no such call, it is a plain
+``malloc``), a tracked ``free`` removes the pointer from the list that holds it (the
+innermost first, then those of the calls it is nested in) and frees it. A callback's
+memref result, copied into ``malloc`` memory, goes on the list too
+(:func:`track_in_innermost_call`); while the callback's Python code runs, its call's
+jump buffer is hidden (:func:`hide_jump_buffer`), so that what kernels called from
+Python allocate stays Python's. When the call ends, its entry or guard
+(:func:`end_allocations`):
 
 - unwound (or, for a guard, failed): frees everything still on the list;
 - returned to Python (a native entry): drops the list, whose memory now belongs to the
@@ -34,21 +40,20 @@ from llvmlite import ir
 from ..callframe import JUMP_BUFFER, PREVIOUS
 from ..failures import ALLOCATION_TRACKERS
 from ..relocation import FRAME_KEY
-from .builder import (
+from .builder import _FunctionBuilder, _i32, _i64, _ptr, _Unit
+from .unwindarea import (
+    HIDDEN,
     INLINE_ALLOCATIONS,
     LIST_CAPACITY,
     LIST_COUNT,
     LIST_INLINE,
     LIST_ITEMS,
-    _FunctionBuilder,
-    _i32,
-    _i64,
-    _ptr,
-    _Unit,
     allocation_list,
+    can_unwind_now,
 )
 
-__all__ = ["add_trackers", "end_allocations", "track_allocations"]
+__all__ = ["add_trackers", "end_allocations", "hide_jump_buffer", "restore_jump_buffer",
+           "track_allocations", "track_in_innermost_call"]
 
 _I1 = ir.IntType(1)
 _LIST = _i64.as_pointer()  # an allocation list, or a call record
@@ -181,7 +186,9 @@ def _untrack(unit: _Unit) -> ir.Function:
     record.add_incoming(first, entry)
     b.cbranch(_is_null(b, record), done, has_list)
     b.position_at_end(has_list)
-    jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
+    # A hidden list (see hide_jump_buffer) is searched too: what is freed leaves it.
+    jump_buffer = b.and_(b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)])),
+                         ir.Constant(_i64, ~HIDDEN))
     allocations = allocation_list(b, jump_buffer)
     is_unwinding = b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))
     b.cbranch(is_unwinding, search, outer)
@@ -250,7 +257,7 @@ def _hand(unit: _Unit) -> ir.Function:
     allocations, record = function.args
     with b.if_then(b.not_(_is_null(b, record))):
         jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
-        with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
+        with b.if_then(can_unwind_now(b, jump_buffer)):
             target = allocation_list(b, jump_buffer)
             items = b.inttoptr(b.load(_field(b, allocations, LIST_ITEMS)), _LIST)
             count = b.load(_field(b, allocations, LIST_COUNT))
@@ -319,16 +326,55 @@ def _block(b: ir.IRBuilder, name: str) -> ir.Block:
 def _innermost_list(b: ir.IRBuilder, record: ir.Value, otherwise: ir.Block,
                     ) -> tuple[ir.Value, ir.Value]:
     """The allocation list of the call whose record is ``record`` (an ``i64*``) and its
-    count; branches to ``otherwise`` if there is no record or its call cannot unwind."""
+    count; branches to ``otherwise`` if there is no record, or its call cannot unwind or
+    runs Python (see :func:`hide_jump_buffer`)."""
     has_record = _block(b, "has_record")
     unwinds = _block(b, "unwinds")
     b.cbranch(_is_null(b, record), otherwise, has_record)
     b.position_at_end(has_record)
     jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
-    b.cbranch(b.icmp_unsigned("==", jump_buffer, ir.Constant(_i64, 0)), otherwise, unwinds)
+    b.cbranch(can_unwind_now(b, jump_buffer), unwinds, otherwise)
     b.position_at_end(unwinds)
     allocations = allocation_list(b, jump_buffer)
     return allocations, b.load(_field(b, allocations, LIST_COUNT))
+
+
+def track_in_innermost_call(b: ir.IRBuilder, unit: _Unit, record: ir.Value,
+                            memory: ir.Value) -> None:
+    """Emit: put ``memory`` (a pointer from ``malloc``) on the allocation list of the
+    call whose record is ``record`` (an ``i64*``: the thread's innermost), if that call
+    can unwind, as a tracked allocation of its code would be: freed if the call unwinds,
+    taken off the list by a tracked ``free``. Nothing if the call cannot unwind (or
+    ``record`` is NULL)."""
+    done = _block(b, "tracked")
+    allocations, _ = _innermost_list(b, record, done)
+    b.call(_track(unit), [allocations, b.ptrtoint(memory, _i64)])
+    b.branch(done)
+    b.position_at_end(done)
+
+
+def hide_jump_buffer(b: ir.IRBuilder, record: ir.Value) -> ir.Value:
+    """Emit, before Python runs in the call whose record is ``record`` (an ``i64*``; a
+    callback): mark the call's jump buffer :data:`HIDDEN`, and return it for
+    :func:`restore_jump_buffer`. The memory kernels called from Python allocate is then
+    neither put on the call's list nor handed to it: Python owns it (as arrays), and the
+    call must not free it if it unwinds. A tracked ``free`` still takes what it frees
+    off the list. Nothing unwinds the call meanwhile: a failure in code Python calls
+    ends that code's own call (and :func:`~.unwindarea.unwind` never jumps to a hidden
+    buffer)."""
+    slot = b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)])
+    saved = b.load(slot)
+    # Only a call that can unwind is touched: the foreign record is shared by threads.
+    with b.if_then(b.icmp_unsigned("!=", saved, ir.Constant(_i64, 0))):
+        b.store(b.or_(saved, ir.Constant(_i64, HIDDEN)), slot)
+    return saved
+
+
+def restore_jump_buffer(b: ir.IRBuilder, record: ir.Value, saved: ir.Value) -> None:
+    """Emit: give the call whose record is ``record`` its jump buffer ``saved`` back
+    (see :func:`hide_jump_buffer`)."""
+    with b.if_then(b.icmp_unsigned("!=", saved, ir.Constant(_i64, 0))):
+        b.store(saved, b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
 
 
 def add_trackers(unit: _Unit, frame_key: int) -> list[str]:

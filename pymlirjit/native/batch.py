@@ -21,7 +21,8 @@ from .builder import (
 )
 from .entry import ExactTypes, _EntryBuilder
 from .guard import _GuardBuilder
-from .trampoline import _CtypesWrapperBuilder, _forward, _TrampolineBuilder
+from .trampoline import _forward, _TrampolineBuilder
+from .wrapper import _CtypesWrapperBuilder
 
 __all__ = ["NativeBatch", "process_trackers"]
 
@@ -167,7 +168,7 @@ class NativeBatch:
         return len(self.symbols) - 1
 
     def add_allocation_trackers(self, frame_key: int) -> list[str]:
-        """Add the allocation trackers compiled code of modules whose calls may unwind
+        """Add the allocation trackers compiled code of modules without shared libraries
         calls instead of ``malloc``, ``aligned_alloc`` and ``free`` (see
         :mod:`pymlirjit.native.allocations`), exported by their reserved names, which it
         returns; ``frame_key`` is the call machinery's pthread key."""

@@ -25,6 +25,15 @@ from ..relocation import (
     name_of,
 )
 from ..types import MemRefType, ScalarType, TensorType
+from .unwindarea import (
+    INLINE_ALLOCATIONS,
+    LIST_CAPACITY,
+    LIST_COUNT,
+    LIST_INLINE,
+    LIST_ITEMS,
+    UNWIND_AREA_BYTES,
+    allocation_list,
+)
 
 # The object fields generated code reads, as byte offsets: CPython's PyObject header and
 # numpy's PyArrayObject_fields, both public ABI on 64-bit CPython 3.10-3.13 (not the
@@ -191,15 +200,6 @@ _LIBC: dict[str, ir.FunctionType] = {
     "realloc": ir.FunctionType(_ptr, [_ptr, _i64]),
     "aligned_alloc": ir.FunctionType(_ptr, [_i64, _i64]),
 }
-_JMP_BUF_BYTES = 512  # glibc's jmp_buf is 200 bytes on x86-64; leave room
-# A call that can unwind keeps, right after its jmp_buf, the list of the memory its
-# compiled code allocated and has not freed (see pymlirjit.native.allocations), by i64
-# field: the items (an i64 array), their count, the array's capacity, then the first
-# INLINE_ALLOCATIONS items' own room (the array while it fits there).
-ALLOCATIONS = _JMP_BUF_BYTES
-LIST_ITEMS, LIST_COUNT, LIST_CAPACITY, LIST_INLINE = 0, 1, 2, 3
-INLINE_ALLOCATIONS = 8
-_UNWIND_AREA_BYTES = ALLOCATIONS + 8 * (LIST_INLINE + INLINE_ALLOCATIONS)
 
 
 def _declare_libc(module: ir.Module) -> dict[str, ir.Function]:
@@ -340,7 +340,7 @@ class _FunctionBuilder:
         """Make a new call record on the stack the thread's innermost one (see
         pymlirjit.callframe): it says whether a callback failed, where a failing one may
         ``longjmp`` to (a jump buffer, with ``unwind``, followed by the call's empty
-        allocation list: see :data:`ALLOCATIONS`), and whether this thread keeps the
+        allocation list: see :data:`~.unwindarea.ALLOCATIONS`), and whether this thread keeps the
         GIL. Returns the record (an ``i64*``), the record it hides, the jump buffer if
         any, and the thread key (an i32) to restore the hidden one with."""
         b = self.builder
@@ -350,7 +350,7 @@ class _FunctionBuilder:
         jump_buffer = None
         address: ir.Value = ir.Constant(_i64, 0)
         if unwind:
-            buffer = b.alloca(ir.ArrayType(_i8, _UNWIND_AREA_BYTES))
+            buffer = b.alloca(ir.ArrayType(_i8, UNWIND_AREA_BYTES))
             buffer.align = 16
             jump_buffer = b.bitcast(buffer, _ptr)
             address = b.ptrtoint(jump_buffer, _i64)
@@ -464,14 +464,6 @@ class _FunctionBuilder:
         return b.call(self.api["PyLong_FromLongLong"], [wide])
 
 
-def allocation_list(b: ir.IRBuilder, jump_buffer: ir.Value) -> ir.Value:
-    """The allocation list (an ``i64*``, see :data:`ALLOCATIONS`) of the call whose jump
-    buffer is ``jump_buffer`` (a pointer or an i64)."""
-    if isinstance(jump_buffer.type, ir.IntType):
-        jump_buffer = b.inttoptr(jump_buffer, _ptr)
-    return b.bitcast(b.gep(jump_buffer, [ir.Constant(_i64, ALLOCATIONS)]), _i64.as_pointer())
-
-
 def _zero_results(b: ir.IRBuilder, abi: BoundaryABI, args: list[ir.Value]) -> None:
     """Zero the results a function with ``abi``'s C ABI returns through a pointer (its
     first argument, ``args[0]``), if it does."""
@@ -485,12 +477,3 @@ def _zero_results(b: ir.IRBuilder, abi: BoundaryABI, args: list[ir.Value]) -> No
         b.store(ir.Constant(width, 0),
                 b.bitcast(b.gep(args[0], [ir.Constant(_i64, offset)]), width.as_pointer()))
         offset += chunk
-
-
-def _unwind(b: ir.IRBuilder, libc: dict[str, ir.Function], record: ir.Value) -> None:
-    """``longjmp`` to the jump buffer of ``record`` (an i64 pointer to a call record) if
-    it has one (see :mod:`pymlirjit.callframe`); else go on."""
-    jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
-    with b.if_then(b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))):
-        b.call(libc["longjmp"], [b.inttoptr(jump_buffer, _ptr), ir.Constant(_i32, 1)])
-        b.unreachable()

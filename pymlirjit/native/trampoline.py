@@ -18,6 +18,7 @@ from ..relocation import (
     dtype_slot,
 )
 from ..types import MemRefType, ScalarType, UnrankedMemRefType
+from .allocations import hide_jump_buffer, restore_jump_buffer, track_in_innermost_call
 from .builder import (
     ARRAY_DATA,
     ARRAY_DESCR,
@@ -37,10 +38,10 @@ from .builder import (
     _i64,
     _ptr,
     _Unit,
-    _unwind,
     _zero_results,
 )
 from .halffloat import _BITS_LAYOUTS, _double_to_bits, _half_to_float
+from .unwindarea import unwind
 
 
 def _forward(unit: _Unit, name: str, abi: BoundaryABI, slot: str) -> None:
@@ -80,6 +81,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.callee = function
         self.gil: ir.Value = None
         self.frame_record: ir.Value = None
+        self.jump_buffer: ir.Value = None  # the call's, hidden while Python runs
 
     def slot_of(self, what: str) -> str:
         return callback_slot(self.helpers.name, what)
@@ -100,6 +102,7 @@ class _TrampolineBuilder(_FunctionBuilder):
 
     def leave(self, value: ir.Value | None) -> None:
         b = self.builder
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
         self.release_gil()
         if value is None:
             b.ret_void()
@@ -124,7 +127,9 @@ class _TrampolineBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
         self.release_gil()
-        _unwind(b, self.libc, self.frame_record)
+        # After the last Python (finalizers of what Py_DecRef releases included).
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
+        unwind(b, self.libc, self.frame_record)
         self.return_zero()
 
     def return_zero(self) -> None:
@@ -210,7 +215,8 @@ class _TrampolineBuilder(_FunctionBuilder):
     def store_memref_result(self, result: ir.Value, out: ir.Value, t: MemRefType) -> None:
         """Write to the descriptor at ``out`` a copy of the array ``result`` (a new
         reference, released here) in fresh ``malloc`` memory, which the compiled code
-        owns (and may ``free``), as ``fill_descriptor_with_copy`` does. Anything but a
+        owns (and may ``free``), as ``fill_descriptor_with_copy`` does, on the call's
+        allocation list if it can unwind (freed if it does). Anything but a
         C-contiguous array of the right dtype, rank and static sizes goes through the
         Python converter first, which checks it (raising the precise error)."""
         b = self.builder
@@ -268,6 +274,10 @@ class _TrampolineBuilder(_FunctionBuilder):
             self.record_error_and_leave()
         b.call(self.libc["memcpy"], [memory, self.read_field(array, ARRAY_DATA, _ptr), nbytes])
         b.call(self.api["Py_DecRef"], [array])
+        # Owned by the call from here on (no Python runs after this): freed if the call
+        # unwinds before it frees it.
+        restore_jump_buffer(b, self.frame_record, self.jump_buffer)
+        track_in_innermost_call(b, self.unit, self.frame_record, memory)
         b.store(memory, self.descriptor_field(out, rank, ALLOCATED))
         b.store(memory, self.descriptor_field(out, rank, ALIGNED))
         b.store(ir.Constant(_i64, 0), self.descriptor_field(out, rank, OFFSET))
@@ -382,6 +392,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         with b.if_then(b.icmp_signed("!=", b.load(self.record_at(FAILED)),
                                      ir.Constant(_i64, 0))):
             self.return_zero()
+        self.jump_buffer = hide_jump_buffer(b, self.frame_record)
         # A kernel call that kept the GIL on this thread says so in its record: the GIL
         # is then held already, and taking it again would only cost time.
         holds_gil = b.load(self.record_at(HOLDS_GIL))
@@ -421,56 +432,3 @@ class _TrampolineBuilder(_FunctionBuilder):
             self.leave(None)
         else:
             self.leave(self.unbox_result(result))
-
-
-class _CtypesWrapperBuilder(_FunctionBuilder):
-    """Emits the native wrapper of a callback's ctypes entry: the callback's C ABI, so
-    that compiled code calls it as it calls a trampoline, and the same failure rule. A
-    failed call skips it; after the ctypes entry returns (its Python frames gone), a
-    status word still set says the callback did not succeed: the wrapper then sets the
-    call's failed flag (the callback's culprit token) and unwinds the call, or returns
-    zeros where the call cannot be unwound."""
-
-    def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int,
-                 helpers: Any) -> None:
-        super().__init__(unit, name, _boundary_function_type(abi))
-        self.abi = abi
-        self.target = target
-        self.helpers = helpers
-
-    def return_zero(self) -> None:
-        b = self.builder
-        _zero_results(b, self.abi, self.function.args)
-        return_type = self.function.function_type.return_type
-        if isinstance(return_type, ir.VoidType):
-            b.ret_void()
-        else:
-            b.ret(ir.Constant(return_type, 0))
-
-    def build(self) -> None:
-        b = self.builder
-        key = b.trunc(self.integer(self.helpers.frame_key, FRAME_KEY), _i32)
-        record = b.call(self.libc["pthread_getspecific"], [key])
-        foreign = b.inttoptr(self.integer(self.helpers.foreign_record, FOREIGN_RECORD), _ptr)
-        record = b.bitcast(b.select(self.is_null(record), foreign, record), _i64.as_pointer())
-        failed = b.gep(record, [ir.Constant(_i64, FAILED)])
-        with b.if_then(b.icmp_signed("!=", b.load(failed), ir.Constant(_i64, 0)),
-                       likely=False):
-            self.return_zero()
-        status = b.alloca(_i64)
-        b.store(ir.Constant(_i64, 1), status)
-        function_type = self.function.function_type
-        target_type = ir.FunctionType(function_type.return_type,
-                                      [_ptr, *function_type.args])
-        target = b.inttoptr(ir.Constant(_i64, self.target), target_type.as_pointer())
-        returned = b.call(target, [b.bitcast(status, _ptr), *self.function.args])
-        with b.if_then(b.icmp_signed("!=", b.load(status), ir.Constant(_i64, 0)),
-                       likely=False):
-            with b.if_then(b.icmp_signed("==", b.load(failed), ir.Constant(_i64, 0))):
-                b.store(ir.Constant(_i64, self.helpers.culprit), failed)
-            _unwind(b, self.libc, record)
-            self.return_zero()
-        if isinstance(function_type.return_type, ir.VoidType):
-            b.ret_void()
-        else:
-            b.ret(returned)
