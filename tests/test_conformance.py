@@ -11,6 +11,7 @@ Stdout must match the reference (addresses blanked) and pass the file's CHECK li
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -207,8 +208,18 @@ def _passes(opt: list[str]) -> str:
             continue
         else:
             name = _RENAMED.get(name, name)
-            parts.append(f"{name}{{{options}}}" if options else name)
+            spec = f"{name}{{{options}}}" if options else name
+            parts.append(f"func.func({spec})" if _function_only(name) else spec)
     return ",".join(parts)
+
+
+@functools.cache
+def _function_only(name: str) -> bool:
+    """Whether mlir-opt's pass ``name`` runs only on ``func.func``: its command line nests
+    such a pass, a ``builtin.module(...)`` pipeline must say ``func.func(...)``."""
+    tried = _run([str(MLIR_ROOT / "bin" / "mlir-opt"), "-",
+                  f"--pass-pipeline=builtin.module({name})"], stdin="")
+    return "restricted to 'func.func'" in tried.stderr
 
 
 def _pipeline(opts: list[list[str]]) -> str | None:
@@ -259,6 +270,15 @@ def _tools(command: str) -> set[str]:
             for stage in command.split("|") if stage.strip()}
 
 
+def _parts(command: str) -> list[str]:
+    """The commands of one RUN line joined by ``&&``, up to the last that runs mlir-runner
+    (a fresh working directory needs no ``rm -f %t``)."""
+    parts = [part.strip() for part in command.split("&&")]
+    parts = [part for part in parts if shlex.split(part)[:1] != ["rm"]]
+    last = max((i for i, part in enumerate(parts) if _tools(part) & _RUNNERS), default=None)
+    return parts if last is None else parts[:last + 1]
+
+
 def _output(opt: list[str]) -> str | None:
     """The file an mlir-opt stage writes (``-o FILE``), if any."""
     for i, word in enumerate(opt):
@@ -298,9 +318,19 @@ def _lower(source: Path, opts: list[list[str]], workdir: Path,
     return source
 
 
-def _earlier_outputs(commands: list[str], path: Path, workdir: Path) -> dict[str, _Made]:
+def _test_only(opts: list[list[str]]) -> Outcome | None:
+    """Why the reference fails if mlir-opt stages ``opts`` name a test-only pass."""
+    names = sorted({name for stage in opts for name in _TEST_ONLY.findall(
+        _passes([word for segment in _segments(stage) for word in segment]))})
+    return Outcome("skip", f"needs mlir-opt's test-only {', '.join(names)}, which the "
+                           f"wheel's mlir-opt lacks") if names else None
+
+
+def _earlier_outputs(commands: list[str], path: Path,
+                     workdir: Path) -> dict[str, _Made] | Outcome:
     """Run the RUN lines in ``commands`` that only run mlir-opt into a file (``-o %t``,
-    read by a later line), in order in ``workdir``; what each wrote, by name."""
+    read by a later line), in order in ``workdir``: what each wrote, by name, or why the
+    reference fails."""
     made: dict[str, _Made] = {}
     for n, command in enumerate(commands):
         opts = _stages(command)[0]
@@ -310,10 +340,14 @@ def _earlier_outputs(commands: list[str], path: Path, workdir: Path) -> dict[str
         origin, before = path, []
         if (given := _input(opts[0], path, made)) in made:
             origin, before = made[given].origin, made[given].opts
+        if (test_only := _test_only(before + opts)) is not None:
+            return test_only
         result = _lower(Path(given) if given in made else path, opts, workdir, f"-{n}-")
-        if isinstance(result, Path):
-            Path(target).write_text(result.read_text())
-            made[target] = _Made(origin, before + opts)
+        if not isinstance(result, Path):
+            return Outcome("skip", f"the wheel's mlir-opt fails the RUN line writing "
+                                   f"{Path(target).name}: {result.stderr[:200]}")
+        Path(target).write_text(result.read_text())
+        made[target] = _Made(origin, before + opts)
     return made
 
 
@@ -327,21 +361,22 @@ def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
     ``mlir-opt | mlir-runner``, in ``workdir`` (lit's ``%t``): the RUN lines before it that
     write a file for later lines (``mlir-opt %s ... -o %t``) run first, in order."""
     commands = run_lines(path, workdir)
-    command = commands[index]
+    # lit runs `a && b` as two commands: `rm -f %t && mlir-opt ... -o %t && mlir-runner %t`.
+    *before, command = _parts(commands[index]) or [commands[index]]
+    steps = [part for line in commands[:index] for part in _parts(line)] + before
     tools = _tools(command)
     others = sorted(tools - _TOOLS)
     if others or not tools & _RUNNERS:
         return Outcome("skip", f"not an mlir-opt | mlir-runner | FileCheck line: "
                                f"{' '.join(others) or 'no mlir-runner'}")
-    made = _earlier_outputs(commands[:index], path, workdir)
+    made = _earlier_outputs(steps, path, workdir)
+    if isinstance(made, Outcome):
+        return made
     opts, runner, filecheck = _stages(command)
     given = _input(opts[0] if opts else runner, path, made)
     origin, before = (made[given].origin, made[given].opts) if given in made else (path, [])
-    test_only = sorted({name for stage in before + opts for name in _TEST_ONLY.findall(
-        _passes([w for segment in _segments(stage) for w in segment]))})
-    if test_only:
-        return Outcome("skip", f"needs mlir-opt's test-only {', '.join(test_only)}, which "
-                               f"the wheel's mlir-opt lacks")
+    if (test_only := _test_only(before + opts)) is not None:
+        return test_only
     lowered = _lower(Path(given), opts, workdir, "")
     if not isinstance(lowered, Path):
         return Outcome("skip", f"the wheel's mlir-opt fails this RUN line: "
