@@ -23,13 +23,15 @@ from pathlib import Path
 import mlir
 import pytest
 
+REPO = Path(__file__).resolve().parent.parent
 RUNNER = Path(__file__).parent / "data" / "runner"
 MLIR_ROOT = Path(mlir.__path__[0])
 FILECHECK = Path(sys.prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}",
                  "site-packages", "llvm", "bin", "FileCheck")
 FAST = {"global-constructors.mlir", "bare-ptr-call-conv.mlir", "memref-copy-layouts.mlir",
         "vector-broadcast.mlir", "async-execute.mlir", "f8-arithmetic.mlir",
-        "transform-schedule.mlir", "memref-realloc.mlir", "two-step-compile.mlir"}
+        "transform-schedule.mlir", "memref-realloc.mlir", "two-step-compile.mlir",
+        "linalg-pack-unpack.mlir"}
 WAYS = ("lowered", "passes", "default")
 
 
@@ -396,8 +398,10 @@ def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
         pipeline = _pipeline(before + opts)
         assert pipeline is not None
         extra = ["--pipeline", pipeline]
+    # This checkout's pymlirjit, though the working directory is elsewhere.
+    path_env = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     ours = _run([sys.executable, "-m", "pymlirjit", "run", str(ours_input), *runner_args,
-                 *extra], cwd=workdir, env=env)
+                 *extra], cwd=workdir, env={**env, "PYTHONPATH": path_env})
     if ours.returncode < 0:
         return Outcome("abort", f"signal {-ours.returncode}: {ours.stderr[-300:]}")
     if ours.returncode != 0:
