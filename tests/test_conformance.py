@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -331,10 +332,15 @@ def _test_only(opts: list[list[str]]) -> Outcome | None:
 def _earlier_outputs(commands: list[str], path: Path,
                      workdir: Path) -> dict[str, _Made] | Outcome:
     """Run the RUN lines in ``commands`` that only run mlir-opt into a file (``-o %t``,
-    read by a later line), in order in ``workdir``: what each wrote, by name, or why the
-    reference fails."""
+    read by a later line) or copy the test file (``cp %s %t``), in order in ``workdir``:
+    what each wrote, by name, or why the reference fails."""
     made: dict[str, _Made] = {}
     for n, command in enumerate(commands):
+        words = shlex.split(command)
+        if len(words) == 3 and words[0] == "cp":  # `cp %s %t`: the test file, renamed
+            shutil.copyfile(words[1], words[2])
+            made[words[2]] = made.get(words[1], _Made(path, []))
+            continue
         opts = _stages(command)[0]
         target = _output(opts[-1]) if opts else None
         if _tools(command) != {"mlir-opt"} or target is None:
