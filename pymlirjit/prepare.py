@@ -35,6 +35,7 @@ from .externs import LinkedExtern
 from .failures import FAIL_SYMBOL, raise_failure, source_id
 from .optimize import optimize, with_vector_lowering
 from .options import CompileOptions
+from .packlowering import BUFFERIZATION, decompose_packs
 from .pipeline import lower as lower_module
 from .pipeline import (
     new_context,
@@ -248,6 +249,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     # kernel, not the outlined function), else where memref accesses and scf still exist.
     at = "async-parallel-for" if options.parallel_loops else "convert-scf-to-cf"
     hooks[at] = _in_order(add_checks, hooks.get(at))
+    hooks[BUFFERIZATION] = _in_order(lambda module: decompose_packs(module, prepared.filename),
+                                     hooks.get(BUFFERIZATION))
 
     def keep(name: str) -> bool:  # a declaration linked to Python or native code
         return name in prepared.registrations or name in prepared.externs

@@ -18,7 +18,7 @@ FLOORS: list[set[str]] = [
      "linalg_tensors",
      "convert", "memref", "abi", "relocation",
      "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "checks", "options",
-     "scheduling", "transformscripts", "passguards", "loweringchecks",
+     "scheduling", "transformscripts", "passguards", "loweringchecks", "packlowering",
      "cprototype", "ufunc_loops",
      "failures", "aliases"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",

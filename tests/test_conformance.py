@@ -11,9 +11,11 @@ Stdout must match the reference (addresses blanked) and pass the file's CHECK li
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,13 +24,15 @@ from pathlib import Path
 import mlir
 import pytest
 
+REPO = Path(__file__).resolve().parent.parent
 RUNNER = Path(__file__).parent / "data" / "runner"
 MLIR_ROOT = Path(mlir.__path__[0])
 FILECHECK = Path(sys.prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}",
                  "site-packages", "llvm", "bin", "FileCheck")
 FAST = {"global-constructors.mlir", "bare-ptr-call-conv.mlir", "memref-copy-layouts.mlir",
         "vector-broadcast.mlir", "async-execute.mlir", "f8-arithmetic.mlir",
-        "transform-schedule.mlir", "memref-realloc.mlir"}
+        "transform-schedule.mlir", "memref-realloc.mlir", "two-step-compile.mlir",
+        "linalg-pack-unpack.mlir"}
 WAYS = ("lowered", "passes", "default")
 
 
@@ -40,10 +44,17 @@ _SUBSTITUTIONS = {"%mlir_c_runner_utils": "libmlir_c_runner_utils.so",
                   "%mlir_apfloat_wrappers": "libmlir_apfloat_wrappers.so"}
 
 
-def _substitute(command: str, path: Path, defines: dict[str, str]) -> str:
+def _substitute(command: str, path: Path, defines: dict[str, str],
+                workdir: Path | None) -> str:
     for _ in range(5):  # a definition may use another one
         for key, value in defines.items():
             command = command.replace(key, value)
+    if workdir is not None:
+        # lit's temporary names: %t a file, %T a directory, both in the case's workdir.
+        tmp = workdir / f"{path.name}.tmp"
+        command = command.replace("%basename_t", tmp.name).replace("%t", str(tmp))
+        command = command.replace("%T", str(workdir))
+    command = command.replace("%S", str(path.parent)).replace("%p", str(path.parent))
     lib = MLIR_ROOT / "lib"
     for key, name in _SUBSTITUTIONS.items():
         command = command.replace(key, str(lib / name))
@@ -55,9 +66,10 @@ def _substitute(command: str, path: Path, defines: dict[str, str]) -> str:
     return command.replace("%s", str(path))
 
 
-def run_lines(path: Path) -> list[str]:
+def run_lines(path: Path, workdir: Path | None = None) -> list[str]:
     """The RUN commands of ``path``, continuation lines joined, substitutions made
-    (lit's ``DEFINE:``/``REDEFINE:`` ones too, in file order)."""
+    (lit's ``DEFINE:``/``REDEFINE:`` ones too, in file order); ``%t`` and ``%T`` name
+    paths in ``workdir`` (without one they stay as written)."""
     commands: list[str] = []
     defines: dict[str, str] = {}
     kind, current = "", ""
@@ -71,7 +83,7 @@ def run_lines(path: Path) -> list[str]:
         if part.endswith("\\"):
             continue
         if kind == "RUN":
-            commands.append(_substitute(current.strip(), path, defines))
+            commands.append(_substitute(current.strip(), path, defines, workdir))
         else:
             name, _, value = current.partition("=")
             defines[name.strip()] = value.strip()
@@ -199,8 +211,18 @@ def _passes(opt: list[str]) -> str:
             continue
         else:
             name = _RENAMED.get(name, name)
-            parts.append(f"{name}{{{options}}}" if options else name)
+            spec = f"{name}{{{options}}}" if options else name
+            parts.append(f"func.func({spec})" if _function_only(name) else spec)
     return ",".join(parts)
+
+
+@functools.cache
+def _function_only(name: str) -> bool:
+    """Whether mlir-opt's pass ``name`` runs only on ``func.func``: its command line nests
+    such a pass, a ``builtin.module(...)`` pipeline must say ``func.func(...)``."""
+    tried = _run([str(MLIR_ROOT / "bin" / "mlir-opt"), "-",
+                  f"--pass-pipeline=builtin.module({name})"], stdin="")
+    return "restricted to 'func.func'" in tried.stderr
 
 
 def _pipeline(opts: list[list[str]]) -> str | None:
@@ -240,50 +262,152 @@ class Outcome:
     detail: str = ""
 
 
-def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
-    """Run RUN line ``index`` of ``path`` one ``way`` (:data:`WAYS`) against the wheel's
-    ``mlir-opt | mlir-runner``, writing intermediate files to ``workdir``."""
-    command = run_lines(path)[index]
-    tools = {(_without_env(shlex.split(stage))[1] or ["env"])[0]
-             for stage in command.split("|") if stage.strip()}
-    others = sorted(tools - {"mlir-opt", "mlir-runner", "mlir-cpu-runner", "FileCheck"})
-    if others or not tools & {"mlir-runner", "mlir-cpu-runner"}:
-        return Outcome("skip", f"not an mlir-opt | mlir-runner | FileCheck line: "
-                               f"{' '.join(others) or 'no mlir-runner'}")
-    opts, runner, filecheck = _stages(command)
-    source = path
+_RUNNERS = {"mlir-runner", "mlir-cpu-runner"}
+_TOOLS = {"mlir-opt", "FileCheck", *_RUNNERS}
+#: The passes a RUN line names that the wheel's mlir-opt lacks (lit's test-only ones).
+_TEST_ONLY = re.compile(r"(?<![\w-])test-[\w-]+")
+
+
+def _tools(command: str) -> set[str]:
+    return {(_without_env(shlex.split(stage))[1] or ["env"])[0]
+            for stage in command.split("|") if stage.strip()}
+
+
+def _parts(command: str) -> list[str]:
+    """The commands of one RUN line joined by ``&&``, up to the last that runs mlir-runner
+    (a fresh working directory needs no ``rm -f %t``)."""
+    parts = [part.strip() for part in command.split("&&")]
+    parts = [part for part in parts if shlex.split(part)[:1] != ["rm"]]
+    last = max((i for i, part in enumerate(parts) if _tools(part) & _RUNNERS), default=None)
+    return parts if last is None else parts[:last + 1]
+
+
+def _output(opt: list[str]) -> str | None:
+    """The file an mlir-opt stage writes (``-o FILE``), if any."""
+    for i, word in enumerate(opt):
+        if word in ("-o", "--o") and i + 1 < len(opt):
+            return opt[i + 1]
+        if word.startswith(("-o=", "--o=")):
+            return word.partition("=")[2]
+    return None
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A file an earlier RUN line wrote: the original file and the mlir-opt stages it
+    went through."""
+
+    origin: Path
+    opts: list[list[str]]
+
+
+def _lower(source: Path, opts: list[list[str]], workdir: Path,
+           tag: str) -> Path | subprocess.CompletedProcess[str]:
+    """``source`` through the wheel's mlir-opt stages ``opts`` (the schedule erased where
+    a stage asks): the file written, or the failed run."""
     for i, opt in enumerate(opts):
         for j, segment in enumerate(_segments(opt)):
             if j:  # the schedule is erased before the passes after the test-only pass
-                erased = workdir / f"erased{i}-{j}.mlir"
+                erased = workdir / f"erased{tag}{i}-{j}.mlir"
                 erased.write_text(_erase_schedule(source.read_text()))
                 source = erased
             # Each stage as one --pass-pipeline, so that test-only pipelines can be spelled.
             lowered = _run([str(MLIR_ROOT / "bin" / "mlir-opt"), str(source),
-                            f"--pass-pipeline=builtin.module({_passes(segment)})"])
+                            f"--pass-pipeline=builtin.module({_passes(segment)})"], cwd=workdir)
             if lowered.returncode != 0:
-                return Outcome("skip", f"the wheel's mlir-opt fails this RUN line: "
-                                       f"{lowered.stderr[:200]}")
-            source = workdir / f"lowered{i}-{j}.mlir"
+                return lowered
+            source = workdir / f"lowered{tag}{i}-{j}.mlir"
             source.write_text(lowered.stdout)
-    runner_args = [a for a in runner if a != str(path)]
-    # In workdir: a RUN line may write files (-dump-object-file) by relative paths.
+    return source
+
+
+def _test_only(opts: list[list[str]]) -> Outcome | None:
+    """Why the reference fails if mlir-opt stages ``opts`` name a test-only pass."""
+    names = sorted({name for stage in opts for name in _TEST_ONLY.findall(
+        _passes([word for segment in _segments(stage) for word in segment]))})
+    return Outcome("skip", f"needs mlir-opt's test-only {', '.join(names)}, which the "
+                           f"wheel's mlir-opt lacks") if names else None
+
+
+def _earlier_outputs(commands: list[str], path: Path,
+                     workdir: Path) -> dict[str, _Made] | Outcome:
+    """Run the RUN lines in ``commands`` that only run mlir-opt into a file (``-o %t``,
+    read by a later line) or copy the test file (``cp %s %t``), in order in ``workdir``:
+    what each wrote, by name, or why the reference fails."""
+    made: dict[str, _Made] = {}
+    for n, command in enumerate(commands):
+        words = shlex.split(command)
+        if len(words) == 3 and words[0] == "cp":  # `cp %s %t`: the test file, renamed
+            shutil.copyfile(words[1], words[2])
+            made[words[2]] = made.get(words[1], _Made(path, []))
+            continue
+        opts = _stages(command)[0]
+        target = _output(opts[-1]) if opts else None
+        if _tools(command) != {"mlir-opt"} or target is None:
+            continue
+        origin, before = path, []
+        if (given := _input(opts[0], path, made)) in made:
+            origin, before = made[given].origin, made[given].opts
+        if (test_only := _test_only(before + opts)) is not None:
+            return test_only
+        result = _lower(Path(given) if given in made else path, opts, workdir, f"-{n}-")
+        if not isinstance(result, Path):
+            return Outcome("skip", f"the wheel's mlir-opt fails the RUN line writing "
+                                   f"{Path(target).name}: {result.stderr[:200]}")
+        Path(target).write_text(result.read_text())
+        made[target] = _Made(origin, before + opts)
+    return made
+
+
+def _input(words: list[str], path: Path, made: dict[str, _Made]) -> str:
+    """The file a stage reads: an earlier line's output it names, or the test file."""
+    return next((word for word in words if word in made), str(path))
+
+
+def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
+    """Run RUN line ``index`` of ``path`` one ``way`` (:data:`WAYS`) against the wheel's
+    ``mlir-opt | mlir-runner``, in ``workdir`` (lit's ``%t``): the RUN lines before it that
+    write a file for later lines (``mlir-opt %s ... -o %t``) run first, in order."""
+    commands = run_lines(path, workdir)
+    # lit runs `a && b` as two commands: `rm -f %t && mlir-opt ... -o %t && mlir-runner %t`.
+    *before, command = _parts(commands[index]) or [commands[index]]
+    steps = [part for line in commands[:index] for part in _parts(line)] + before
+    tools = _tools(command)
+    others = sorted(tools - _TOOLS)
+    if others or not tools & _RUNNERS:
+        return Outcome("skip", f"not an mlir-opt | mlir-runner | FileCheck line: "
+                               f"{' '.join(others) or 'no mlir-runner'}")
+    made = _earlier_outputs(steps, path, workdir)
+    if isinstance(made, Outcome):
+        return made
+    opts, runner, filecheck = _stages(command)
+    given = _input(opts[0] if opts else runner, path, made)
+    origin, before = (made[given].origin, made[given].opts) if given in made else (path, [])
+    if (test_only := _test_only(before + opts)) is not None:
+        return test_only
+    lowered = _lower(Path(given), opts, workdir, "")
+    if not isinstance(lowered, Path):
+        return Outcome("skip", f"the wheel's mlir-opt fails this RUN line: "
+                               f"{lowered.stderr[:200]}")
+    runner_args = [a for a in runner if a not in (str(path), given)]
     env = _runner_env(command)
-    reference = _run([str(MLIR_ROOT / "bin" / "mlir-runner"), str(source), *runner_args],
+    reference = _run([str(MLIR_ROOT / "bin" / "mlir-runner"), str(lowered), *runner_args],
                      cwd=workdir, env=env)
     if reference.returncode != 0:
         return Outcome("skip", f"the wheel's mlir-runner fails this RUN line: "
                                f"{reference.stderr[:200]}")
     if _check(filecheck, reference.stdout).returncode != 0:
         return Outcome("skip", "the wheel's mlir-runner output fails the CHECK lines")
-    ours_input = source if way == "lowered" else path
+    ours_input = lowered if way == "lowered" else origin
     extra: list[str] = []
-    if way == "passes" and opts:
-        pipeline = _pipeline(opts)
+    if way == "passes" and before + opts:
+        pipeline = _pipeline(before + opts)
         assert pipeline is not None
         extra = ["--pipeline", pipeline]
+    # This checkout's pymlirjit, though the working directory is elsewhere.
+    path_env = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     ours = _run([sys.executable, "-m", "pymlirjit", "run", str(ours_input), *runner_args,
-                 *extra], cwd=workdir, env=env)
+                 *extra], cwd=workdir, env={**env, "PYTHONPATH": path_env})
     if ours.returncode < 0:
         return Outcome("abort", f"signal {-ours.returncode}: {ours.stderr[-300:]}")
     if ours.returncode != 0:
@@ -346,3 +470,48 @@ def test_runner_files_are_ours_and_fast_cases_exist() -> None:
         assert path.read_text().startswith("// pymlirjit's own runner test: "), path.name
         assert run_lines(path), path.name
     assert FAST.issubset(path.name for path in paths)
+
+
+TWO_STEP = RUNNER / "two-step-compile.mlir"
+
+
+@pytest.mark.parametrize("how", WAYS)
+def test_a_later_run_line_runs_what_an_earlier_one_wrote(how: str, tmp_path: Path) -> None:
+    """The second RUN line runs the file the first wrote to %t: every way passes."""
+    assert "mlir-runner" not in run_lines(TWO_STEP)[0]
+    assert run_case(TWO_STEP, 1, how, tmp_path) == Outcome("pass")
+
+
+def test_percent_t_writes_only_into_the_workdir(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """%t and %T name paths in the case's working directory; nothing lands in the
+    current directory or next to the test file."""
+    source = tmp_path / "source"
+    source.mkdir()
+    test_file = source / TWO_STEP.name
+    test_file.write_text(TWO_STEP.read_text())
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    commands = run_lines(test_file, workdir)
+    assert f"-o {workdir / (TWO_STEP.name + '.tmp')}" in commands[0]
+    assert "%t" not in " ".join(commands) and "%T" not in " ".join(commands)
+    assert run_case(test_file, 1, "lowered", workdir) == Outcome("pass")
+    assert list(elsewhere.iterdir()) == []
+    assert [p.name for p in source.iterdir()] == [TWO_STEP.name]
+    assert (workdir / f"{TWO_STEP.name}.tmp").is_file()
+
+
+def test_a_test_only_pass_is_named_as_why_the_reference_fails(tmp_path: Path) -> None:
+    """A RUN line that needs one of mlir-opt's test-only passes counts as the reference
+    failing, and says which pass."""
+    test_file = tmp_path / "assert.mlir"
+    test_file.write_text(
+        "// RUN: mlir-opt %s -test-cf-assert -convert-func-to-llvm | mlir-runner -e main"
+        " -entry-point-result=void | FileCheck %s\n"
+        "func.func @main() {\n  return\n}\n")
+    outcome = run_case(test_file, 0, "lowered", tmp_path)
+    assert outcome.status == "skip"
+    assert "test-only test-cf-assert" in outcome.detail

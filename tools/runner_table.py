@@ -7,7 +7,9 @@ mlir/test/Integration/Dialect/*/CPU), kept outside the repository. Each RUN line
 tests/test_conformance.py runs it: the wheel's ``mlir-opt | mlir-runner | FileCheck`` is
 the reference, then ``pymlirjit run`` on the lowered file, with the RUN line's passes as
 ``--pipeline``, and with the default pipeline. One row per RUN line, then the totals;
-``--details`` adds why each way failed.
+``--details`` adds why each way failed. A RUN line that only prepares a file for later
+lines (``mlir-opt %s ... -o %t``, ``cp %s %t``) counts as running no mlir-runner; the
+later lines run it first, in the same working directory.
 """
 
 from __future__ import annotations
@@ -52,11 +54,12 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{path.relative_to(args.folder)}:{index}"
             if outcomes[0].status == "skip" and outcomes[0].detail.startswith("not an"):
                 totals["other"] += 1
-                print(f"{name:70} not a runner line: {outcomes[0].detail[-40:]!r}", flush=True)
+                runs = outcomes[0].detail.rsplit(": ", 1)[-1]
+                print(f"{name:70} not a runner line (runs {runs})", flush=True)
                 continue
             if outcomes[0].status == "skip":
                 totals["reference fails"] += 1
-                print(f"{name:70} reference fails: {outcomes[0].detail[:90]!r}", flush=True)
+                print(f"{name:70} reference fails: {outcomes[0].detail[:120]!r}", flush=True)
                 continue
             totals["reference ok"] += 1
             cells = []
