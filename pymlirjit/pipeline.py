@@ -23,7 +23,8 @@ from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import enable_matrix_lowering
 from .loweringchecks import check_lowered, check_no_sub_byte_access
-from .passguards import GUARDED, check_before
+from .passguards import GUARDED, check_before, expand_hiding_pipelines
+from .subbyte import VECTOR_LOWERING, deferred_to_vectorizing, vectorize_sub_byte_accesses
 from .transformscripts import erase_schedules
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "default_pipeline_for",
@@ -363,7 +364,7 @@ def default_pipeline_for(module: Any) -> str:
     sparse tensors; without :data:`SMALL_FLOAT_PASSES` (5-15% of the lowering's time) if
     it names no float type that needs them."""
     text = module.operation.get_asm(large_elements_limit=16)  # large constants elided
-    if "#sparse_tensor.encoding" in text:
+    if "sparse_tensor." in text:  # an encoding, or sparse_tensor ops on plain memrefs
         return normalize_pipeline(SPARSE_PIPELINE)
     if _SMALL_FLOAT_TYPE.search(text):
         return normalize_pipeline(DEFAULT_PIPELINE)
@@ -377,8 +378,9 @@ def _default_without_small_floats() -> str:
 
 def _uses_sparse_tensors(module: Any) -> bool:
     # No sparse encoding in a context that never loaded the dialect: no need to print.
+    # An encoding or a sparse_tensor op (sort, push_back on plain memrefs) both need it.
     return bool(module.context.is_registered_operation("sparse_tensor.convert")
-                and "#sparse_tensor.encoding" in module.operation.get_asm(large_elements_limit=16))
+                and "sparse_tensor." in module.operation.get_asm(large_elements_limit=16))
 
 
 def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], str] | None,
@@ -392,11 +394,16 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        for stage in _stages(text, (_MEMREF_LOWERING, *GUARDED, *hooks)):
+        text = expand_hiding_pipelines(text)
+        stages = _stages(text, (_MEMREF_LOWERING, *GUARDED, *hooks))
+        for index, stage in enumerate(stages):
             hook = hooks.get(_first_pass(stage))
             if hook is not None:
                 hook(module)
-            check_no_sub_byte_access(module, filename)
+            if vectorize_sub_byte_accesses(module, stages[index:]):
+                _run_passes(PassManager.parse(VECTOR_LOWERING), module, filename)
+            if not deferred_to_vectorizing(stages[index:]):
+                check_no_sub_byte_access(module, filename)
             check_before(module, stage, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_declarations(module, keep)

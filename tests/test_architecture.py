@@ -19,6 +19,7 @@ FLOORS: list[set[str]] = [
      "convert", "memref", "abi", "relocation",
      "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "checks", "options",
      "scheduling", "transformscripts", "passguards", "loweringchecks", "packlowering",
+     "subbyte",
      "cprototype", "ufunc_loops",
      "failures", "aliases"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",

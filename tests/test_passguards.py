@@ -81,21 +81,19 @@ func.func @product(%d: tensor<4x4xf64>, %out: tensor<4x4xf64>) -> tensor<4x4xf64
 
 
 @pytest.mark.parametrize("pipeline",
-                         [None, "builtin.module(sparsifier{enable-runtime-library=true})"])
-def test_a_sparsifier_workspace_of_i1_raises_instead_of_aborting(pipeline: str | None) -> None:
+                         [None, "builtin.module(sparsifier{enable-runtime-library=false})"])
+def test_a_sparsifier_workspace_of_i1_compiles_instead_of_aborting(pipeline: str | None) -> None:
+    # The sparsifier's own convert-to-llvm is seen as a stage of its own: its i1 accesses
+    # are vectorized there (pymlirjit.subbyte; tests/test_subbyte.py runs such a product).
     code = textwrap.dedent(f"""
-        from pymlirjit import MLIRError, Session
-        try:
-            Session().compile({SPARSE_PRODUCT!r}, pipeline={pipeline!r})
-        except MLIRError as exc:
-            print("raised:", exc)
+        from pymlirjit import Session
+        Session().compile({SPARSE_PRODUCT!r}, pipeline={pipeline!r})
+        print("compiled")
     """)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "raised: the sparsifier cannot lower this module in MLIR 22" in done.stdout
-    assert "the sparsifier makes a 'memref.store' of i1 here" in done.stdout
-    assert "\"<source>\":5:8" in done.stdout  # the linalg.matmul it came from
+    assert "compiled" in done.stdout
 
 
 def test_the_sparsifier_still_lowers_a_product_with_a_dense_result(session: Session) -> None:
@@ -103,3 +101,15 @@ def test_the_sparsifier_still_lowers_a_product_with_a_dense_result(session: Sess
     out = np.zeros((4, 4))
     result = session.compile(DENSE_RESULT_PRODUCT)["product"](d, out)
     np.testing.assert_array_equal(np.asarray(result), d @ d)
+
+
+def test_pipelines_hiding_no_checked_pass_are_kept_as_written() -> None:
+    from mlir import ir
+
+    from pymlirjit.passguards import expand_hiding_pipelines
+
+    with ir.Context():
+        kept = "builtin.module(convert-scf-to-cf,convert-to-llvm)"
+        assert expand_hiding_pipelines(kept) == kept
+        expanded = expand_hiding_pipelines("builtin.module(sparsifier)")
+    assert "convert-to-llvm" in expanded and "sparsification-and-bufferization" in expanded
