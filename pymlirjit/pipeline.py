@@ -23,7 +23,7 @@ from .abi import symbol_references
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import enable_matrix_lowering
 from .loweringchecks import check_lowered, check_no_sub_byte_access
-from .passguards import GUARDED, check_before, expand_hiding_pipelines
+from .passguards import GUARDED, check_before
 from .subbyte import VECTOR_LOWERING, deferred_to_vectorizing, vectorize_sub_byte_accesses
 from .transformscripts import erase_schedules
 
@@ -394,7 +394,6 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
         if before is not None:
             text = before(module, text)
-        text = expand_hiding_pipelines(text)
         stages = _stages(text, (_MEMREF_LOWERING, *GUARDED, *hooks))
         for index, stage in enumerate(stages):
             hook = hooks.get(_first_pass(stage))

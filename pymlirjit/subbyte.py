@@ -4,8 +4,8 @@ MLIR 22's memref lowering (finalize-memref-to-llvm, and convert-to-llvm through 
 fails an assertion on ``memref.load``/``memref.store`` of such an element: the process
 ends. Its vector lowering handles them: a one-element ``vector.load``/``vector.store``
 reads and writes the same byte per element that a memref of ``i1`` is allocated with.
-The sparsifier makes such accesses itself (the ``i1`` "filled" buffer of a sparse
-result's access pattern), so every sparse matrix product with a sparse result needs this.
+(The sparsifier makes such accesses inside itself, out of reach: see
+:mod:`pymlirjit.passguards`.)
 
 :func:`vectorize_sub_byte_accesses` rewrites them just before the memref lowering, and
 :data:`VECTOR_LOWERING` then lowers the vector ops it made (the pipeline may have lowered

@@ -1,6 +1,6 @@
 """Loads and stores of i1 in memrefs, which MLIR 22's memref lowering aborts on, compile
-as one-element vector accesses; sparse products with a sparse result (whose sparsifier
-output keeps an i1 buffer) run. Anything that could abort runs in a subprocess."""
+as one-element vector accesses (the sparsifier's own, inside it, are refused instead:
+tests/test_passguards.py). Anything that could abort runs in a subprocess."""
 
 from __future__ import annotations
 
@@ -58,46 +58,6 @@ def test_bool_buffer_loads_and_stores_compile_and_run() -> None:
         print(module.marked(10), module.marked(1))
     """)
     assert out.split() == ["4", "1"]
-
-
-SPARSE_PRODUCT = """
-#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
-func.func @product(%a: tensor<3x3xf64, #CSR>, %b: tensor<3x3xf64, #CSR>)
-    -> tensor<3x3xf64, #CSR> {
-  %init = tensor.empty() : tensor<3x3xf64, #CSR>
-  %c = linalg.matmul ins(%a, %b : tensor<3x3xf64, #CSR>, tensor<3x3xf64, #CSR>)
-                     outs(%init : tensor<3x3xf64, #CSR>) -> tensor<3x3xf64, #CSR>
-  return %c : tensor<3x3xf64, #CSR>
-}
-func.func @trace_of_square() -> f64 {
-  %d = arith.constant dense<[[1.0, 0.0, 2.0], [0.0, 3.0, 0.0], [4.0, 0.0, 0.0]]>
-    : tensor<3x3xf64>
-  %s = sparse_tensor.convert %d : tensor<3x3xf64> to tensor<3x3xf64, #CSR>
-  %p = call @product(%s, %s) : (tensor<3x3xf64, #CSR>, tensor<3x3xf64, #CSR>)
-    -> tensor<3x3xf64, #CSR>
-  %dense = sparse_tensor.convert %p : tensor<3x3xf64, #CSR> to tensor<3x3xf64>
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %x = tensor.extract %dense[%c0, %c0] : tensor<3x3xf64>
-  %y = tensor.extract %dense[%c1, %c1] : tensor<3x3xf64>
-  %z = tensor.extract %dense[%c2, %c2] : tensor<3x3xf64>
-  %xy = arith.addf %x, %y : f64
-  %t = arith.addf %xy, %z : f64
-  bufferization.dealloc_tensor %s : tensor<3x3xf64, #CSR>
-  bufferization.dealloc_tensor %p : tensor<3x3xf64, #CSR>
-  return %t : f64
-}
-"""
-
-
-def test_sparse_product_with_a_sparse_result_runs() -> None:
-    # A @ A for A = [[1,0,2],[0,3,0],[4,0,0]]: diagonal 1+8, 9, 8 -> trace 26.
-    out = _run(f"""
-        from pymlirjit import Session
-        print(Session().compile({SPARSE_PRODUCT!r}).trace_of_square())
-    """)
-    assert out.split() == ["26.0"]
 
 
 def test_a_strided_innermost_dimension_is_still_refused(session: Session) -> None:
