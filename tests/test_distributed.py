@@ -309,3 +309,12 @@ def test_the_benchmark_refuses_bad_block_counts() -> None:
                               "chunked", "--blocks", blocks], capture_output=True, text=True,
                              timeout=120, env=env, cwd=ROOT)
         assert bad.returncode == 2 and problem in bad.stderr, bad.stderr
+
+
+def test_the_benchmark_refuses_bad_element_counts() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for elements, problem in [("x", "invalid float value"), ("0", "at least 1")]:
+        bad = subprocess.run([sys.executable, "-m", "benchmarks.distributed", "--only",
+                              "chunked", "--elements", elements], capture_output=True,
+                             text=True, timeout=120, env=env, cwd=ROOT)
+        assert bad.returncode == 2 and problem in bad.stderr, bad.stderr
