@@ -29,22 +29,29 @@ func.func @fma(%m: memref<4xf32>) {
 """
 
 
-def test_apfloat_lowering_of_a_vector_fma_raises_instead_of_aborting() -> None:
+def _compile_in_a_child(source: str, pipeline: str | None) -> str:
+    """Compile ``source`` with ``pipeline`` in a child interpreter (an abort fails the
+    test, not the run); its stdout, where an MLIRError is printed after "raised:"."""
     code = textwrap.dedent(f"""
         from pymlirjit import MLIRError, Session
-        pipeline = ("builtin.module(convert-math-to-apfloat,convert-vector-to-llvm,"
-                    "finalize-memref-to-llvm,convert-to-llvm,reconcile-unrealized-casts)")
         try:
-            Session().compile({FMA!r}, pipeline=pipeline)
+            Session().compile({source!r}, pipeline={pipeline!r})
         except MLIRError as exc:
             print("raised:", exc)
     """)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "raised:" in done.stdout
-    assert "'math.fma' on vector<4xf32> cannot go through convert-math-to-apfloat" in done.stdout
-    assert "\"<source>\":5:8" in done.stdout  # the op's location
+    return done.stdout
+
+
+def test_apfloat_lowering_of_a_vector_fma_raises_instead_of_aborting() -> None:
+    stdout = _compile_in_a_child(FMA, "builtin.module(convert-math-to-apfloat,"
+                                 "convert-vector-to-llvm,finalize-memref-to-llvm,"
+                                 "convert-to-llvm,reconcile-unrealized-casts)")
+    assert "raised:" in stdout
+    assert "'math.fma' on vector<4xf32> cannot go through convert-math-to-apfloat" in stdout
+    assert "\"<source>\":5:8" in stdout  # the op's location
 
 
 def test_the_default_pipeline_still_lowers_a_vector_fma(session: Session) -> None:
@@ -109,15 +116,6 @@ def test_the_printed_sparsifier_is_not_the_sparsifier() -> None:
     "builtin.module(sparsifier{enable-runtime-library=false})"])
 def test_a_sparsifier_making_an_i1_workspace_raises_instead_of_aborting(
         pipeline: str | None) -> None:
-    code = textwrap.dedent(f"""
-        from pymlirjit import MLIRError, Session
-        try:
-            Session().compile({SPARSE_PRODUCT!r}, pipeline={pipeline!r})
-        except MLIRError as exc:
-            print("raised:", exc)
-    """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "raised: this sparsifier cannot lower the module" in done.stdout
-    assert "memref.store' of i1" in done.stdout or "memref.load' of i1" in done.stdout
+    stdout = _compile_in_a_child(SPARSE_PRODUCT, pipeline)
+    assert "raised: this sparsifier cannot lower the module" in stdout
+    assert "memref.store' of i1" in stdout or "memref.load' of i1" in stdout
