@@ -364,7 +364,7 @@ def default_pipeline_for(module: Any) -> str:
     sparse tensors; without :data:`SMALL_FLOAT_PASSES` (5-15% of the lowering's time) if
     it names no float type that needs them."""
     text = module.operation.get_asm(large_elements_limit=16)  # large constants elided
-    if "sparse_tensor." in text:  # an encoding, or sparse_tensor ops on plain memrefs
+    if _SPARSE in text:
         return normalize_pipeline(SPARSE_PIPELINE)
     if _SMALL_FLOAT_TYPE.search(text):
         return normalize_pipeline(DEFAULT_PIPELINE)
@@ -376,11 +376,15 @@ def _default_without_small_floats() -> str:
     return normalize_pipeline([p for p in DEFAULT_PIPELINE if p not in SMALL_FLOAT_PASSES])
 
 
+#: In a printed module, what the sparsifier must lower: a sparse encoding, or a
+#: sparse_tensor op on plain memrefs (sort, push_back).
+_SPARSE = "sparse_tensor."
+
+
 def _uses_sparse_tensors(module: Any) -> bool:
-    # No sparse encoding in a context that never loaded the dialect: no need to print.
-    # An encoding or a sparse_tensor op (sort, push_back on plain memrefs) both need it.
+    # Nothing sparse in a context that never loaded the dialect: no need to print.
     return bool(module.context.is_registered_operation("sparse_tensor.convert")
-                and "sparse_tensor." in module.operation.get_asm(large_elements_limit=16))
+                and _SPARSE in module.operation.get_asm(large_elements_limit=16))
 
 
 def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], str] | None,
