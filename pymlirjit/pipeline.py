@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
-from typing import Any, TypeVar
+from typing import Any
 
 from . import ffi
 from .abi import symbol_references
+from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import enable_matrix_lowering
 from .loweringchecks import check_lowered, check_no_sub_byte_access
@@ -30,8 +30,6 @@ from .transformscripts import erase_schedules
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "default_pipeline_for",
            "lower", "new_context",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
-
-_T = TypeVar("_T")
 
 #: The default pipeline's passes for floats LLVM lacks (arith and math become calls of
 #: MLIR's APFloat runtime, then those calls are lowered).
@@ -111,7 +109,7 @@ def normalize_pipeline(pipeline: str | Sequence[str] | None) -> str:
 
 
 def _check_pipeline(pipeline: str) -> None:
-    where = _nesting(pipeline, brackets="(){}")
+    where = nesting(pipeline, brackets="(){}")
     if where is not None:
         raise MLIRError(f"invalid pass pipeline: nested more than {MAX_NESTING} deep "
                         f"(column {where[1]})")
@@ -120,83 +118,6 @@ def _check_pipeline(pipeline: str) -> None:
     if refused:
         raise MLIRError(f"pass {refused[0]!r} is refused in a pymlirjit pipeline: "
                         f"{REFUSED_PASSES[refused[0]]}")
-
-
-# -- input MLIR could crash the parser: bound its nesting, parse on a large stack ------------
-
-#: Deepest nesting of brackets (``( [ { <``) accepted in MLIR source or a pipeline. MLIR's
-#: parser and passes recurse once per level; at this depth they use a few MB of stack,
-#: well inside the stack they run on (:data:`_STACK_SIZE`, and MLIR's own 8 MB threads),
-#: and no real module comes near it.
-MAX_NESTING = 1000
-
-#: Stack of the thread that parses and lowers (reserved address space; pages are only
-#: used as deep as the recursion goes).
-_STACK_SIZE = 512 << 20
-
-_NESTING_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|->|>=|[(){}\[\]<>]')
-_MINUS_RUN = re.compile(r"(?:-\s*){" + str(MAX_NESTING) + ",}")
-
-
-def _nesting(text: str, brackets: str = "()[]{}<>") -> tuple[int, int] | None:
-    """(line, column) where ``text`` nests more than :data:`MAX_NESTING` deep, or None."""
-    opening = brackets[0::2]
-    if sum(text.count(b) for b in opening) <= MAX_NESTING and text.count("-") < MAX_NESTING:
-        return None  # cannot nest that deep: skip the scan (the common case)
-    depth = 0
-    for match in _NESTING_TOKENS.finditer(text):
-        token = match.group()
-        if token in opening:
-            depth += 1
-            if depth > MAX_NESTING:
-                return _line_column(text, match.start())
-        elif len(token) == 1 and token in brackets:
-            depth = max(depth - 1, 0)
-    minus = _MINUS_RUN.search(text)  # "- - - x": unary minus recurses without brackets
-    return None if minus is None else _line_column(text, minus.start())
-
-
-def _line_column(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
-
-
-def _check_nesting(text: str, filename: str) -> None:
-    where = _nesting(text)
-    if where is not None:
-        line, column = where
-        raise MLIRError(f"cannot parse MLIR from {filename}", [Diagnostic(
-            "error", f"nested more than {MAX_NESTING} deep; MLIR's parser would overflow "
-            f"its stack", f'loc("{filename}":{line}:{column})')])
-
-
-_stack_lock = threading.Lock()
-
-
-def _on_large_stack(function: Callable[[], _T]) -> _T:
-    """``function()``, run on a thread with a :data:`_STACK_SIZE` stack: MLIR's parser
-    and passes recurse with the input's nesting, and the caller's stack may be small."""
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, function()))
-        except BaseException as exc:  # handed to the caller, which re-raises it
-            outcome.append((False, exc))
-
-    with _stack_lock:  # the stack size is process-wide: restore it for other threads
-        previous = threading.stack_size(_STACK_SIZE)
-        try:
-            # Not a daemon: the interpreter must not finalize under a running parse.
-            worker = threading.Thread(target=run, name="pymlirjit-mlir")
-            worker.start()
-        finally:
-            threading.stack_size(previous)
-    worker.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
 
 
 # -- shared libraries and options -----------------------------------------------------------
@@ -313,8 +234,8 @@ def _diagnostic(info: Any) -> Diagnostic:
 
 def parse_module(source: str, context: Any, filename: str = "<source>") -> Any:
     """Parse and verify MLIR text into a module owned by ``context``."""
-    _check_nesting(source, filename)
-    return _on_large_stack(lambda: _parse(source, context, filename))
+    check_nesting(source, filename)
+    return on_large_stack(lambda: _parse(source, context, filename))
 
 
 def _parse(source: str, context: Any, filename: str) -> Any:
@@ -350,7 +271,7 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None):
         text = default_pipeline_for(module)
-    return _on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep))
+    return on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep))
 
 
 #: The default pipeline of a module with sparse tensors: MLIR's sparsifier, which also

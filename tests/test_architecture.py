@@ -19,6 +19,7 @@ FLOORS: list[set[str]] = [
      "convert", "memref", "abi", "relocation",
      "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "checks", "options",
      "scheduling", "transformscripts", "passguards", "loweringchecks", "packlowering",
+     "deepinput",
      "subbyte",
      "cprototype", "ufunc_loops",
      "failures", "aliases"},
