@@ -133,3 +133,11 @@ def test_every_subpackage_is_installed() -> None:
     found = {".".join(path.parent.relative_to(PACKAGE.parent).parts)
              for path in PACKAGE.rglob("__init__.py")}
     assert found == packages, f"pyproject.toml lists {sorted(packages)}; the tree has {found}"
+
+
+def test_every_module_is_named_in_the_architecture_page() -> None:
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    diagram = page.split("```text", 1)[1].split("```", 1)[0]
+    words = set(re.findall(r"[\w.]+", diagram))
+    unnamed = [name for name in FLOOR if name not in words and name.split(".")[-1] not in words]
+    assert not unnamed, f"docs/architecture.md's floors do not name {unnamed}"
