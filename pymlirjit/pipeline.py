@@ -75,8 +75,9 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "reconcile-unrealized-casts",
 )
 
-#: Floats LLVM has no type for (f8E4M3FN, f6E2M3FN, f4E2M1FN, ...), as MLIR prints them.
-_SMALL_FLOAT_TYPE = re.compile(r"\bf[468]E\d")
+#: Floats LLVM has no type for (f8E4M3FN, f6E2M3FN, f4E2M1FN, ...), as MLIR prints them,
+#: also as the element of a shape (``vector<4xf8E4M3FN>``, where no word boundary precedes).
+_SMALL_FLOAT_TYPE = re.compile(r"(?:\b|(?<=x))f[468]E\d")
 
 
 #: Registered passes that abort the process (an LLVM assertion or a bad cast) on ordinary

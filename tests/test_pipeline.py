@@ -279,7 +279,8 @@ def dialects() -> object:
     return Session(shared_libs=["libmlir_c_runner_utils.so"]).compile(DIALECTS)
 
 
-@pytest.mark.parametrize(("element", "apfloat"), [("f32", False), ("f8E5M2", True)])
+@pytest.mark.parametrize(("element", "apfloat"), [("f32", False), ("f8E5M2", True),
+                                                   ("vector<2xf4E2M1FN>", True)])
 def test_default_pipeline_runs_apfloat_passes_only_for_small_floats(element: str,
                                                                      apfloat: bool) -> None:
     # The APFloat passes and their second conversion to LLVM cost 5-15% of a lowering:
