@@ -20,6 +20,7 @@ FLOORS: list[set[str]] = [
      "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "checks", "options",
      "scheduling", "transformscripts", "passguards", "loweringchecks", "packlowering",
      "subbyte",
+     "vectorscan",
      "cprototype", "ufunc_loops",
      "failures", "aliases"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
