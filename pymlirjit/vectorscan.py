@@ -22,10 +22,16 @@ __all__ = ["lower_vector_scans"]
 _CONVERTS_VECTORS = re.compile(
     r"(?<![\w-])(?:convert-vector-to-llvm|convert-to-llvm|sparsifier)(?![\w-])")
 
+#: Lowers the scans of each function that has one. Matched in C++: a walk from Python
+#: costs ~100 ms per 20k ops; this costs ~1 ms, and leaves a module without scans as it was.
 _SCHEDULE = """
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
-    transform.apply_patterns to %root {
+    %scans = transform.structured.match ops{["vector.scan"]} in %root
+      : (!transform.any_op) -> !transform.any_op
+    %functions = transform.get_parent_op %scans {isolated_from_above, deduplicate}
+      : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %functions {
       transform.apply_patterns.vector.lower_scan
     } : !transform.any_op
     transform.yield
@@ -36,10 +42,10 @@ module attributes {transform.with_named_sequence} {
 
 def lower_vector_scans(module: Any, stage: str, filename: str = "<source>") -> bool:
     """Lower every ``vector.scan`` of ``module`` in place if pipeline ``stage`` converts
-    vector ops to the LLVM dialect; return whether there was one to lower.
+    vector ops to the LLVM dialect; return whether the stage does.
 
     Raises :class:`MLIRError` with MLIR's diagnostics if the rewrite fails."""
-    if not _CONVERTS_VECTORS.search(stage) or not _has_scan(module):
+    if not _CONVERTS_VECTORS.search(stage):
         return False
     from mlir import ir
     from mlir.dialects.transform import interpreter
@@ -66,18 +72,3 @@ def lower_vector_scans(module: Any, stage: str, filename: str = "<source>") -> b
         raise MLIRError("lowering vector.scan failed", errors)
     return True
 
-
-def _has_scan(module: Any) -> bool:
-    from mlir import ir
-
-    found = False
-
-    def visit(op: Any) -> Any:
-        nonlocal found
-        if op.name == "vector.scan":
-            found = True
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
