@@ -26,6 +26,7 @@ from .loweringchecks import check_lowered, check_no_sub_byte_access
 from .passguards import GUARDED, check_before
 from .subbyte import VECTOR_LOWERING, deferred_to_vectorizing, vectorize_sub_byte_accesses
 from .transformscripts import erase_schedules
+from .vectorscan import lower_vector_scans
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "default_pipeline_for",
            "lower", "new_context",
@@ -41,9 +42,10 @@ SMALL_FLOAT_PASSES = ("convert-arith-to-apfloat", "convert-math-to-apfloat", "co
 #: index, and llvm ops mixed in. Elementwise arith/math on tensors becomes linalg first
 #: (one-shot bufferization cannot bufferize it otherwise). Affine lowers to scf, so
 #: ``lower-affine`` runs before ``convert-scf-to-cf``, and again after
-#: ``expand-strided-metadata``, which makes ``affine.apply``; vector transfers lower to scf
-#: loops before scf is lowered. Math on floats LLVM lacks (f8, f6, f4) becomes APFloat calls
-#: (those passes run only on modules whose text names such a type: see :func:`lower`).
+#: ``expand-strided-metadata``, which makes ``affine.apply``; vector masks, multi-reductions
+#: and transfers lower to scf loops before scf is lowered (scans: :mod:`.vectorscan`). Math
+#: on floats LLVM lacks (f8, f6, f4) becomes APFloat calls (those passes run only on modules
+#: whose text names such a type: see :func:`lower`).
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "func.func(convert-elementwise-to-linalg)",
     "one-shot-bufferize{bufferize-function-boundaries "
@@ -54,6 +56,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "async-to-async-runtime",
     "func.func(async-runtime-ref-counting,async-runtime-ref-counting-opt)",
     "convert-async-to-llvm",
+    "func.func(lower-vector-mask,lower-vector-multi-reduction)",
     "func.func(convert-vector-to-scf)",
     "convert-math-to-funcs",
     "lower-affine",
@@ -330,6 +333,7 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
             if not deferred_to_vectorizing(stages[index:]):
                 check_no_sub_byte_access(module, filename)
             check_before(module, stage, filename)
+            lower_vector_scans(module, stage, filename)
             _run_passes(PassManager.parse(stage), module, filename)
     _drop_unused_declarations(module, keep)
     erase_schedules(module)

@@ -21,6 +21,7 @@ FLOORS: list[set[str]] = [
      "scheduling", "transformscripts", "passguards", "loweringchecks", "packlowering",
      "deepinput",
      "subbyte",
+     "vectorscan",
      "cprototype", "ufunc_loops",
      "failures", "aliases"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",

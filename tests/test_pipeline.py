@@ -951,3 +951,29 @@ def test_the_hook_before_scf_lowering_sees_bufferized_loops_and_scf() -> None:
           ["convert-func-to-llvm"],
           hooks={"convert-scf-to-cf": lambda module: seen.append("again")})
     assert len(seen) == 1
+
+
+def test_default_pipeline_lowers_vector_masks_and_multi_reductions(session: Session) -> None:
+    # convert-vector-to-llvm leaves both: lower-vector-mask and lower-vector-multi-reduction
+    # run first (tests/data/runner/vector-scan-mask.mlir runs them as mlir-runner does).
+    module = session.compile("""
+func.func @head_and_row_sums(%a: memref<2x4xf32>, %n: index, %head: memref<4xf32>,
+                             %sums: memref<2xf32>) {
+  %c0 = arith.constant 0 : index
+  %pad = arith.constant -1.0 : f32
+  %mask = vector.create_mask %n : vector<4xi1>
+  %h = vector.mask %mask { vector.transfer_read %a[%c0, %c0], %pad
+    : memref<2x4xf32>, vector<4xf32> } : vector<4xi1> -> vector<4xf32>
+  vector.transfer_write %h, %head[%c0] : vector<4xf32>, memref<4xf32>
+  %m = vector.transfer_read %a[%c0, %c0], %pad : memref<2x4xf32>, vector<2x4xf32>
+  %acc = arith.constant dense<0.5> : vector<2xf32>
+  %s = vector.multi_reduction <add>, %m, %acc [1] : vector<2x4xf32> to vector<2xf32>
+  vector.transfer_write %s, %sums[%c0] : vector<2xf32>, memref<2xf32>
+  return
+}
+""")
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    head, sums = np.zeros(4, np.float32), np.zeros(2, np.float32)
+    module.head_and_row_sums(a, 3, head, sums)
+    np.testing.assert_array_equal(head, [0, 1, 2, -1])
+    np.testing.assert_array_equal(sums, [6.5, 22.5])
