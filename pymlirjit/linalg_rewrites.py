@@ -7,8 +7,10 @@ Each function returns how many ops it replaced; ops it cannot take are left alon
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from .microkernels import LANES, MicrokernelShape, host_shape, microkernel
 
 __all__ = ["CONVOLUTIONS", "batch_matmuls_to_matmuls", "convolutions_to_matmuls",
            "matmuls_to_microkernels", "on_memrefs"]
@@ -27,11 +29,6 @@ def on_memrefs(op: Any) -> bool:
 
 # -- matmul microkernels ------------------------------------------------------------------
 
-#: Rows of C and depth of A/B per block of the microkernel; its columns are
-#: :data:`_LANES` wide: 8 rows of 32 f32 are 16 AVX-512 accumulators.
-_MICRO_ROWS, _MICRO_DEPTH = 8, 256
-#: Columns per block: two AVX-512 vectors of the element type.
-_LANES = {"f32": 32, "f64": 16}
 _DEFAULT_MAPS = {
     "linalg.matmul": "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> "
                      "(d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]",
@@ -47,111 +44,13 @@ def _default_maps(op: Any) -> bool:
             or str(op.attributes["indexing_maps"]) == _DEFAULT_MAPS[op.name])
 
 
-def _microkernel(name: str, element: str, types: tuple[str, str, str],
-                 parallel: bool) -> str:
-    """An MLIR function computing ``C += A @ B``: for each panel of :data:`_LANES`
-    columns and each block of :data:`_MICRO_DEPTH` of the depth, blocks of
-    :data:`_MICRO_ROWS` rows of C stay in vector registers (loop-carried values, so
-    they stay there whatever aliases) while rows of B stream through as vectors and A's
-    elements are broadcast into FMAs; the last partial panel is masked, the last rows
-    are done one at a time. ``parallel`` makes the panels an ``scf.parallel``
-    (:func:`_parallel_panels`)."""
-    ta, tb, tc = types
-    lanes, rows = _LANES[element], _MICRO_ROWS
-    vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
-    out = [f"func.func private @{name}(%A: {ta}, %B: {tb}, %C: {tc}) {{"]
-    out += [f"  %c{r} = arith.constant {r} : index" for r in range(rows)]
-    out += [f"  %rows = arith.constant {rows} : index",
-            f"  %lanes = arith.constant {lanes} : index",
-            f"  %depth = arith.constant {_MICRO_DEPTH} : index",
-            f"  %zero = arith.constant dense<0.0> : {vt}",
-            f"  %m = memref.dim %A, %c0 : {ta}",
-            f"  %k = memref.dim %A, %c1 : {ta}",
-            f"  %n = memref.dim %B, %c1 : {tb}",
-            "  %mq = arith.divui %m, %rows : index",
-            "  %mf = arith.muli %mq, %rows : index",
-            "  %nq = arith.divui %n, %lanes : index",
-            "  %nf = arith.muli %nq, %lanes : index",
-            "  %nr = arith.subi %n, %nf : index",
-            f"  %mask = vector.create_mask %nr : {mt}",
-            "  %partial = arith.cmpi ult, %nf, %n : index"]
-
-    def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
-        if count > 1:
-            out.extend(f"{pad}%i{r} = arith.addi {first}, %c{r} : index" for r in range(1, count))
-        index = [first] + [f"%i{r}" for r in range(1, count)]
-
-        def load(memref: str, row: str, ty: str) -> str:
-            if masked:
-                return (f"vector.maskedload {memref}[{row}, {j}], %mask, %zero : {ty}, {mt}, "
-                        f"{vt} into {vt}")
-            return f"vector.load {memref}[{row}, {j}] : {ty}, {vt}"
-
-        out.extend(f"{pad}%acc{r} = {load('%C', index[r], tc)}" for r in range(count))
-        carried = ", ".join(f"%x{r} = %acc{r}" for r in range(count))
-        vts = ", ".join([vt] * count)
-        out.append(f"{pad}%res:{count} = scf.for %p = %k0 to %k1 step %c1 "
-                   f"iter_args({carried}) -> ({vts}) {{")
-        out.append(f"{pad}  %b = {load('%B', '%p', tb)}")
-        for r in range(count):
-            out.extend([f"{pad}  %a{r} = memref.load %A[{index[r]}, %p] : {ta}",
-                        f"{pad}  %s{r} = vector.broadcast %a{r} : {element} to {vt}",
-                        f"{pad}  %y{r} = vector.fma %s{r}, %b, %x{r} : {vt}"])
-        out.append(f"{pad}  scf.yield {', '.join(f'%y{r}' for r in range(count))} : {vts}")
-        out.append(f"{pad}}}")
-        for r in range(count):
-            out.append(f"{pad}vector.maskedstore %C[{index[r]}, {j}], %mask, %res#{r} : {tc}, "
-                       f"{mt}, {vt}" if masked else
-                       f"{pad}vector.store %res#{r}, %C[{index[r]}, {j}] : {tc}, {vt}")
-
-    def panel(j: str, masked: bool, pad: str) -> None:
-        out.append(f"{pad}scf.for %k0 = %c0 to %k step %depth {{")
-        out.append(f"{pad}  %kend = arith.addi %k0, %depth : index")
-        out.append(f"{pad}  %k1 = arith.minui %kend, %k : index")
-        out.append(f"{pad}  scf.for %i = %c0 to %mf step %rows {{")
-        block("%i", rows, j, masked, pad + "    ")
-        out.append(f"{pad}  }}")
-        out.append(f"{pad}  scf.for %i = %mf to %m step %c1 {{")
-        block("%i", 1, j, masked, pad + "    ")
-        out.append(f"{pad}  }}")
-        out.append(f"{pad}}}")
-
-    if parallel:
-        _parallel_panels(out, panel)
-    else:
-        out.append("  scf.for %j = %c0 to %nf step %lanes {")
-        panel("%j", False, "    ")
-        out.append("  }")
-        out.append("  scf.if %partial {")
-        panel("%nf", True, "    ")
-        out.append("  }")
-    out += ["  return", "}"]
-    return "\n".join(out)
-
-
-def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None]) -> None:
-    """The panels, the masked last one too, as one ``scf.parallel`` (which
-    ``optimize.split_for_threads`` splits into one contiguous chunk per thread). The
-    caller used to do the masked panel after the loop, as the serial order does, which
-    left the threads unequal shares: 509^3 f32 on 2 cores ran at 1.75x serial, now
-    2.02x (512^3, no masked panel: 1.96x either way; docs/performance.md)."""
-    out += ["  %nc = arith.ceildivui %n, %lanes : index",
-            "  %np = arith.muli %nc, %lanes : index",
-            "  scf.parallel (%j) = (%c0) to (%np) step (%lanes) {",
-            "    %whole = arith.cmpi ult, %j, %nf : index",
-            "    scf.if %whole {"]
-    panel("%j", False, "      ")
-    out += ["    } else {"]
-    panel("%nf", True, "      ")
-    out += ["    }",
-            "    scf.reduce",
-            "  }"]
-
-
-def matmuls_to_microkernels(module: Any, parallel: bool = False) -> int:
+def matmuls_to_microkernels(module: Any, parallel: bool = False,
+                            shape: MicrokernelShape | None = None) -> int:
     """Replace each ``linalg.matmul`` on memrefs of f32 or f64 (one type, the default
     indexing maps) whose B and C have a unit innermost stride known statically by a call
-    to a :func:`_microkernel`; return how many were replaced."""
+    to a :func:`~pymlirjit.microkernels.microkernel` of ``shape`` (the host's,
+    :func:`~pymlirjit.microkernels.host_shape`, by default); return how many were
+    replaced."""
     from mlir import ir
 
     chosen: list[Any] = []
@@ -169,8 +68,8 @@ def matmuls_to_microkernels(module: Any, parallel: bool = False) -> int:
             unit = f"memref<?x?x{element}, strided<[?, 1], offset: ?>>"
             types = (f"memref<?x?x{element}, strided<[?, ?], offset: ?>>", unit, unit)
             name = _fresh("__pymlirjit_matmul", names)
-            _replace_by_call(module, op, name, _microkernel(name, element, types, parallel),
-                             types)
+            text = microkernel(name, element, types, parallel, shape or host_shape())
+            _replace_by_call(module, op, name, text, types)
     return len(chosen)
 
 
@@ -180,7 +79,7 @@ def _microkernel_fits(op: Any) -> bool:
     if not _plain_float_memrefs(op) or not _default_maps(op):
         return False
     types = [ir.MemRefType(v.type) for v in op.operands]
-    return (str(types[0].element_type) in _LANES
+    return (str(types[0].element_type) in LANES
             and all(t.get_strides_and_offset()[0][-1] == 1 for t in types[1:]))
 
 

@@ -4,9 +4,9 @@ math library.
 With ``fastmath=True``, :func:`use_vector_library` rewrites a module's ``math`` ops on
 ``f32``/``f64`` (scalars and vectors, :data:`FUNCTIONS`) before it is lowered:
 
-- ``exp`` and ``tanh`` become arith and math ops (:func:`_inline_exp`,
-  :func:`_inline_tanh`; under 1 ulp measured) that LLVM vectorizes and keeps in
-  registers, with no call at all;
+- ``exp`` and ``tanh`` become arith and math ops (:mod:`pymlirjit.inlinemath`; under
+  1 and 2 ulp measured) that LLVM vectorizes and keeps in registers, with no call at
+  all;
 - the others (``log``, ``sin``, ``erf``, ``pow``, ...) use glibc's ``libmvec`` where it
   serves them (glibc documents at most 4 ulp of error). On a vector
   (``vector<13xf64>``): a call of the widest variant the host runs (AVX-512
@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .inlinemath import INLINE as _INLINE
+from .inlinemath import cpu_flags as _cpu_flags
 
 __all__ = ["FUNCTIONS", "LIBRARY", "VectorLibrary", "cache_tag", "library",
            "load_for", "use_vector_library"]
@@ -81,18 +83,6 @@ class VectorLibrary:
 
 def _scalar_name(function: str, bits: int) -> str:
     return function + ("f" if bits == 32 else "")
-
-
-@functools.cache
-def _cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 @functools.cache
@@ -342,119 +332,3 @@ class _Rewriter:
             entries.append(ir.ArrayAttr.get([ir.StringAttr.get("prefer-vector-width"),
                                              ir.StringAttr.get("512")]))
             attributes["passthrough"] = ir.ArrayAttr.get(entries)
-
-
-# -- exp, inline: faster than a call of libmvec's, and as accurate -------------------------
-
-#: Per element width: the range outside which exp is 0 or inf, ln 2 in two parts (the first
-#: with enough trailing zeros that k * ln2_hi is exact), the degree of the Taylor series
-#: (error < 0.1 ulp on |r| <= ln(2)/2), the exponent's bias and where it starts.
-_EXP = {64: (-746.0, 710.0, 6.93147180369123816490e-01, 1.90821492927058770002e-10, 13,
-             1023, 52),
-        32: (-104.0, 89.0, 0.693359375, -2.12194440054690583e-4, 7, 127, 23)}
-
-
-def _inline_exp(x: Any, bits: int) -> Any:
-    """exp(x) (f32/f64, scalar or vector) in arith and math ops that LLVM vectorizes
-    and keeps in registers: k = round(x / ln 2), r = x - k ln 2 (Cody and Waite, with
-    FMAs), exp(r) by its Taylor series, times 2^k built from bits in two halves (so
-    that results down to the subnormals round once). Without fast-math flags: the
-    reduction must not be reassociated."""
-    from mlir import ir
-    from mlir.dialects import arith
-    from mlir.dialects import math as ops
-
-    low, high, ln2_hi, ln2_lo, degree, bias, mantissa = _EXP[bits]
-    float_type = x.type
-    integer = ir.IntegerType.get_signless(bits)
-    int_type = (ir.VectorType.get(float_type.shape, integer)
-                if isinstance(float_type, ir.VectorType) else integer)
-
-    def f(value: float) -> Any:
-        return _constant(float_type, value)
-
-    def i(value: int) -> Any:
-        return _constant(int_type, value)
-
-    ordered = arith.CmpFPredicate
-    nan = arith.cmpf(ordered.UNO, x, x)
-    # NaN compares false: clamped to `low`, so k stays finite; the result is x then.
-    clamped = arith.select(arith.cmpf(ordered.OGE, x, f(low)), x, f(low))
-    clamped = arith.select(arith.cmpf(ordered.OLE, clamped, f(high)), clamped, f(high))
-    k = ops.roundeven(arith.mulf(clamped, f(1 / math.log(2))))
-    minus_k = arith.negf(k)
-    r = ops.fma(minus_k, f(ln2_lo), ops.fma(minus_k, f(ln2_hi), clamped))
-    p = f(1 / math.factorial(degree))
-    for n in range(degree - 1, -1, -1):
-        p = ops.fma(p, r, f(1 / math.factorial(n)))
-    whole = arith.fptosi(int_type, k)
-    half = arith.shrsi(whole, i(1))
-    scaled = p
-    for part in (half, arith.subi(whole, half)):
-        biased = arith.shli(arith.addi(part, i(bias)), i(mantissa))
-        scaled = arith.mulf(scaled, arith.bitcast(float_type, biased))
-    return arith.select(nan, x, scaled)
-
-
-def _constant(type_: Any, value: float) -> Any:
-    """A constant of ``type_`` (a float or integer type, or a vector of one: a splat)."""
-    from mlir import ir
-    from mlir.dialects import arith
-
-    element = type_.element_type if isinstance(type_, ir.VectorType) else type_
-    attribute = (ir.FloatAttr.get(element, value)
-                 if isinstance(element, ir.F32Type | ir.F64Type)
-                 else ir.IntegerAttr.get(element, int(value)))
-    if isinstance(type_, ir.VectorType):
-        attribute = ir.DenseElementsAttr.get_splat(type_, attribute)
-    return arith.constant(type_, attribute)
-
-
-#: Below this |x|, tanh is its Taylor series; above, 1 - 2 / (exp(2|x|) + 1) loses no
-#: digit (the fraction is at most 1/2).
-_TANH_SERIES_BELOW = 0.55
-#: Terms of the series after x, per element width: the first left out is < 0.1 ulp.
-_TANH_TERMS = {64: 17, 32: 7}
-
-
-@functools.cache
-def _tanh_coefficients(terms: int) -> tuple[float, ...]:
-    """tanh's Taylor coefficients of x^3, x^5, ...: 2^2n (2^2n - 1) B_2n / (2n)!."""
-    from fractions import Fraction
-
-    bernoulli = [Fraction(1)]  # B_0, B_1, ... (B_1 = -1/2)
-    for m in range(1, 2 * terms + 3):
-        total = sum((math.comb(m + 1, j) * bernoulli[j] for j in range(m)), Fraction(0))
-        bernoulli.append(-total / (m + 1))
-    return tuple(float(Fraction(4**n * (4**n - 1)) * bernoulli[2 * n]
-                       / math.factorial(2 * n)) for n in range(2, terms + 2))
-
-
-def _inline_tanh(x: Any, bits: int) -> Any:
-    """tanh(x) (f32/f64, scalar or vector) in arith and math ops: x + x^3 P(x^2) near 0,
-    else 1 - 2 / (exp(2|x|) + 1) (:func:`_inline_exp`), with the sign of x. NaN and
-    the infinities come out of the second form."""
-    from mlir.dialects import arith
-    from mlir.dialects import math as ops
-
-    float_type = x.type
-
-    def f(value: float) -> Any:
-        return _constant(float_type, value)
-
-    magnitude = ops.absf(x)
-    grown = _inline_exp(arith.addf(magnitude, magnitude), bits)
-    far = arith.subf(f(1.0), arith.divf(f(2.0), arith.addf(grown, f(1.0))))
-    square = arith.mulf(x, x)
-    coefficients = _tanh_coefficients(_TANH_TERMS[bits])
-    p = f(coefficients[-1])
-    for coefficient in reversed(coefficients[:-1]):
-        p = ops.fma(p, square, f(coefficient))
-    near = ops.fma(arith.mulf(x, square), p, x)
-    is_near = arith.cmpf(arith.CmpFPredicate.OLT, magnitude, f(_TANH_SERIES_BELOW))
-    # The sign of x on both (the series gives +0 for -0).
-    return ops.copysign(arith.select(is_near, near, far), x)
-
-
-#: Functions computed inline rather than by libmvec (where there is none, too).
-_INLINE = {"exp": _inline_exp, "tanh": _inline_tanh}

@@ -15,9 +15,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
 FLOORS: list[set[str]] = [
     {"errors", "types", "_version", "ffi", "callframe", "vectorcall", "pickling"},
     {"typing", "signature", "pipeline", "optimize", "linalg_schedules", "linalg_rewrites",
+     "microkernels",
      "linalg_tensors",
      "convert", "memref", "abi", "relocation",
-     "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "checks", "options",
+     "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "inlinemath",
+     "checks", "options",
      "scheduling", "transformscripts", "passguards", "loweringchecks", "packlowering",
      "deepinput",
      "subbyte",

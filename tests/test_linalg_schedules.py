@@ -70,7 +70,7 @@ def test_opt_level_3_vectorizes_the_matmul(session: Session) -> None:
 
     fast.compile()
     plain.compile()
-    assert "vector<32xf32>" in fast.lowered_mlir
+    assert "vector<16xf32>" in fast.lowered_mlir
     assert "vector<" not in plain.lowered_mlir
 
 

@@ -133,7 +133,7 @@ def test_tensor_matmul_gets_the_microkernel(session: Session, n: int, k: int,
                                atol=1e-4 * max(k, 1))
     for given, kept in zip([x, w, bias], inputs, strict=True):
         np.testing.assert_array_equal(given, kept)  # tensors are values: inputs unchanged
-    assert "vector<32xf32>" in kernel.lowered_mlir
+    assert "vector<16xf32>" in kernel.lowered_mlir
 
 
 def test_tensor_batch_matmul_matches_numpy(session: Session) -> None:

@@ -374,3 +374,4 @@ def test_a_linked_shared_library_needs_libmvec_only_if_it_calls_it(tmp_path: Pat
         objects[name] = (tmp_path / f"{name}.o").read_bytes()
     assert vectormath.LIBRARY.encode() in link_shared_library([objects["calls"]])
     assert vectormath.LIBRARY.encode() not in link_shared_library([objects["plain"]])
+
