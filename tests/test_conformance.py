@@ -129,13 +129,14 @@ def _stages(command: str) -> tuple[list[list[str]], list[str], list[str]]:
 
 def _without_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
     """(the variables, the command) of a stage that may start with ``env NAME=VALUE...``
-    (upstream's sparse tests run ``env %{env} mlir-runner ...``)."""
+    (upstream's sparse tests run ``env %{env} mlir-runner ...``) or, as the shell allows,
+    with bare ``NAME=VALUE`` words (older ones run ``TENSOR0=... mlir-cpu-runner ...``)."""
     variables: dict[str, str] = {}
     if words[:1] == ["env"]:
         words = words[1:]
-        while words and re.fullmatch(r"\w+=.*", words[0]):
-            name, _, value = words.pop(0).partition("=")
-            variables[name] = value
+    while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        variables[name] = value
     return variables, words
 
 
@@ -531,3 +532,20 @@ def test_data_files_are_named_under_the_copy(tmp_path: Path) -> None:
                     "mlir-runner -e main\n")
     assert run_lines(path) == [f"mlir-opt {path} | env T={tmp_path}/Integration/data/a.mtx "
                                f"mlir-runner -e main"]
+
+
+def test_a_bare_assignment_before_the_runner_sets_its_environment(tmp_path: Path) -> None:
+    """Older upstream RUN lines set the runner's variables the shell's way, without ``env``
+    (``TENSOR0=... mlir-cpu-runner``): still a runner line, with those variables."""
+    test_file = tmp_path / "bare_env.mlir"
+    test_file.write_text(
+        "// RUN: mlir-opt %s -convert-vector-to-llvm -convert-func-to-llvm"
+        " -convert-arith-to-llvm | GREETING=hi mlir-runner -e main -entry-point-result=void"
+        " -shared-libs=%mlir_c_runner_utils | FileCheck %s\n"
+        "// CHECK: 7\n"
+        "func.func @main() {\n  %c = arith.constant 7 : i64\n"
+        "  vector.print %c : i64\n  return\n}\n")
+    assert _runner_env(run_lines(test_file)[0]) == {"GREETING": "hi"}
+    for way in WAYS:
+        (tmp_path / way).mkdir()
+        assert run_case(test_file, 0, way, tmp_path / way) == Outcome("pass"), way
