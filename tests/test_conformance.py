@@ -441,12 +441,26 @@ def _same_as_another_line(path: Path, index: int, reference: _Reference, output:
     return False
 
 
+def _reference_varies(reference: _Reference, workdir: Path, clock: bool) -> bool:
+    """Whether the wheel's mlir-runner, run again on the same lowered file, prints
+    something else: the test reads memory it never wrote (upstream's sparse_pack prints
+    the unwritten last row of a disassembled ``tensor.empty``, its CHECK line says
+    ``{{.*}}``), and only the CHECK lines can judge the output."""
+    for _ in range(2):
+        again = _run([str(MLIR_ROOT / "bin" / "mlir-runner"), str(reference.lowered),
+                      *reference.runner_args], cwd=workdir, env=reference.env)
+        if _blank(again.stdout, clock) != _blank(reference.stdout, clock):
+            return True
+    return False
+
+
 def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
     """Run RUN line ``index`` of ``path`` one ``way`` (:data:`WAYS`) against the wheel's
     ``mlir-opt | mlir-runner``, in ``workdir`` (lit's ``%t``): the RUN lines before it that
     write a file for later lines (``mlir-opt %s ... -o %t``) run first, in order. The
     default way passes if its output passes the line's CHECK lines and equals the wheel's
-    output for this line or, failing that, for another RUN line of the file."""
+    output for this line or, failing that, for another RUN line of the file. Where the
+    wheel's own output changes from run to run, only the CHECK lines judge."""
     reference = _reference(path, index, workdir)
     if isinstance(reference, Outcome):
         return reference
@@ -468,7 +482,8 @@ def run_case(path: Path, index: int, way: str, workdir: Path) -> Outcome:
     clock = "@rtclock" in path.read_text()
     if (_blank(ours.stdout, clock) != _blank(reference.stdout, clock)
             and not (way == "default" and _same_as_another_line(
-                path, index, reference, ours.stdout, workdir, clock))):
+                path, index, reference, ours.stdout, workdir, clock))
+            and not _reference_varies(reference, workdir, clock)):
         return Outcome("fail", f"stdout differs from mlir-runner's:\n{ours.stdout[:300]}\n"
                                f"---\n{reference.stdout[:300]}")
     checked = _check(reference.filecheck, ours.stdout)
@@ -637,3 +652,29 @@ def test_the_default_way_may_print_what_another_run_line_of_the_file_prints(
         (tmp_path / f"default{index}").mkdir()
         assert run_case(test_file, index, "default", tmp_path / f"default{index}") == \
             Outcome("pass")
+
+
+_UNWRITTEN = """\
+// RUN: mlir-opt %s -finalize-memref-to-llvm -convert-vector-to-llvm -convert-func-to-llvm \
+-convert-arith-to-llvm -reconcile-unrealized-casts | mlir-runner -e main \
+-entry-point-result=void -shared-libs=%mlir_c_runner_utils | FileCheck %s
+// CHECK: {{[0-9]+}}
+func.func @main() {
+  %buffer = memref.alloc() : memref<4096xi8>
+  %address = memref.extract_aligned_pointer_as_index %buffer : memref<4096xi8> -> index
+  vector.print %address : index
+  memref.dealloc %buffer : memref<4096xi8>
+  return
+}
+"""
+
+
+def test_output_the_wheel_itself_does_not_repeat_is_judged_by_the_check_lines(
+        tmp_path: Path) -> None:
+    """A test whose printed values change from run to run (here an address, as when a test
+    reads memory it never wrote) passes on its CHECK lines alone."""
+    test_file = tmp_path / "address.mlir"
+    test_file.write_text(_UNWRITTEN)
+    for way in WAYS:
+        (tmp_path / way).mkdir()
+        assert run_case(test_file, 0, way, tmp_path / way) == Outcome("pass"), way
