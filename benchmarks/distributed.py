@@ -6,7 +6,9 @@ Measures, each against its baseline in the same run:
   time), and by value with a callback (its function through cloudpickle), against a plain
   Python function of this module and numba dispatchers of the same loop (importable and
   made at run time); a receiver that has unpickled the kernel before (every task after a
-  worker's first) and one that has not (simulated: the token table cleared);
+  worker's first) and one that has not (simulated: the token table cleared; what a
+  process finds once, pymlirjit's names and callbacks' signatures, stays found, as in
+  a worker after its first kernel of any token);
 - the first call in a fresh process of a kernel it unpickles: compiling, versus loading
   from a warm disk cache (the first unpickle, which builds the kernel, timed apart);
 - a chunked per-block reduction over 10^8 elements (``--elements``; each block made by the kernel:
@@ -17,6 +19,11 @@ Measures, each against its baseline in the same run:
   by value with every task. A row per block count (``--blocks``, default 4, 8, 16 and
   32 blocks over the same elements): a task's fixed cost (Dask's scheduler, a pool's
   queues) against the block's work, which Dask advises to keep at 100 ms or more.
+  Baselines for the cluster: the same loop compiled by numba (``math.sqrt``, the GIL
+  released), in one process and on the cluster, shipped as the importable kernel is
+  (its speedup over numba's one-process time: Dask's ceiling for this computation, with
+  no pymlirjit in the tasks); the same tasks doing nothing; and each Dask computation's
+  fixed cost, its time beyond half its one-process time.
 
 Not one of ``python -m benchmarks``'s cases: it starts processes and clusters.
 """
