@@ -6,7 +6,9 @@ Measures, each against its baseline in the same run:
   time), and by value with a callback (its function through cloudpickle), against a plain
   Python function of this module and numba dispatchers of the same loop (importable and
   made at run time); a receiver that has unpickled the kernel before (every task after a
-  worker's first) and one that has not (simulated: the token table cleared);
+  worker's first) and one that has not (simulated: the token table cleared; what a
+  process finds once, pymlirjit's names and callbacks' signatures, stays found, as in
+  a worker after its first kernel of any token);
 - the first call in a fresh process of a kernel it unpickles: compiling, versus loading
   from a warm disk cache (the first unpickle, which builds the kernel, timed apart);
 - a chunked per-block reduction over 10^8 elements (``--elements``; each block made by the kernel:
@@ -17,6 +19,11 @@ Measures, each against its baseline in the same run:
   by value with every task. A row per block count (``--blocks``, default 4, 8, 16 and
   32 blocks over the same elements): a task's fixed cost (Dask's scheduler, a pool's
   queues) against the block's work, which Dask advises to keep at 100 ms or more.
+  Baselines for the cluster: the same loop compiled by numba (``math.sqrt``, the GIL
+  released), in one process and on the cluster, shipped as the importable kernel is
+  (its speedup over numba's one-process time: Dask's ceiling for this computation, with
+  no pymlirjit in the tasks); the same tasks doing nothing; and each Dask computation's
+  fixed cost, its time beyond half its one-process time.
 
 Not one of ``python -m benchmarks``'s cases: it starts processes and clusters.
 """
@@ -24,6 +31,8 @@ Not one of ``python -m benchmarks``'s cases: it starts processes and clusters.
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import os
 import pickle
 import statistics
@@ -234,14 +243,47 @@ def _run_chunk(chunk: tuple[int, int]) -> float:
     return float(importable.block_sum(*chunk))
 
 
-def _warm(delay: float = 0.0, kernel: Callable[[int, int], float] | None = None) -> int:
+def block_sum_sqrt(start: int, n: int) -> float:
+    """The kernel's loop as numba compiles it (``math.sqrt``, as ``math.sqrt`` in MLIR):
+    the baseline task of the chunked part, shipped as the kernel's is."""
+    s = 0.0
+    for i in range(start, start + n):
+        x = i * 1e-6
+        s += math.sqrt(1.0 + x * x)
+    return s
+
+
+@functools.cache
+def _numba_block_sum() -> Callable[[int, int], float]:
+    """:func:`block_sum_sqrt` compiled by numba, releasing the GIL as the kernel does
+    (compiled once per process, on first use)."""
+    import numba
+
+    return numba.njit(nogil=True)(block_sum_sqrt)  # type: ignore[no-any-return]
+
+
+def _run_chunk_numba(chunk: tuple[int, int]) -> float:
+    import benchmarks.distributed as importable
+
+    return float(importable._numba_block_sum()(*chunk))
+
+
+def _noop_chunk(chunk: tuple[int, int]) -> float:
+    """A task that does no work: what Dask alone costs for a computation of N tasks."""
+    return 0.0
+
+
+def _warm(delay: float = 0.0, kernel: Callable[[int, int], float] | None = None,
+          numba: bool = False) -> int:
     """Compile in this worker (outside the timing), then stay busy ``delay`` seconds so
     that the other worker takes the next warming task; the worker's pid. ``kernel``:
     also compile that one (shipped by value, it stays in the worker: see
-    :data:`pymlirjit.pickling.KEPT`)."""
+    :data:`pymlirjit.pickling.KEPT`); ``numba``: also the numba baseline."""
     _run_chunk((0, 1))
     if kernel is not None:
         kernel(0, 1)
+    if numba:
+        _run_chunk_numba((0, 1))
     time.sleep(delay)
     return os.getpid()
 
@@ -259,6 +301,12 @@ def chunked(quick: bool, block_counts: list[int], elements: int = 10**8) -> None
     total = 10**6 if quick else elements
     repeat = 3 if quick else 7
     importable.block_sum(0, 1)
+    try:
+        importable._numba_block_sum()(0, 1)
+    except ImportError:
+        numba = False
+    else:
+        numba = True
 
     # The same kernel made at run time, in a session of its own: what a script or a
     # notebook ships (by value, with every task; the workers keep what they unpickled).
@@ -268,6 +316,9 @@ def chunked(quick: bool, block_counts: list[int], elements: int = 10**8) -> None
     # Ways to run a list of blocks; each returns the sum of the blocks' sums.
     ways: dict[str, Callable[[list[tuple[int, int]]], float]] = {
         "one process": lambda chunks: sum(importable.block_sum(s, n) for s, n in chunks)}
+    if numba:  # the baseline: the same loop compiled by numba, in one process
+        ways["numba, one process"] = lambda chunks: sum(
+            importable._numba_block_sum()(s, n) for s, n in chunks)
     with ExitStack() as stack:
         pool = stack.enter_context(ProcessPoolExecutor(
             2, mp_context=multiprocessing.get_context("spawn")))
@@ -288,11 +339,16 @@ def chunked(quick: bool, block_counts: list[int], elements: int = 10**8) -> None
             cluster = stack.enter_context(LocalCluster(
                 n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None))
             client = stack.enter_context(Client(cluster))
-            client.run(importable._warm, 0.0, local_sum)  # on every worker
+            client.run(importable._warm, 0.0, local_sum, numba)  # on every worker
             ways["Dask"] = lambda chunks: sum(client.gather(client.map(
                 importable._run_chunk, chunks, pure=False)))
             ways["Dask, by value"] = lambda chunks: sum(client.gather(client.map(
                 local_sum, *zip(*chunks), pure=False)))
+            if numba:  # Dask's ceiling for this computation: no pymlirjit in the tasks
+                ways["Dask, numba"] = lambda chunks: sum(client.gather(client.map(
+                    importable._run_chunk_numba, chunks, pure=False)))
+            ways["Dask, no-op"] = lambda chunks: sum(client.gather(client.map(
+                importable._noop_chunk, chunks, pure=False)))
         # Rounds of one run of each way and block count, in turn: a burst of load
         # elsewhere slows the baseline as much as the others, and each round gives a ratio.
         splits = {count: _chunks(total, count) for count in block_counts}
@@ -305,12 +361,17 @@ def chunked(quick: bool, block_counts: list[int], elements: int = 10**8) -> None
                     got = run(chunks)
                     samples.setdefault((count, label), []).append(
                         time.perf_counter() - start)
-                    _check(got, expected[count])
+                    if label != "Dask, no-op":
+                        _check(got, expected[count])
     print(f"chunked reduction over {total:.0e} elements in N equal blocks, "
           f"{os.cpu_count()} cpus shared with whatever else runs (medians of {repeat} "
-          f"rounds; speedup: the median of each round's one-process time over the way's; "
-          f"target >= 1.7x; load average {os.getloadavg()[0]:.1f} at the end)")
-    others = [label for label in ways if label != "one process"]
+          f"rounds; speedup: the median of each round's one-process time over the way's, "
+          f"numba's over numba's; target >= 1.7x; load average {os.getloadavg()[0]:.1f} "
+          f"at the end)")
+    baseline = {label: "numba, one process" if "numba" in label else "one process"
+                for label in ways}
+    others = [label for label in ways if label not in (
+        "one process", "numba, one process", "Dask, no-op")]
     print(f"  {'N':>3} {'block':>10} {'ms/block':>9} {'one process':>12} "
           + " ".join(f"{label:>15}" for label in others))
     for count in block_counts:
@@ -318,13 +379,33 @@ def chunked(quick: bool, block_counts: list[int], elements: int = 10**8) -> None
         one = statistics.median(ones)
         cells = []
         for label in others:
-            speedup = statistics.median(
-                o / t for o, t in zip(ones, samples[count, label]))
+            speedup = statistics.median(o / t for o, t in zip(
+                samples[count, baseline[label]], samples[count, label]))
             cells.append(f"{speedup:14.2f}x")
         print(f"  {count:>3} {total // count:>10} {one / count * 1e3:9.1f} "
               f"{one * 1e3:9.1f} ms " + " ".join(cells))
     if client is None:
         print("  Dask: dask.distributed is not installed")
+        return
+    # A computation's fixed cost: its time beyond half its one-process time (a perfect
+    # split on 2 workers), medians of the rounds; and the same tasks doing nothing.
+    dasks = [label for label in ("Dask", "Dask, by value", "Dask, numba") if label in ways]
+    print("  fixed cost of a Dask computation, ms (its time minus half the one-process "
+          "time; numba's: of numba's)")
+    print(f"  {'N':>3} " + " ".join(f"{label:>15}" for label in dasks)
+          + f" {'no-op tasks':>12}" + (f" {'numba ms/block':>15}" if numba else ""))
+    for count in block_counts:
+        cells = []
+        for label in dasks:
+            beyond = statistics.median(t - o / 2 for o, t in zip(
+                samples[count, baseline[label]], samples[count, label]))
+            cells.append(f"{beyond * 1e3:12.1f} ms")
+        noop = statistics.median(samples[count, "Dask, no-op"]) * 1e3
+        line = f"  {count:>3} " + " ".join(cells) + f" {noop:9.1f} ms"
+        if numba:
+            per_block = statistics.median(samples[count, "numba, one process"]) / count
+            line += f" {per_block * 1e3:15.1f}"
+        print(line)
 
 
 def main(argv: list[str] | None = None) -> None:

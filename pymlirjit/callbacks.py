@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -42,11 +43,13 @@ from .pickling import (
     function_by_value,
     importable,
     interned,
+    is_canonical_scalar,
     loads_parts,
     pickle_token,
     pickled_once,
+    scalar_type,
 )
-from .signature import Signature, as_signature, function_name
+from .signature import Parameter, Signature, as_signature, function_name
 from .sourcelines import located_type_error
 from .types import (
     MemRefType,
@@ -137,10 +140,17 @@ class Callback:
         # pickled once (see pymlirjit.pickling: one token, one function).
         if importable(self):
             return getattr(self, "__qualname__", self.name)
-        fixed = pickled_once(self, lambda: function_by_value(
-            self.__wrapped__, f"callback {self.name!r}", (self.name, self.signature)))
+        fixed = pickled_once(self, self._parts_by_value)
         registered = _default_registry.get(self.name) is self
-        return _callback_by_value, (pickle_token(self), fixed, registered)
+        return _callback_by_value, (pickle_token(self), *fixed, registered)
+
+    def _parts_by_value(self) -> tuple[str, tuple[tuple[str, ...], ...] | None, bytes]:
+        # The signature as data when its types are all pymlirjit's scalar types (their
+        # names: the receiver looks them up, nothing to rebuild), else with the function.
+        what, data = f"callback {self.name!r}", _scalar_signature_data(self.signature)
+        if data is None:
+            return self.name, None, function_by_value(self.__wrapped__, what, (self.signature,))
+        return self.name, data, function_by_value(self.__wrapped__, what)
 
     def __copy__(self) -> Callback:
         return self  # like a function: its copies are itself
@@ -151,10 +161,37 @@ class Callback:
 
 # -- unpickling by value (the shared helpers: pymlirjit.pickling) ---------------------
 
-def _callback_by_value(token: str, fixed: bytes, registered: bool) -> Callback:
+def _scalar_signature_data(signature: Signature) -> tuple[tuple[str, ...], ...] | None:
+    """``signature`` as (parameter names, parameter types, result types), the types by
+    MLIR name, if each is one of pymlirjit's scalar types (else None)."""
+    params, results = signature.param_types, signature.results
+    if not all(is_canonical_scalar(t) for t in (*params, *results)):
+        return None
+    return (tuple(p.name for p in signature.params), tuple(t.mlir for t in params),
+            tuple(t.mlir for t in results))
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_from_data(names: tuple[str, ...], params: tuple[str, ...],
+                         results: tuple[str, ...]) -> Signature:
+    # Signatures are immutable: callbacks unpickled with the same one share it.
+    try:
+        return Signature(tuple(Parameter(name, scalar_type(t))
+                               for name, t in zip(names, params, strict=True)),
+                         tuple(scalar_type(t) for t in results))
+    except (KeyError, ValueError) as exc:
+        raise pickle.UnpicklingError(f"a callback's signature names no scalar types of "
+                                     f"pymlirjit: {names!r}, {params!r} -> {results!r}") from exc
+
+
+def _callback_by_value(token: str, name: str, signature: tuple[tuple[str, ...], ...] | None,
+                       fixed: bytes, registered: bool) -> Callback:
     def make() -> Callback:
-        name, signature, function = loads_parts(fixed)
-        cb = Callback(function, signature, name)
+        if signature is None:
+            resolved, function = loads_parts(fixed)
+        else:
+            resolved, (function,) = _signature_from_data(*signature), loads_parts(fixed)
+        cb = Callback(function, resolved, name)
         # Linked by name as in the sender, unless this process defines that name itself.
         if registered and _default_registry.get(name) is None:
             _default_registry.add(cb)

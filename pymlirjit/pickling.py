@@ -29,7 +29,7 @@ from typing import Any, ClassVar, TypeVar
 from .types import SCALARS, ScalarType, ptr
 
 __all__ = ["KEPT", "forget_unpickled", "function_by_value", "importable", "interned",
-           "loads_parts", "pickle_token", "pickled_once", "scalar_type"]
+           "is_canonical_scalar", "loads_parts", "pickle_token", "pickled_once", "scalar_type"]
 
 T = TypeVar("T")
 
@@ -107,7 +107,8 @@ def pickle_token(obj: Any) -> str:
 
 def interned(token: str, make: Callable[[], Any]) -> Any:
     """The object unpickled before with ``token`` in this process, else ``make()``'s."""
-    found = _alive(token)
+    entry = _by_token.get(token)  # _alive, inline: once per object of every unpickling
+    found = entry() if entry is not None else None
     if found is not None:
         if token in _kept:
             with _token_lock:
@@ -164,6 +165,11 @@ def scalar_type(mlir: str) -> ScalarType:
     again: unpickled by value, each of a signature's and an annotation's scalar types
     cost as much as the rest of a callback's parts, and was not ``is`` its type)."""
     return _CANONICAL[mlir]
+
+
+def is_canonical_scalar(t: Any) -> bool:
+    """Whether ``t`` is one of pymlirjit's scalar types (not one made apart)."""
+    return isinstance(t, ScalarType) and _CANONICAL.get(t.mlir) is t
 
 
 _CANONICAL = {t.mlir: t for t in (*SCALARS, ptr)}

@@ -440,6 +440,46 @@ def test_a_callback_by_value_carries_scalar_types_by_reference() -> None:
     assert back[0] == odd and back[0] is not f64 and back[1] is f64
 
 
+def test_a_callbacks_scalar_signature_travels_as_names_and_is_shared() -> None:
+    pytest.importorskip("cloudpickle")
+
+    def half(x: f64, y: f64) -> f64:
+        return x / 2
+
+    def third(a: f64, b: f64) -> f64:
+        return a / 3
+
+    def quarter(x: f64, y: f64) -> f64:
+        return x / 4
+
+    cbs = [callback(registry=CallbackRegistry())(f) for f in (half, third, quarter)]
+    data = pickle.dumps(cbs)
+    # Each Signature and Parameter class in a pickle is an import by name (~1 us each).
+    assert b"Signature" not in data and b"Parameter" not in data
+    done = run(f"""
+        import pickle
+        from pymlirjit import f64
+        half, third, quarter = pickle.loads({data!r})
+        sig = half.signature
+        print(sig, [p.name for p in sig.params], sig.param_types[0] is f64,
+              sig.results[0] is f64, half(3.0, 0.0), third(3.0, 0.0))
+        # Parameter names differ: two signatures; the same names and types: one.
+        print(third.signature is sig, third.signature.param_types == sig.param_types,
+              quarter.signature is sig, pickle.loads(pickle.dumps(half)) is half)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [
+        "Signature('(f64, f64) -> f64') ['x', 'y'] True True 1.5 1.0", "False True True True"]
+
+
+def test_a_signature_naming_no_scalar_type_is_refused_when_unpickled() -> None:
+    from pymlirjit.callbacks import _callback_by_value
+
+    with pytest.raises(pickle.UnpicklingError, match=r"no scalar types.*'f65'"):
+        _callback_by_value("a-token-of-this-test", "bad", (("x",), ("f65",), ("f64",)),
+                           pickle.dumps((len,)), False)
+
+
 def test_a_child_forked_while_a_thread_held_the_token_lock_can_pickle() -> None:
     code = """
 import os, pickle, signal, threading
