@@ -80,15 +80,6 @@ def _only_failure_callback(linked: Iterable[str]) -> bool:
     return set(linked) == {FAIL_SYMBOL}
 
 
-def _tracks_allocations(prepared: PreparedModule, options: CompileOptions) -> bool:
-    """Whether ``prepared``'s code allocates through the trackers
-    (:mod:`pymlirjit.native.allocations`): all code that starts no threads (no shared
-    libraries). A call that unwinds frees what they put on its list; a module whose calls
-    cannot unwind gets its allocations on the list of the unwinding call whose code
-    calls it (``callbacks=[kernel]``), else they are plain ``malloc`` and ``free``."""
-    return not prepared.shared_libs(options)
-
-
 def _trackers_needed(needed: Iterable[str]) -> dict[str, int]:
     """The allocation trackers of this process among the symbols ``needed``."""
     wanted = set(ALLOCATION_TRACKERS.values()).intersection(needed)
@@ -314,10 +305,12 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     code runs. The module's global constructors run when the engine serves a module
     (:func:`engine_module`), not here: a module loaded from the cache entry built from
     the engine runs its own, and they must run once."""
-    if _tracks_allocations(prepared, options):
-        from .native.allocations import track_allocations
+    # All code allocates through the trackers (pymlirjit.native.allocations): a call
+    # that unwinds frees what they put on its list, including what kernels it called
+    # (whose own calls may not unwind) allocated for it; else they are malloc and free.
+    from .native.trackedcalls import track_allocations
 
-        track_allocations(prepared.module)
+    track_allocations(prepared.module)
     engine = ExecutionEngine(prepared.module, options.opt_level,
                              prepared.shared_libs(options))
     for symbol, address in _trackers_needed(engine.needed_symbols).items():
