@@ -9,6 +9,8 @@ from ..failures import ALLOCATION_TRACKERS
 
 __all__ = ["track_allocations"]
 
+_ASYNC_RUNTIME = "mlirAsyncRuntime"  # the prefix of the async runtime's functions
+
 # LLVM's function attributes of an allocator (allockind: alloc 1, free 4,
 # uninitialized 8, aligned 32; allocsize: the size argument's index << 32, 0xFFFFFFFF
 # for no element count), by C function.
@@ -37,8 +39,11 @@ def track_allocations(module: Any) -> tuple[str, ...]:
     from mlir import ir as mlir_ir
 
     table = mlir_ir.SymbolTable(module.operation)
-    threaded = {_symbol_name(op) for op in module.body.operations
-                if _hands_memory_to_threads(op)}
+    names = [_symbol_name(op) for op in module.body.operations]
+    # Only code calling the async runtime has coroutines or task scheduling.
+    threaded = {name for name, op in zip(names, module.body.operations)
+                if _hands_memory_to_threads(op)} \
+        if any(name.startswith(_ASYNC_RUNTIME) for name in names) else set()
     used = []
     with module.context:
         for name, tracker in ALLOCATION_TRACKERS.items():
