@@ -30,7 +30,7 @@ from .abi import (
 )
 from .cache import CachedModule
 from .callbacks import Callback, TrampolineHelpers, prepare_entries
-from .callframe import call_machinery, culprit_token
+from .callframe import call_machinery, culprit_token, unwinding_calls_address
 from .engine import ExecutionEngine
 from .errors import LinkError, SignatureError
 from .failures import ALLOCATION_TRACKERS, FAIL_SYMBOL
@@ -45,6 +45,7 @@ from .relocation import (
     FOREIGN_RECORD,
     FRAME_KEY,
     HAND_OVER,
+    UNWINDING_CALLS,
     array_from_descr,
     callback_slot,
     well_known,
@@ -78,15 +79,6 @@ def call_policy(calls_back: bool, shared_libs: Sequence[str],
 
 def _only_failure_callback(linked: Iterable[str]) -> bool:
     return set(linked) == {FAIL_SYMBOL}
-
-
-def _tracks_allocations(prepared: PreparedModule, options: CompileOptions) -> bool:
-    """Whether ``prepared``'s code allocates through the trackers
-    (:mod:`pymlirjit.native.allocations`): all code that starts no threads (no shared
-    libraries). A call that unwinds frees what they put on its list; a module whose calls
-    cannot unwind gets its allocations on the list of the unwinding call whose code
-    calls it (``callbacks=[kernel]``), else they are plain ``malloc`` and ``free``."""
-    return not prepared.shared_libs(options)
 
 
 def _trackers_needed(needed: Iterable[str]) -> dict[str, int]:
@@ -261,6 +253,8 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
             number = call_machinery().frame_key
         elif name == FOREIGN_RECORD:
             number = call_machinery().foreign_record
+        elif name == UNWINDING_CALLS:
+            number = unwinding_calls_address()
         elif name == ARRAY_FROM_DESCR:
             number = array_from_descr()
         elif name.startswith("callback:"):
@@ -314,10 +308,12 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     code runs. The module's global constructors run when the engine serves a module
     (:func:`engine_module`), not here: a module loaded from the cache entry built from
     the engine runs its own, and they must run once."""
-    if _tracks_allocations(prepared, options):
-        from .native.allocations import track_allocations
+    # All code allocates through the trackers (pymlirjit.native.allocations): a call
+    # that unwinds frees what they put on its list, including what kernels it called
+    # (whose own calls may not unwind) allocated for it; else they are malloc and free.
+    from .native.trackedcalls import track_allocations
 
-        track_allocations(prepared.module)
+    track_allocations(prepared.module)
     engine = ExecutionEngine(prepared.module, options.opt_level,
                              prepared.shared_libs(options))
     for symbol, address in _trackers_needed(engine.needed_symbols).items():

@@ -28,7 +28,7 @@ FLOORS: list[set[str]] = [
      "failures", "aliases"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
      "native.halffloat", "native.results", "native.trampoline", "native.allocations",
-     "native.unwindarea", "native.wrapper"},
+     "native.unwindarea", "native.wrapper", "native.trackedcalls"},
     {"engine", "asyncruntime", "objectfile", "sharedlib"},
     {"cache"},
     {"callbacks", "function", "prepare", "module", "externs"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -1018,11 +1019,11 @@ def test_results_kept_across_many_failing_calls_stay_valid() -> None:
     assert rows == [["True", "True", "[2, 4, 4]", "[5, 5, 5]"]]
 
 
-def test_only_code_without_shared_libraries_allocates_through_the_trackers() -> None:
-    # A module without shared libraries allocates through the trackers, whether its
-    # calls may unwind (a failure callback) or not (no callback: a kernel another one
-    # may call), which LLVM still knows as malloc and free (an allocation nothing reads
-    # is removed). A module with shared libraries calls the C library.
+def test_all_code_allocates_through_the_trackers() -> None:
+    # Every module allocates through the trackers, whether its calls may unwind (a
+    # failure callback) or not (no callback: a kernel another one may call; shared
+    # libraries), which LLVM still knows as malloc and free (an allocation nothing reads
+    # is removed).
     from pymlirjit.failures import ALLOCATION_TRACKERS
 
     source = """
@@ -1042,16 +1043,159 @@ def test_only_code_without_shared_libraries_allocates_through_the_trackers() -> 
     unchecked = Session().compile(plain)
     assert unwinding.f.unwind and not running_on.f.unwind
     assert not unchecked.f.unwind and not unchecked.f._links_callbacks
-    for tracked in (unwinding, unchecked):
+    for tracked in (unwinding, running_on, unchecked):
         lowered = tracked.lowered_mlir
         assert all(f"@{tracker}(" in lowered for tracker in
                    (ALLOCATION_TRACKERS["malloc"], ALLOCATION_TRACKERS["free"]))
         assert "@malloc(" not in lowered and "@free(" not in lowered
         assert '"allockind", "9"' in lowered  # what LLVM knows of malloc
-    lowered = running_on.lowered_mlir
-    assert "@malloc(" in lowered and "__pymlirjit_malloc" not in lowered
     for m in (unwinding, running_on, unchecked):
         assert m.f(3, 2)[0] == (1 if m is not unchecked else 4)
+
+
+PARALLEL_MAKE = """
+func.func @make(%n: index, %v: i64, %d: i64) -> memref<?xi64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = memref.alloc(%n) : memref<?xi64>
+  %q = arith.divsi %v, %d : i64
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %t = memref.alloc() : memref<4xi64>
+    memref.store %q, %t[%c0] : memref<4xi64>
+    %x = memref.load %t[%c0] : memref<4xi64>
+    memref.store %x, %m[%i] : memref<?xi64>
+    memref.dealloc %t : memref<4xi64>
+  }
+  return %m : memref<?xi64>
+}
+func.func @drop(%m: memref<?xi64>) {
+  memref.dealloc %m : memref<?xi64>
+  return
+}"""
+
+
+def test_a_parallel_module_allocates_memory_another_thread_frees_from_the_c_library() -> None:
+    # A coroutine's frame (aligned_alloc) and a task's record (malloc in pymlirjit's
+    # scheduling) are freed by the thread that runs the task: tracked on the caller's
+    # list, an unwinding caller would free them again. The kernel's own buffers, and
+    # every free, go through the trackers.
+    from pymlirjit.failures import ALLOCATION_TRACKERS
+
+    m = Session(parallel=True).compile(PARALLEL_MAKE)
+    calls: dict[str, set[str]] = {}
+    function = ""
+    for line in m.lowered_mlir.splitlines():
+        declared = re.match(r"\s*llvm\.func (?:internal )?@(\w+)\(.*\{$", line)
+        if declared:
+            function = declared.group(1)
+        called = re.search(r"llvm\.call @(\w+)\(", line)
+        if called and (called.group(1) in ALLOCATION_TRACKERS
+                       or called.group(1) in ALLOCATION_TRACKERS.values()):
+            calls.setdefault(function, set()).add(called.group(1))
+    tracked = {ALLOCATION_TRACKERS["malloc"], ALLOCATION_TRACKERS["free"]}
+    assert calls["make"] == {ALLOCATION_TRACKERS["malloc"]}
+    assert calls["parallel_compute_fn"] == tracked
+    assert calls["async_execute_fn"] == {"aligned_alloc", ALLOCATION_TRACKERS["free"]}
+    assert calls["__pymlirjit_par_execute"] == {"malloc"}
+    assert calls["__pymlirjit_par_run"] == {ALLOCATION_TRACKERS["free"]}
+    assert m.make(10, 3, 1).tolist() == [3] * 10
+
+
+@pytest.mark.parametrize("kind", ["shared-libs", "parallel"])
+def test_an_unwound_call_frees_what_kernels_with_shared_libraries_allocated_for_it(
+        kind: str) -> None:
+    # @make's module has shared libraries (MLIR's runner utils, or the async runtime of
+    # parallel=True: its loop runs on worker threads too), so its calls cannot unwind,
+    # and it has a failure callback, so its calls have a record of their own (without a
+    # jump buffer). Called by @held's code, its result goes on @held's list, which @held
+    # frees when it unwinds (8 KB a call leaked before); @drop's free takes it off
+    # (@handed: freed once, not again when @handed unwinds).
+    rows = run_isolated(_GROWN + textwrap.dedent("""
+        options = {"shared-libs": {"session": Session(shared_libs=["mlir_c_runner_utils"])},
+                   "parallel": {"session": Session(parallel=True)}}[KIND]
+        make = mlir_kernel(source=SOURCE, name="make", **options)(lambda n, v, d: None)
+        drop = mlir_kernel(source=SOURCE, name="drop", **options)(lambda m: None)
+        outer = mlir_kernel(callbacks=[make, drop], name="held", source='''
+        func.func private @make(index, i64, i64) -> memref<?xi64>
+        func.func private @drop(memref<?xi64>)
+        func.func @held(%n: index, %v: i64, %b: i64) -> i64 {
+          %c0 = arith.constant 0 : index
+          %one = arith.constant 1 : i64
+          %m = call @make(%n, %v, %one) : (index, i64, i64) -> memref<?xi64>
+          %x = memref.load %m[%c0] : memref<?xi64>
+          %q = arith.divsi %x, %b : i64
+          call @drop(%m) : (memref<?xi64>) -> ()
+          return %q : i64
+        }
+        func.func @handed(%n: index, %v: i64, %b: i64) -> i64 {
+          %c0 = arith.constant 0 : index
+          %one = arith.constant 1 : i64
+          %m = call @make(%n, %v, %one) : (index, i64, i64) -> memref<?xi64>
+          %x = memref.load %m[%c0] : memref<?xi64>
+          call @drop(%m) : (memref<?xi64>) -> ()
+          %q = arith.divsi %x, %b : i64
+          return %q : i64
+        }''')(lambda n, v, b: None)
+        m = outer.compile().module
+        say(make.compile().unwind, make.compile()._links_callbacks, m.held.unwind,
+            m.held(1000, 6, 2), m.handed(1000, 6, 3), make(3, 4, 1).tolist())
+        for name, call in [("held", lambda: m.held(1000, 6, 0)),
+                           ("python path", lambda: m.held.call_python(1000, 6, 0)),
+                           ("handed", lambda: m.handed(1000, 6, 0))]:
+            say(name, grown(call))
+    """), cwd=ROOT, SOURCE=PARALLEL_MAKE, KIND=kind)
+    assert rows[0] == ["False", "True", "True", "3", "2", "[4, 4, 4]"]
+    for name, grew in rows[1:4]:
+        assert int(grew) < 2 << 20, f"{name}: {int(grew) >> 10} KiB more"
+
+
+def test_the_count_of_unwinding_calls_in_flight_is_exact() -> None:
+    # The trackers skip the search for a call record while no call that can unwind is
+    # in flight (the count is 0); each such call counts itself while its list exists
+    # (inside its callbacks too, and once per nested call), returning or unwound, by
+    # its native entry or its guard (the Python path).
+    rows = run_isolated("""
+        import ctypes
+        from pymlirjit import callback, i64
+        from pymlirjit.callframe import unwinding_calls_address
+
+        count = ctypes.c_int64.from_address(unwinding_calls_address())
+        seen = []
+        session = Session()
+
+        @callback(session=session)
+        def probe(v: i64) -> i64:
+            seen.append(count.value)
+            return v
+
+        inner = mlir_kernel(session=session, name="inner", source='''
+        func.func private @probe(i64) -> i64
+        func.func @inner(%v: i64, %b: i64) -> i64 {
+          %p = call @probe(%v) : (i64) -> i64
+          %q = arith.divsi %p, %b : i64
+          return %q : i64
+        }''')(lambda v, b: None)
+        outer = mlir_kernel(session=session, name="outer", callbacks=[inner], source='''
+        func.func private @inner(i64, i64) -> i64
+        func.func private @probe(i64) -> i64
+        func.func @outer(%v: i64, %b: i64) -> i64 {
+          %p = call @probe(%v) : (i64) -> i64
+          %q = call @inner(%p, %b) : (i64, i64) -> i64
+          return %q : i64
+        }''')(lambda v, b: None)
+        say(count.value, inner(6, 3), seen, count.value)
+        seen.clear()
+        say(outcome(inner, 6, 0)[0], seen, count.value)
+        seen.clear()
+        say(outer(6, 2), seen, count.value)
+        seen.clear()
+        say(outcome(outer, 6, 0)[0], outcome(outer.compile().call_python, 6, 0)[0],
+            outer.compile().call_python(6, 3), seen, count.value)
+    """)
+    assert rows == [["0", "2", "[1]", "0"],
+                    ["ZeroDivisionError", "[1]", "0"],
+                    ["3", "[1, 2]", "0"],
+                    ["ZeroDivisionError", "ZeroDivisionError", "2", "[1, 2, 1, 2, 1, 2]", "0"]]
 
 
 CALLBACK_RESULTS = """

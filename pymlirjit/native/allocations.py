@@ -3,14 +3,17 @@
 A failing check or callback may end a kernel call at once (see
 :func:`pymlirjit.module.call_policy`): the compiled code never reaches its own
 ``free`` of a temporary buffer, nor returns the results it allocated. Compiled code
-of every module without shared libraries therefore allocates through the trackers
-defined here (:data:`~pymlirjit.failures.ALLOCATION_TRACKERS`;
-:func:`track_allocations` renames its calls of ``malloc``, ``aligned_alloc`` and
-``free``): kernels whose own calls cannot unwind may be called by code whose call can.
-While a call that can unwind is in flight, the innermost call record of the thread has
-a jump buffer, and after it a list (see :data:`pymlirjit.native.unwindarea.ALLOCATIONS`):
-a tracked allocation is added to it (else, with no such call, it is a plain
-``malloc``), a tracked ``free`` removes the pointer from the list that holds it (the
+of every module therefore allocates through the trackers defined here
+(:data:`~pymlirjit.failures.ALLOCATION_TRACKERS`;
+:func:`pymlirjit.native.trackedcalls.track_allocations` renames its calls of
+``malloc``, ``aligned_alloc`` and ``free``): kernels whose own calls cannot unwind may
+be called by code whose call can.
+A call that can unwind has, in its record, a jump buffer, and after it a list (see
+:data:`pymlirjit.native.unwindarea.ALLOCATIONS`). A tracked allocation is added to the
+list of the thread's innermost call that has a jump buffer (the calls of modules with
+shared libraries, which cannot unwind, have none: what their code allocates for the
+code that called them is that call's), unless that call runs Python; else it is a
+plain ``malloc``. A tracked ``free`` removes the pointer from the list that holds it (the
 innermost first, then those of the calls it is nested in) and frees it. A callback's
 memref result, copied into ``malloc`` memory, goes on the list too
 (:func:`track_in_innermost_call`); while the callback's Python code runs, its call's
@@ -21,8 +24,9 @@ Python allocate stays Python's. When the call ends, its entry or guard
 - unwound (or, for a guard, failed): frees everything still on the list;
 - returned to Python (a native entry): drops the list, whose memory now belongs to the
   arrays and results it was returned as;
-- returned to compiled code (a guard whose caller's call can unwind: a kernel calling
-  another): hands the list to the caller's call, which now owns that memory.
+- returned to compiled code (a guard whose caller, or a call it is nested in, can
+  unwind: a kernel calling another): hands the list to that call, which now owns that
+  memory.
 
 Everything here is C: no Python, no GIL, thread-safe because each thread has its own
 records. A ``free`` searches the lists from their newest item (temporaries are freed
@@ -53,49 +57,10 @@ from .unwindarea import (
 )
 
 __all__ = ["add_trackers", "end_allocations", "hide_jump_buffer", "restore_jump_buffer",
-           "track_allocations", "track_in_innermost_call"]
+           "track_in_innermost_call"]
 
 _I1 = ir.IntType(1)
 _LIST = _i64.as_pointer()  # an allocation list, or a call record
-
-# LLVM's function attributes of an allocator (allockind: alloc 1, free 4,
-# uninitialized 8, aligned 32; allocsize: the size argument's index << 32, 0xFFFFFFFF
-# for no element count), by C function.
-_ALLOCATOR_ATTRIBUTES = {
-    "malloc": [("allockind", "9"), ("allocsize", str(0xFFFFFFFF)), ("alloc-family", "malloc")],
-    "aligned_alloc": [("allockind", "41"), ("allocsize", str(1 << 32 | 0xFFFFFFFF)),
-                      ("alloc-family", "malloc")],
-    "free": [("allockind", "4"), ("alloc-family", "malloc")],
-}
-
-
-def track_allocations(module: Any) -> tuple[str, ...]:
-    """Make the lowered (LLVM dialect) MLIR ``module`` allocate and free through the
-    trackers instead of ``malloc``, ``aligned_alloc`` and ``free`` (what
-    ``memref.alloc``/``dealloc`` and bufferization's buffers lower to). Returns the
-    trackers it calls."""
-    from mlir import ir as mlir_ir
-
-    table = mlir_ir.SymbolTable(module.operation)
-    used = []
-    with module.context:
-        for name, tracker in ALLOCATION_TRACKERS.items():
-            if name not in table or len(table[name].regions[0].blocks) > 0:
-                continue  # not called, or the module's own function of that name
-            declaration = table[name]
-            mlir_ir.SymbolTable.replace_all_symbol_uses(name, tracker, module.operation)
-            mlir_ir.SymbolTable.set_symbol_name(declaration, tracker)
-            # What LLVM knows of the C functions by name, said of the trackers (which
-            # behave alike): it may then still remove an allocation nothing reads.
-            declaration.attributes["passthrough"] = mlir_ir.ArrayAttr.get([
-                mlir_ir.ArrayAttr.get([mlir_ir.StringAttr.get(k), mlir_ir.StringAttr.get(v)])
-                for k, v in _ALLOCATOR_ATTRIBUTES[name]])
-            if name == "free":
-                declaration.attributes["arg_attrs"] = mlir_ir.ArrayAttr.get([
-                    mlir_ir.DictAttr.get({"llvm.allocptr": mlir_ir.UnitAttr.get()})])
-            used.append(tracker)
-    return tuple(used)
-
 
 def _field(b: ir.IRBuilder, allocations: ir.Value, index: int) -> ir.Value:
     return b.gep(allocations, [ir.Constant(_i64, index)])
@@ -247,22 +212,23 @@ def _release(unit: _Unit) -> ir.Function:
 
 
 def _hand(unit: _Unit) -> ir.Function:
-    """``hand(list, record)``: move the pointers on ``list`` to the list of the call
-    whose record is ``record`` (an ``i64*``, or NULL) if that call can unwind (it now
-    owns the memory), else just empty ``list`` (the caller owns it)."""
+    """``hand(list, record)``: move the pointers on ``list`` to the list of the innermost
+    call that can unwind from the call whose record is ``record`` (an ``i64*``, or
+    NULL) outwards (see :func:`_innermost_list`: it now owns the memory), else just
+    empty ``list`` (the caller owns it)."""
     function, b = _internal(unit, "pymlirjit_hand_allocations",
                             ir.FunctionType(ir.VoidType(), [_LIST, _LIST]))
     if b is None:
         return function
     allocations, record = function.args
-    with b.if_then(b.not_(_is_null(b, record))):
-        jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
-        with b.if_then(can_unwind_now(b, jump_buffer)):
-            target = allocation_list(b, jump_buffer)
-            items = b.inttoptr(b.load(_field(b, allocations, LIST_ITEMS)), _LIST)
-            count = b.load(_field(b, allocations, LIST_COUNT))
-            track = _track(unit)
-            _for_each(b, items, count, lambda item: b.call(track, [target, item]))
+    done = _block(b, "handed")
+    target, _ = _innermost_list(b, record, done)
+    items = b.inttoptr(b.load(_field(b, allocations, LIST_ITEMS)), _LIST)
+    count = b.load(_field(b, allocations, LIST_COUNT))
+    track = _track(unit)
+    _for_each(b, items, count, lambda item: b.call(track, [target, item]))
+    b.branch(done)
+    b.position_at_end(done)
     b.call(_release(unit), [allocations, ir.Constant(_I1, 0)])
     b.ret_void()
     return function
@@ -325,14 +291,29 @@ def _block(b: ir.IRBuilder, name: str) -> ir.Block:
 
 def _innermost_list(b: ir.IRBuilder, record: ir.Value, otherwise: ir.Block,
                     ) -> tuple[ir.Value, ir.Value]:
-    """The allocation list of the call whose record is ``record`` (an ``i64*``) and its
-    count; branches to ``otherwise`` if there is no record, or its call cannot unwind or
-    runs Python (see :func:`hide_jump_buffer`)."""
+    """The allocation list of the innermost call that can unwind, from the call whose
+    record is ``record`` (an ``i64*``) outwards, and its count; branches to
+    ``otherwise`` if there is none, or the first call with a jump buffer runs Python
+    (see :func:`hide_jump_buffer`). Calls without a jump buffer (of modules with shared
+    libraries, which cannot unwind) are passed over: what their code allocates for the
+    compiled code that called them is that code's call's, as it is for a kernel called
+    without a record of its own."""
+    entry = b.block
+    each_call = _block(b, "each_call")
     has_record = _block(b, "has_record")
     unwinds = _block(b, "unwinds")
-    b.cbranch(_is_null(b, record), otherwise, has_record)
+    b.branch(each_call)
+    b.position_at_end(each_call)
+    current = b.phi(_LIST)
+    current.add_incoming(record, entry)
+    b.cbranch(_is_null(b, current), otherwise, has_record)
     b.position_at_end(has_record)
-    jump_buffer = b.load(b.gep(record, [ir.Constant(_i64, JUMP_BUFFER)]))
+    jump_buffer = b.load(b.gep(current, [ir.Constant(_i64, JUMP_BUFFER)]))
+    has_buffer = b.icmp_unsigned("!=", jump_buffer, ir.Constant(_i64, 0))
+    with b.if_then(b.not_(has_buffer), likely=False):
+        previous = b.load(b.gep(current, [ir.Constant(_i64, PREVIOUS)]))
+        current.add_incoming(b.inttoptr(previous, _LIST), b.block)
+        b.branch(each_call)
     b.cbranch(can_unwind_now(b, jump_buffer), unwinds, otherwise)
     b.position_at_end(unwinds)
     allocations = allocation_list(b, jump_buffer)
@@ -380,12 +361,27 @@ def restore_jump_buffer(b: ir.IRBuilder, record: ir.Value, saved: ir.Value) -> N
 def add_trackers(unit: _Unit, frame_key: int) -> list[str]:
     """Define the trackers of :data:`~pymlirjit.failures.ALLOCATION_TRACKERS` in ``unit``
     (exported, by those names), finding the thread's call record with the pthread key
-    ``frame_key`` (from its slot in relocatable code); returns their names."""
+    ``frame_key`` (from its slot in relocatable code); returns their names.
+
+    While no call that can unwind is in flight in the process (the count native
+    entries and guards keep is 0), a tracker is the C function, without looking for a
+    record. The count needs no ordering: a thread with such a call of its own has
+    counted it itself, so it reads at least 1 while that call's list exists. One that
+    reads 0 has no list: its allocation is one no list would take, and its ``free`` of
+    a pointer on a list could only be of another thread's (which a ``free`` never takes
+    off, whatever the count; see docs/checked-mode.md)."""
     names = []
     for c_name, symbol in ALLOCATION_TRACKERS.items():
         c_function = unit.libc[c_name]
         fb = _FunctionBuilder(unit, symbol, c_function.function_type)
         b = fb.builder
+        in_flight = b.load_atomic(fb.unwinding_calls(), "monotonic", 8)
+        with b.if_then(b.icmp_unsigned("==", in_flight, ir.Constant(_i64, 0))):
+            direct = b.call(c_function, list(fb.function.args), tail=True)
+            if c_name == "free":
+                b.ret_void()
+            else:
+                b.ret(direct)
         key = b.trunc(fb.integer(frame_key, FRAME_KEY), _i32)
         if c_name == "free":
             pointer = fb.function.args[0]
