@@ -35,7 +35,6 @@ __all__ = [
     "lost_error",
     "native_frame_slot",
     "record_current",
-    "unwinding_calls_address",
 ]
 
 # -- error capture across compiled frames ------------------------------------------------
@@ -86,18 +85,6 @@ class CallFrame:
 
 
 _foreign = CallFrame()
-# How many calls that can unwind are in flight in the process (native entries and guards
-# count them; see pymlirjit.native.allocations): while it is 0, the allocation trackers
-# skip the search for a call record. On a cache line of its own: each such call changes it.
-_unwinding_calls = (ctypes.c_int64 * 16)()
-
-
-def unwinding_calls_address() -> int:
-    """The address of the process's count of calls that can unwind in flight (an
-    ``int64``, 64-byte aligned), which native code changes atomically."""
-    return (ctypes.addressof(_unwinding_calls) + 63) // 64 * 64
-
-
 _errors: dict[int, BaseException] = {}  # record address -> the first error of that call
 _error_lock = threading.Lock()
 

@@ -30,7 +30,7 @@ from .abi import (
 )
 from .cache import CachedModule
 from .callbacks import Callback, TrampolineHelpers, prepare_entries
-from .callframe import call_machinery, culprit_token, unwinding_calls_address
+from .callframe import call_machinery, culprit_token
 from .engine import ExecutionEngine
 from .errors import LinkError, SignatureError
 from .failures import ALLOCATION_TRACKERS, FAIL_SYMBOL
@@ -45,7 +45,6 @@ from .relocation import (
     FOREIGN_RECORD,
     FRAME_KEY,
     HAND_OVER,
-    UNWINDING_CALLS,
     array_from_descr,
     callback_slot,
     well_known,
@@ -253,8 +252,6 @@ def slot_values(names: Iterable[str], callbacks: Mapping[str, Callback],
             number = call_machinery().frame_key
         elif name == FOREIGN_RECORD:
             number = call_machinery().foreign_record
-        elif name == UNWINDING_CALLS:
-            number = unwinding_calls_address()
         elif name == ARRAY_FROM_DESCR:
             number = array_from_descr()
         elif name.startswith("callback:"):

@@ -29,7 +29,6 @@ __all__ = [
     "FRAME_KEY",
     "HAND_OVER",
     "SLOT_PREFIX",
-    "UNWINDING_CALLS",
     "array_from_descr",
     "callback_slot",
     "dtype_slot",
@@ -47,7 +46,6 @@ FINISH_CALL = "call:finish"
 HAND_OVER = "call:hand_over"
 FRAME_KEY = "call:frame_key"
 FOREIGN_RECORD = "call:foreign_record"
-UNWINDING_CALLS = "call:unwinding_calls"  # the address of the count of unwinding calls
 
 
 def callback_slot(callback_name: str, what: str) -> str:

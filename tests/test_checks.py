@@ -1149,55 +1149,6 @@ def test_an_unwound_call_frees_what_kernels_with_shared_libraries_allocated_for_
         assert int(grew) < 2 << 20, f"{name}: {int(grew) >> 10} KiB more"
 
 
-def test_the_count_of_unwinding_calls_in_flight_is_exact() -> None:
-    # The trackers skip the search for a call record while no call that can unwind is
-    # in flight (the count is 0); each such call counts itself while its list exists
-    # (inside its callbacks too, and once per nested call), returning or unwound, by
-    # its native entry or its guard (the Python path).
-    rows = run_isolated("""
-        import ctypes
-        from pymlirjit import callback, i64
-        from pymlirjit.callframe import unwinding_calls_address
-
-        count = ctypes.c_int64.from_address(unwinding_calls_address())
-        seen = []
-        session = Session()
-
-        @callback(session=session)
-        def probe(v: i64) -> i64:
-            seen.append(count.value)
-            return v
-
-        inner = mlir_kernel(session=session, name="inner", source='''
-        func.func private @probe(i64) -> i64
-        func.func @inner(%v: i64, %b: i64) -> i64 {
-          %p = call @probe(%v) : (i64) -> i64
-          %q = arith.divsi %p, %b : i64
-          return %q : i64
-        }''')(lambda v, b: None)
-        outer = mlir_kernel(session=session, name="outer", callbacks=[inner], source='''
-        func.func private @inner(i64, i64) -> i64
-        func.func private @probe(i64) -> i64
-        func.func @outer(%v: i64, %b: i64) -> i64 {
-          %p = call @probe(%v) : (i64) -> i64
-          %q = call @inner(%p, %b) : (i64, i64) -> i64
-          return %q : i64
-        }''')(lambda v, b: None)
-        say(count.value, inner(6, 3), seen, count.value)
-        seen.clear()
-        say(outcome(inner, 6, 0)[0], seen, count.value)
-        seen.clear()
-        say(outer(6, 2), seen, count.value)
-        seen.clear()
-        say(outcome(outer, 6, 0)[0], outcome(outer.compile().call_python, 6, 0)[0],
-            outer.compile().call_python(6, 3), seen, count.value)
-    """)
-    assert rows == [["0", "2", "[1]", "0"],
-                    ["ZeroDivisionError", "[1]", "0"],
-                    ["3", "[1, 2]", "0"],
-                    ["ZeroDivisionError", "ZeroDivisionError", "2", "[1, 2, 1, 2, 1, 2]", "0"]]
-
-
 CALLBACK_RESULTS = """
 func.func private @give(index) -> memref<?xf64>
 func.func private @pair(index) -> (memref<?xf64>, i64)

@@ -361,27 +361,12 @@ def restore_jump_buffer(b: ir.IRBuilder, record: ir.Value, saved: ir.Value) -> N
 def add_trackers(unit: _Unit, frame_key: int) -> list[str]:
     """Define the trackers of :data:`~pymlirjit.failures.ALLOCATION_TRACKERS` in ``unit``
     (exported, by those names), finding the thread's call record with the pthread key
-    ``frame_key`` (from its slot in relocatable code); returns their names.
-
-    While no call that can unwind is in flight in the process (the count native
-    entries and guards keep is 0), a tracker is the C function, without looking for a
-    record. The count needs no ordering: a thread with such a call of its own has
-    counted it itself, so it reads at least 1 while that call's list exists. One that
-    reads 0 has no list: its allocation is one no list would take, and its ``free`` of
-    a pointer on a list could only be of another thread's (which a ``free`` never takes
-    off, whatever the count; see docs/checked-mode.md)."""
+    ``frame_key`` (from its slot in relocatable code); returns their names."""
     names = []
     for c_name, symbol in ALLOCATION_TRACKERS.items():
         c_function = unit.libc[c_name]
         fb = _FunctionBuilder(unit, symbol, c_function.function_type)
         b = fb.builder
-        in_flight = b.load_atomic(fb.unwinding_calls(), "monotonic", 8)
-        with b.if_then(b.icmp_unsigned("==", in_flight, ir.Constant(_i64, 0))):
-            direct = b.call(c_function, list(fb.function.args), tail=True)
-            if c_name == "free":
-                b.ret_void()
-            else:
-                b.ret(direct)
         key = b.trunc(fb.integer(frame_key, FRAME_KEY), _i32)
         if c_name == "free":
             pointer = fb.function.args[0]

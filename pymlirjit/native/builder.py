@@ -14,20 +14,12 @@ from llvmlite import ir
 
 from ..abi import BoundaryABI
 from ..aliases import ExactTypes, TypeTest
-from ..callframe import (
-    FAILED,
-    HOLDS_GIL,
-    JUMP_BUFFER,
-    PREVIOUS,
-    RECORD_FIELDS,
-    unwinding_calls_address,
-)
+from ..callframe import FAILED, HOLDS_GIL, JUMP_BUFFER, PREVIOUS, RECORD_FIELDS
 from ..memref import ALIGNED, OFFSET, SIZES, STRIDES, descriptor_type
 from ..relocation import (
     ARRAY_FROM_DESCR,
     FRAME_KEY,
     SLOT_PREFIX,
-    UNWINDING_CALLS,
     array_from_descr,
     dtype_slot,
     name_of,
@@ -338,18 +330,6 @@ class _FunctionBuilder:
             return ir.Constant(_i64, value)
         return self.builder.load(self.unit.slot(slot))
 
-    def unwinding_calls(self) -> ir.Value:
-        """A pointer to the count of calls that can unwind in flight (an ``i64*``)."""
-        address = self.integer(unwinding_calls_address(), UNWINDING_CALLS)
-        return self.builder.inttoptr(address, _i64.as_pointer())
-
-    def count_unwinding_call(self, change: int) -> None:
-        """Emit: add ``change`` (1 as a call that can unwind starts, -1 when its list
-        has ended) to the count of such calls. Atomic, but unordered: a thread only
-        needs to see its own changes (see :func:`pymlirjit.native.allocations.add_trackers`)."""
-        self.builder.atomic_rmw("add", self.unwinding_calls(),
-                                ir.Constant(_i64, change), "monotonic")
-
     def record_slot(self, record: ir.Value, index: int) -> ir.Value:
         """A pointer to field ``index`` (see pymlirjit.callframe) of the call record
         ``record`` (an ``i64*``)."""
@@ -370,7 +350,6 @@ class _FunctionBuilder:
         jump_buffer = None
         address: ir.Value = ir.Constant(_i64, 0)
         if unwind:
-            self.count_unwinding_call(1)
             buffer = b.alloca(ir.ArrayType(_i8, UNWIND_AREA_BYTES))
             buffer.align = 16
             jump_buffer = b.bitcast(buffer, _ptr)

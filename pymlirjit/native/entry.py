@@ -393,7 +393,6 @@ class _EntryBuilder(_ResultsBuilder):
             value = b.load(result_slot) if result_slot is not None else None
             # What the call's code allocated: freed if it unwound, else its results'.
             end_allocations(self, jump_buffer, b.not_(wrote))
-            self.count_unwinding_call(-1)
         else:
             value = b.call(target, c_args)
         if state is not None:

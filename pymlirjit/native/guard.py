@@ -72,7 +72,6 @@ class _GuardBuilder(_FunctionBuilder):
             # caller's (handed to the caller's call if it may unwind).
             end_allocations(self, jump_buffer,
                             b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), previous)
-            self.count_unwinding_call(-1)
         with b.if_then(b.icmp_signed("!=", failed, ir.Constant(_i64, 0)), likely=False):
             self.hand_over(record, previous, failed)
             if result_slot is not None:
