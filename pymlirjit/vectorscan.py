@@ -47,6 +47,11 @@ def lower_vector_scans(module: Any, stage: str, filename: str = "<source>") -> b
     Raises :class:`MLIRError` with MLIR's diagnostics if the rewrite fails."""
     if not _CONVERTS_VECTORS.search(stage):
         return False
+    # No scan without the vector dialect loaded; and running the transform interpreter
+    # would load the dialects its extensions depend on (sparse_tensor among them) into
+    # every compile's context.
+    if not module.context.is_registered_operation("vector.scan"):
+        return True
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
