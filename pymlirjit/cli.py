@@ -46,6 +46,7 @@ from .cli_values import (
     split_results,
 )
 from .llvmoptions import set_llvm_options, split_runner_options
+from .sourcelines import read_mlir_file
 
 __all__ = ["CLIError", "build_parser", "error_message", "main", "parse_args"]
 
@@ -421,7 +422,7 @@ def lower_command(args: argparse.Namespace) -> None:
     from .pipeline import lower, new_context, parse_module
 
     path = _require_file(args.file)
-    text = path.read_text()
+    text = read_mlir_file(path)
     lowered = str(lower(parse_module(text, new_context(), str(path)), args.pipeline,
                         str(path)))
     if args.emit == "llvm":

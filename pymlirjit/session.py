@@ -56,6 +56,7 @@ from .options import CompileOptions
 from .pickling import loads_parts
 from .pipeline import runtime_library
 from .prepare import built_text, builtin_callbacks, lower, prepare
+from .sourcelines import read_mlir_file
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
            "runtime_library"]
@@ -365,10 +366,7 @@ def _function_by_value(session: Session | None, source: str, options: CompileOpt
 
 def _read_source(source: str | Path | Any) -> tuple[str, str]:
     if isinstance(source, Path):
-        try:
-            return source.read_text(), str(source)
-        except OSError as exc:
-            raise FileNotFoundError(f"cannot read MLIR source {source}: {exc}") from exc
+        return read_mlir_file(source), str(source)
     if not isinstance(source, str):
         return built_text(source), "<python-built module>"
     return source, "<source>"

@@ -38,6 +38,7 @@ from .pipeline import new_context, parse_module
 from .prepare import built_text
 from .session import CompiledModule, Session, default_session
 from .signature import Signature, from_func_op
+from .sourcelines import read_mlir_file
 from .types import MemRefType, ScalarType, Type, to_type
 from .ufunc_loops import Operand, gufunc_loop, ufunc_loop
 
@@ -137,7 +138,7 @@ class _Builder:
                  pipeline: Any, opt_level: int | None, shared_libs: Iterable[str] | None,
                  session: Session | None, cache: bool | None, fastmath: bool | None) -> None:
         if isinstance(source, Path):
-            text = source.read_text()
+            text = read_mlir_file(source)
         elif isinstance(source, str):
             text = source
         else:

@@ -223,6 +223,15 @@ def test_lower_emits_llvm_ir_and_assembly() -> None:
 
 # -- errors ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("command", ["run", "lower"])
+def test_a_file_that_is_not_utf8_text_is_one_error_line_naming_it(
+        tmp_path: Path, command: str) -> None:
+    path = tmp_path / "binary.mlir"
+    path.write_bytes(b"\x00\x01\xff\xfe")
+    assert_one_error_line(pymlirjit(command, str(path)),
+                          f"cannot read MLIR source {path}: it is not UTF-8 text")
+
+
 ERROR_CASES = {
     "malformed MLIR": (["run", "tests/data/cli_malformed.mlir", "1"],
                        ["tests/data/cli_malformed.mlir:3:23:", "undeclared SSA value"]),
