@@ -300,6 +300,8 @@ class _Clock:
 
 def _require_file(name: str) -> Path:
     path = Path(name)
+    if path.is_dir():
+        raise CLIError(f"{name} is a folder, not a file")
     if not path.is_file():
         raise CLIError(f"no such file: {name}")
     return path

@@ -243,6 +243,7 @@ ERROR_CASES = {
                               "1"], ["@main takes 2 arguments (f32, i32), got 1"]),
     "missing file": (["run", "tests/data/cli_no_such_file.mlir"],
                      ["no such file: tests/data/cli_no_such_file.mlir"]),
+    "folder for a file": (["run", "tests/data"], ["tests/data is a folder, not a file"]),
     "unparsable argument": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
                              "1", "two"], ["argument 2 (i32): cannot parse 'two' as i32"]),
     "argument out of range": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
