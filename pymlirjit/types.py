@@ -435,12 +435,20 @@ def to_python_scalar(scalar: ScalarType, value: Any, what: str, exact: bool = Fa
         if isinstance(value, (float, int, np.floating, np.integer)) and not isinstance(
             value, (bool, np.bool_)
         ):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int beyond every float
+                raise ValueError(f"{what}: {_describe(value)} is out of range for "
+                                 f"{scalar.mlir}") from None
         raise TypeError(f"{what}: expected a float for {scalar.mlir}, got {_describe(value)}")
     if isinstance(value, (complex, float, int, np.number)) and not isinstance(
         value, (bool, np.bool_)
     ):
-        return complex(value)
+        try:
+            return complex(value)
+        except OverflowError:
+            raise ValueError(f"{what}: {_describe(value)} is out of range for "
+                             f"{scalar.mlir}") from None
     raise TypeError(f"{what}: expected a complex for {scalar.mlir}, got {_describe(value)}")
 
 
