@@ -92,12 +92,14 @@ def address_of(target: Any, what: str = "a runtime symbol", kinds: str = ADDRESS
     return int(address)
 
 
-def _external_symbols(module: Any) -> tuple[frozenset[str], frozenset[str]]:
-    """(declared but undefined, defined) function names of an LLVM-dialect module."""
+def _external_symbols(module: Any) -> tuple[frozenset[str], dict[str, int]]:
+    """The function names an LLVM-dialect module declares but does not define, and
+    those it defines with the number of pointers their packed entry reads (one per
+    parameter, then one for the result unless it returns void)."""
     from mlir import ir
 
     declared: set[str] = set()
-    defined: set[str] = set()
+    defined: dict[str, int] = {}
     for op in module.body.operations:
         if op.operation.name != "llvm.func":
             continue
@@ -107,8 +109,9 @@ def _external_symbols(module: Any) -> tuple[frozenset[str], frozenset[str]]:
             if "extern_weak" not in linkage and not name.startswith("llvm."):
                 declared.add(name)
         else:
-            defined.add(name)
-    return frozenset(declared), frozenset(defined)
+            returns = not str(op.attributes["function_type"]).startswith("!llvm.func<void ")
+            defined[name] = len(op.regions[0].blocks[0].arguments) + returns
+    return frozenset(declared), defined
 
 
 _engines_never_destroyed: list[ExecutionEngine] = []
@@ -270,6 +273,10 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         (last) to its results, as upstream; an exception raised in a pymlirjit callback
         during the call is re-raised here."""
         func = self.lookup(name)
+        wanted = self._defined.get(ciface_symbol(name), 0)
+        if len(ctypes_args) < wanted:  # the packed entry would read past the array
+            raise TypeError(f"invoke({name!r}): @{name} reads {wanted} pointer(s) (one per "
+                            f"argument, then one for its result), got {len(ctypes_args)}")
         packed = (ctypes.c_void_p * len(ctypes_args))()
         for i, arg in enumerate(ctypes_args):
             packed[i] = ctypes.cast(arg, ctypes.c_void_p)

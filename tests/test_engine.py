@@ -115,6 +115,44 @@ def test_unknown_function_is_a_runtime_error_as_upstream() -> None:
     assert engine.raw_lookup("_mlir_ciface_g") == 0
 
 
+def test_invoke_with_too_few_pointers_raises_instead_of_reading_past_them() -> None:
+    # The packed entry reads one pointer per argument and one for the result: given
+    # fewer, it read (and wrote through) whatever followed the array.
+    script = textwrap.dedent('''
+        import ctypes
+        from pymlirjit import ExecutionEngine
+        from pymlirjit.pipeline import lower, new_context, parse_module
+        engine = ExecutionEngine(lower(parse_module("""
+        func.func @add(%a: f64, %b: f64) -> f64 attributes {llvm.emit_c_interface} {
+          %r = arith.addf %a, %b : f64
+          return %r : f64
+        }
+        func.func @store(%m: memref<?xf64>) attributes {llvm.emit_c_interface} {
+          return
+        }""", new_context())))
+        x = ctypes.c_double(1.0)
+        for name, args in (("add", ()), ("add", (ctypes.pointer(x),) * 2), ("store", ())):
+            try:
+                engine.invoke(name, *args)
+            except TypeError as error:
+                print(error)
+        result = ctypes.c_double()
+        engine.invoke("add", ctypes.pointer(x), ctypes.pointer(x), ctypes.pointer(result))
+        print(result.value)
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == [
+        "invoke('add'): @add reads 3 pointer(s) (one per argument, then one for its result), "
+        "got 0",
+        "invoke('add'): @add reads 3 pointer(s) (one per argument, then one for its result), "
+        "got 2",
+        "invoke('store'): @store reads 1 pointer(s) (one per argument, then one for its "
+        "result), got 0",
+        "2.0"]
+
+
 def test_duplicate_registration_raises_instead_of_aborting() -> None:
     # Upstream aborts the process here (LLVM "duplicate definition"): run it apart.
     script = textwrap.dedent("""
