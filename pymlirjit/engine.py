@@ -203,6 +203,8 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         self._register(name, callback)
 
     def _register(self, symbol: str, callback: Any) -> None:
+        if not isinstance(symbol, str) or not symbol:  # LLVM asserts on an empty name
+            raise ValueError(f"a runtime symbol needs a name, got {symbol!r}")
         address = address_of(callback)
         with self._lock:
             if symbol in self._registered:
@@ -287,7 +289,8 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         """The C-ABI address of the compiled function ``name`` (e.g. ``add`` or
         ``_mlir_ciface_add``), callable with its native signature."""
         self._check_linked()
-        address = engine_lookup(self, name)
+        # LLVM asserts (ends the process) on an empty name.
+        address = engine_lookup(self, name) if name else 0
         if not address:
             raise LinkError(f"Unknown function {name}: the module defines no such function",
                             [name])

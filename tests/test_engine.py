@@ -153,6 +153,31 @@ def test_invoke_with_too_few_pointers_raises_instead_of_reading_past_them() -> N
         "2.0"]
 
 
+def test_an_empty_symbol_name_raises_instead_of_aborting() -> None:
+    # LLVM's mangler asserts on an empty name: the process ended (SIGABRT).
+    script = textwrap.dedent('''
+        from pymlirjit import ExecutionEngine, LinkError
+        from pymlirjit.pipeline import lower, new_context, parse_module
+        engine = ExecutionEngine(lower(parse_module(
+            "func.func @f(%x: f64) -> f64 { return %x : f64 }", new_context())))
+        try:
+            engine.function_address("")
+        except LinkError as error:
+            print(error)
+        try:
+            engine.raw_register_runtime("", 5)
+        except ValueError as error:
+            print(error)
+        print(engine.function_address("f") != 0)
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == [
+        "Unknown function : the module defines no such function",
+        "a runtime symbol needs a name, got ''", "True"]
+
+
 def test_duplicate_registration_raises_instead_of_aborting() -> None:
     # Upstream aborts the process here (LLVM "duplicate definition"): run it apart.
     script = textwrap.dedent("""
