@@ -21,7 +21,7 @@ from .checks import ERROR_MODELS
 from .pipeline import check_opt_level, normalize_pipeline, runtime_library
 from .vectormath import cache_tag as vector_library_tag
 
-__all__ = ["FLAGS", "CompileOptions", "OptionOverrides"]
+__all__ = ["FLAGS", "CompileOptions", "OptionOverrides", "listed_option"]
 
 #: The boolean options, by name: each changes the code made, so each is in the cache key.
 FLAGS = ("fastmath", "parallel", "boundscheck")
@@ -52,11 +52,12 @@ class OptionOverrides:
         """Overrides from the keywords of ``mlir_kernel`` and ``Session.compile``."""
         if pipeline is not None and not isinstance(pipeline, str):
             # a list given: kept as a value, like the rest
-            pipeline = _listed("pipeline", pipeline, "a pass pipeline string or a list of "
-                               "pass names", str)
+            pipeline = listed_option("pipeline", pipeline, "a pass pipeline string or a list "
+                                     "of pass names", str)
         if shared_libs is not None:
-            shared_libs = _listed("shared_libs", shared_libs, "a list of libraries (paths, or "
-                                  "MLIR runtime library names)", (str, os.PathLike))
+            shared_libs = listed_option("shared_libs", shared_libs, "a list of libraries "
+                                        "(paths, or MLIR runtime library names)",
+                                        (str, os.PathLike))
         return cls(pipeline, opt_level, shared_libs, **flags)
 
     def given(self) -> dict[str, Any]:
@@ -162,7 +163,8 @@ class CompileOptions:
                 and self.pipeline == normalize_pipeline(None))
 
 
-def _listed(name: str, value: Any, what: str, item: type | tuple[type, ...]) -> tuple[Any, ...]:
+def listed_option(name: str, value: Any, what: str,
+                  item: type | tuple[type, ...]) -> tuple[Any, ...]:
     """``value``, a collection of ``item``, as a tuple; else ``TypeError`` naming ``name``
     (one string or path is not a list: iterating it would give its characters)."""
     if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, Iterable):
