@@ -33,6 +33,7 @@ from .abi import ciface_name, ciface_symbol
 from .asyncruntime import AsyncRuntime, engine_lookup, has_hooks
 from .callframe import call_frame
 from .errors import LinkError
+from .options import listed_option
 from .pipeline import check_opt_level, runtime_library
 
 __all__ = ["ExecutionEngine", "address_of"]
@@ -139,11 +140,18 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
 
     def __init__(self, module: Any, opt_level: int = 2, shared_libs: Sequence[str] = (),
                  **options: Any) -> None:
+        from mlir import ir
+
+        if not isinstance(module, ir.Module):
+            raise TypeError(f"ExecutionEngine takes an mlir.ir.Module lowered to the LLVM "
+                            f"dialect, got {type(module).__name__}")
         # LLVM aborts the process on an optimization level outside 0..3.
         opt_level = check_opt_level(opt_level)
         self._needed, self._defined = _external_symbols(module)
         # Absolute paths only: dlopen would search the current folder for a bare name.
-        self._shared_libs = tuple(runtime_library(str(path)) for path in shared_libs)
+        self._shared_libs = tuple(runtime_library(str(path)) for path in listed_option(
+            "shared_libs", shared_libs, "a list of libraries (paths, or MLIR runtime library "
+            "names)", (str, os.PathLike)))
         # Load them here first: LLVM aborts the process on a file that is not a library.
         self._libraries = [_load_library(path) for path in self._shared_libs]
         _load_compiler_runtime()

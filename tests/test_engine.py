@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -176,6 +177,21 @@ def test_an_empty_symbol_name_raises_instead_of_aborting() -> None:
     assert done.stdout.splitlines() == [
         "Unknown function : the module defines no such function",
         "a runtime symbol needs a name, got ''", "True"]
+
+
+@pytest.mark.parametrize(("module", "shared_libs", "message"), [
+    ("module {}", (), "ExecutionEngine takes an mlir.ir.Module lowered to the LLVM dialect, "
+                      "got str"),
+    (None, (), "got NoneType"),
+    ("lowered", "mlir_c_runner_utils", "shared_libs must be a list of libraries (paths, or "
+                                       "MLIR runtime library names), got str"),
+])
+def test_an_engine_given_the_wrong_kind_of_argument_says_which(
+        module: object, shared_libs: object, message: str) -> None:
+    if module == "lowered":
+        module = lower(parse_module("func.func @f() { return }", new_context()))
+    with pytest.raises(TypeError, match=re.escape(message)):
+        ExecutionEngine(module, shared_libs=shared_libs)  # type: ignore[arg-type]
 
 
 def test_duplicate_registration_raises_instead_of_aborting() -> None:
