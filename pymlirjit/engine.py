@@ -33,6 +33,7 @@ from .abi import ciface_name, ciface_symbol
 from .asyncruntime import AsyncRuntime, engine_lookup, has_hooks
 from .callframe import call_frame
 from .errors import LinkError
+from .loweringchecks import check_lowered
 from .options import listed_option
 from .pipeline import check_opt_level, runtime_library
 
@@ -168,7 +169,11 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
             else:
                 plain.append(path)
                 kept = kept or has_hooks(library)
-        super().__init__(module, opt_level, plain, **options)
+        try:
+            super().__init__(module, opt_level, plain, **options)
+        except RuntimeError:  # upstream says only "Failure while creating the ..."
+            check_lowered(module, "<module>")  # names the ops outside the LLVM dialect
+            raise
         if kept:
             # Another library with hooks: what its destroy hook tears down is unknown,
             # and so is whether it runs compiled code later; such engines live until exit.

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pymlirjit import ExecutionEngine, LinkError
+from pymlirjit import ExecutionEngine, LinkError, MLIRError
 from pymlirjit.memref import UnrankedDescriptor, array_from_descriptor, descriptor_type
 from pymlirjit.pipeline import lower, new_context, parse_module
 from pymlirjit.types import complex128, f16, f32
@@ -192,6 +192,15 @@ def test_an_engine_given_the_wrong_kind_of_argument_says_which(
         module = lower(parse_module("func.func @f() { return }", new_context()))
     with pytest.raises(TypeError, match=re.escape(message)):
         ExecutionEngine(module, shared_libs=shared_libs)  # type: ignore[arg-type]
+
+
+def test_a_module_not_lowered_to_the_llvm_dialect_names_what_is_left() -> None:
+    # Upstream says only "Failure while creating the ExecutionEngine."
+    module = parse_module("func.func @f(%x: f64) -> f64 {\n  return %x : f64\n}",
+                          new_context())
+    with pytest.raises(MLIRError, match=r"(?s)cannot be JIT-compiled.*:2:3\): error: "
+                                        r"'func\.return' was not lowered"):
+        ExecutionEngine(module)
 
 
 def test_duplicate_registration_raises_instead_of_aborting() -> None:
