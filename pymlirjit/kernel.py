@@ -31,7 +31,7 @@ from .abi import symbol_references
 from .callbacks import Callback, Invalidated, default_registry, importable, interned, pickle_token
 from .cprototype import function_pointer
 from .errors import MLIRError, SignatureError
-from .externs import Dependents, Linkable, compile_targets
+from .externs import Dependents, Linkable, compile_targets, listed_callbacks
 from .failures import register_source
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
@@ -75,7 +75,7 @@ class Kernel(NativeCallable):
                                              fastmath=fastmath, parallel=parallel,
                                              boundscheck=boundscheck,
                                              error_model=error_model)
-        self._callbacks = tuple(callbacks or ())
+        self._callbacks = listed_callbacks(callbacks or ())
         self._cache = cache
         self._session = session
         self.release_gil = release_gil

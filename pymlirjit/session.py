@@ -42,7 +42,7 @@ from .callbacks import (
     pickle_token,
 )
 from .errors import LinkError
-from .externs import Linkable, LinkedExtern
+from .externs import Linkable, LinkedExtern, listed_callbacks
 from .externs import linkable as _linkable
 from .function import CompiledFunction, set_origin
 from .module import (
@@ -233,7 +233,7 @@ class Session:
         """
         text, filename = _read_source(source)
         # Externs resolve now (kernels compile): their addresses are part of the key.
-        explicit = tuple(_linkable(cb) for cb in callbacks)
+        explicit = tuple(_linkable(cb) for cb in listed_callbacks(callbacks))
         chosen = (self.options if options is None else options).replace(
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
             error_model).resolved()
