@@ -414,6 +414,7 @@ def _dump_object_file(module: Any, filename: str, source: str) -> None:
     if dump is None:  # loaded from the disk cache: no JIT engine made this code
         raise CLIError(f"{source}: -dump-object-file needs a module compiled in this run "
                        f"(not loaded by --cache)")
+    Path(filename).write_bytes(b"")  # LLVM would only print that it cannot write there
     dump(filename)
 
 
