@@ -92,6 +92,19 @@ def test_run_with_npy_input_and_output(tmp_path: Path) -> None:
     assert saved.tolist() == [0.0, 2.5, 5.0, 7.5]
 
 
+def test_output_is_written_to_the_name_given_and_a_folder_is_an_error(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    arguments = ["run", str(DATA / "cli_arrays.mlir"), str(tmp_path / "a.npy"), "2.5"]
+    result = pymlirjit(*arguments, "--output", str(tmp_path / "scaled.bin"))
+    assert result.returncode == 0, result.stderr
+    assert np.load(tmp_path / "scaled.bin").tolist() == [0.0, 2.5, 5.0, 7.5]
+    assert not (tmp_path / "scaled.bin.npy").exists()   # numpy's np.save(name) adds .npy
+    (tmp_path / "folder").mkdir()
+    assert_one_error_line(pymlirjit(*arguments, "--output", str(tmp_path / "folder")),
+                          f"Is a directory: {tmp_path / 'folder'}")
+    assert not (tmp_path / "folder.npy").exists()
+
+
 def test_run_prints_the_arrays_it_does_not_save(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
