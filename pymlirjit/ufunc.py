@@ -24,6 +24,7 @@ ufunc owns the compiled code: it lives as long as the ufunc (see :func:`ffi.ufun
 from __future__ import annotations
 
 import ctypes
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -405,7 +406,7 @@ def _identity(identity: Any, what: str, binary: bool) -> tuple[int, object]:
                          f"(the ones numpy reduces)")
     if identity == "reorderable":
         return _IDENTITY_REORDERABLE, None
-    if isinstance(identity, str):
+    if isinstance(identity, str) or not isinstance(identity, (numbers.Number, np.generic)):
         raise ValueError(f"{what}: identity must be None, 'reorderable' or a number, "
                          f"got {identity!r}")
     return _IDENTITY_VALUE, identity
