@@ -249,8 +249,14 @@ def _parse(source: str, context: Any, filename: str) -> Any:
         try:
             return ir.Module.parse(source)
         except ir.MLIRError as exc:
-            raise MLIRError(f"cannot parse MLIR from {filename}",
-                            _diagnostics(exc, filename)) from None
+            found = _diagnostics(exc, filename)
+            name = source.strip()
+            if found and "\n" not in name and name.endswith(".mlir"):  # a file name given
+                first = found[0]
+                found[0] = Diagnostic(first.severity, f"{first.message} (source is MLIR text; "
+                                      f"to read the file {name}, pass pathlib.Path({name!r}))",
+                                      first.location, first.notes)
+            raise MLIRError(f"cannot parse MLIR from {filename}", found) from None
 
 
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
