@@ -701,3 +701,18 @@ def test_a_signature_string_the_function_cannot_take_is_a_signature_error() -> N
         callback("(f64) -> f64", registry=CallbackRegistry())(lambda x, y: x)
     assert callback("(f64, f64) -> f64", registry=CallbackRegistry(), name="any")(
         lambda *xs: sum(xs))(1.0, 2.0) == 3.0
+
+
+@pytest.mark.parametrize(("keyword", "value", "message"), [
+    ("session", 5, r"@callback\(session=\.\.\.\) takes a pymlirjit Session, got int"),
+    ("registry", "mine", r"@callback\(registry=\.\.\.\) takes a pymlirjit CallbackRegistry, "
+                         r"got str"),
+])
+def test_a_wrong_session_or_registry_is_a_type_error_naming_it(
+        keyword: str, value: object, message: str) -> None:
+    # It was an AttributeError ('int' object has no attribute 'callbacks').
+    def hook(x: f64) -> f64:
+        return x
+
+    with pytest.raises(TypeError, match=message):
+        callback(**{keyword: value})(hook)  # type: ignore[call-overload]
