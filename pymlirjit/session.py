@@ -21,6 +21,7 @@ module's functions as Python callables.
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import weakref
@@ -123,6 +124,9 @@ class Session:
                  cache_dir: str | Path | None = None, fastmath: bool = False,
                  parallel: bool = False, boundscheck: bool = False,
                  error_model: str = "python") -> None:
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir must be a folder's path (a str or pathlib.Path), got "
+                            f"{type(cache_dir).__name__}")
         self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
                                        else NullCache())
         self._disk_hits = 0
