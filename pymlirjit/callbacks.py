@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -97,8 +96,6 @@ class Callback:
                 if isinstance(t, TensorType):
                     raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) "
                                          f"is a tensor; callbacks take and return memrefs")
-            if signature is not None:  # not read from the function: can it take them?
-                _check_arity(function, len(self.signature.param_types), self.name)
         except TypeError as exc:  # a signature string's, on the decorator's line
             if isinstance(signature, str):
                 raise located_type_error(exc, f"@callback {self.name!r}", function,
@@ -227,19 +224,6 @@ class TrampolineHelpers:
             return result_array(value, t, f"callback {self.name!r}: result #0")
         assert isinstance(t, ScalarType)
         return to_python_scalar(t, value, f"callback {self.name!r}: result #0")
-
-
-def _check_arity(function: Callable[..., Any], count: int, name: str) -> None:
-    """SignatureError unless ``function`` takes ``count`` positional arguments (as the
-    compiled code passes them); a function without an inspectable signature passes."""
-    try:
-        inspect.signature(function).bind(*range(count))
-    except ValueError:
-        return
-    except TypeError as exc:
-        raise SignatureError(f"callback {name!r}: its signature has {count} parameter(s), "
-                             f"but the function cannot take {count} positional argument(s) "
-                             f"({exc})") from None
 
 
 def prepare_entries(callbacks: Iterable[Callback]) -> None:
