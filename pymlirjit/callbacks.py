@@ -469,12 +469,18 @@ def callback(function: Any = None, *, name: str | None = None, session: Any = No
 
     def decorate(fn: Callable[..., Any]) -> Callback:
         cb = Callback(fn, spec, name)
+        target: object
         if registry is not None:
             target = registry
         elif session is not None:
-            target = session.callbacks
+            target = getattr(session, "callbacks", None)
         else:
             target = _default_registry
+        if not isinstance(target, CallbackRegistry):  # a wrong session= or registry=
+            given = ("registry", registry) if registry is not None else ("session", session)
+            raise TypeError(f"@callback({given[0]}=...) takes a pymlirjit "
+                            f"{'CallbackRegistry' if registry is not None else 'Session'}, "
+                            f"got {type(given[1]).__name__}")
         return target.add(cb)
 
     if function is not None:

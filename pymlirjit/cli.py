@@ -46,6 +46,7 @@ from .cli_values import (
     split_results,
 )
 from .llvmoptions import set_llvm_options, split_runner_options
+from .sourcelines import read_mlir_file
 
 __all__ = ["CLIError", "build_parser", "error_message", "main", "parse_args"]
 
@@ -299,6 +300,8 @@ class _Clock:
 
 def _require_file(name: str) -> Path:
     path = Path(name)
+    if path.is_dir():
+        raise CLIError(f"{name} is a folder, not a file")
     if not path.is_file():
         raise CLIError(f"no such file: {name}")
     return path
@@ -411,6 +414,7 @@ def _dump_object_file(module: Any, filename: str, source: str) -> None:
     if dump is None:  # loaded from the disk cache: no JIT engine made this code
         raise CLIError(f"{source}: -dump-object-file needs a module compiled in this run "
                        f"(not loaded by --cache)")
+    Path(filename).write_bytes(b"")  # LLVM would only print that it cannot write there
     dump(filename)
 
 
@@ -421,7 +425,7 @@ def lower_command(args: argparse.Namespace) -> None:
     from .pipeline import lower, new_context, parse_module
 
     path = _require_file(args.file)
-    text = path.read_text()
+    text = read_mlir_file(path)
     lowered = str(lower(parse_module(text, new_context(), str(path)), args.pipeline,
                         str(path)))
     if args.emit == "llvm":

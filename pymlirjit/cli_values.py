@@ -119,4 +119,5 @@ def save_outputs(paths: Sequence[str], results: Sequence[Any]) -> None:
 
     arrays = [r for r in results if isinstance(r, np.ndarray)]
     for path, array in zip(paths, arrays):
-        np.save(path, array)
+        with open(path, "wb") as file:  # np.save(path) would add .npy to any other name
+            np.save(file, array)

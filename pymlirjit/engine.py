@@ -33,6 +33,8 @@ from .abi import ciface_name, ciface_symbol
 from .asyncruntime import AsyncRuntime, engine_lookup, has_hooks
 from .callframe import call_frame
 from .errors import LinkError
+from .loweringchecks import check_lowered
+from .options import listed_option
 from .pipeline import check_opt_level, runtime_library
 
 __all__ = ["ExecutionEngine", "address_of"]
@@ -92,12 +94,14 @@ def address_of(target: Any, what: str = "a runtime symbol", kinds: str = ADDRESS
     return int(address)
 
 
-def _external_symbols(module: Any) -> tuple[frozenset[str], frozenset[str]]:
-    """(declared but undefined, defined) function names of an LLVM-dialect module."""
+def _external_symbols(module: Any) -> tuple[frozenset[str], dict[str, int]]:
+    """The function names an LLVM-dialect module declares but does not define, and
+    those it defines with the number of pointers their packed entry reads (one per
+    parameter, then one for the result unless it returns void)."""
     from mlir import ir
 
     declared: set[str] = set()
-    defined: set[str] = set()
+    defined: dict[str, int] = {}
     for op in module.body.operations:
         if op.operation.name != "llvm.func":
             continue
@@ -107,8 +111,9 @@ def _external_symbols(module: Any) -> tuple[frozenset[str], frozenset[str]]:
             if "extern_weak" not in linkage and not name.startswith("llvm."):
                 declared.add(name)
         else:
-            defined.add(name)
-    return frozenset(declared), frozenset(defined)
+            returns = not str(op.attributes["function_type"]).startswith("!llvm.func<void ")
+            defined[name] = len(op.regions[0].blocks[0].arguments) + returns
+    return frozenset(declared), defined
 
 
 _engines_never_destroyed: list[ExecutionEngine] = []
@@ -136,11 +141,18 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
 
     def __init__(self, module: Any, opt_level: int = 2, shared_libs: Sequence[str] = (),
                  **options: Any) -> None:
+        from mlir import ir
+
+        if not isinstance(module, ir.Module):
+            raise TypeError(f"ExecutionEngine takes an mlir.ir.Module lowered to the LLVM "
+                            f"dialect, got {type(module).__name__}")
         # LLVM aborts the process on an optimization level outside 0..3.
         opt_level = check_opt_level(opt_level)
         self._needed, self._defined = _external_symbols(module)
         # Absolute paths only: dlopen would search the current folder for a bare name.
-        self._shared_libs = tuple(runtime_library(str(path)) for path in shared_libs)
+        self._shared_libs = tuple(runtime_library(str(path)) for path in listed_option(
+            "shared_libs", shared_libs, "a list of libraries (paths, or MLIR runtime library "
+            "names)", (str, os.PathLike)))
         # Load them here first: LLVM aborts the process on a file that is not a library.
         self._libraries = [_load_library(path) for path in self._shared_libs]
         _load_compiler_runtime()
@@ -157,7 +169,11 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
             else:
                 plain.append(path)
                 kept = kept or has_hooks(library)
-        super().__init__(module, opt_level, plain, **options)
+        try:
+            super().__init__(module, opt_level, plain, **options)
+        except RuntimeError:  # upstream says only "Failure while creating the ..."
+            check_lowered(module, "<module>")  # names the ops outside the LLVM dialect
+            raise
         if kept:
             # Another library with hooks: what its destroy hook tears down is unknown,
             # and so is whether it runs compiled code later; such engines live until exit.
@@ -200,6 +216,8 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         self._register(name, callback)
 
     def _register(self, symbol: str, callback: Any) -> None:
+        if not isinstance(symbol, str) or not symbol:  # LLVM asserts on an empty name
+            raise ValueError(f"a runtime symbol needs a name, got {symbol!r}")
         address = address_of(callback)
         with self._lock:
             if symbol in self._registered:
@@ -270,6 +288,10 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         (last) to its results, as upstream; an exception raised in a pymlirjit callback
         during the call is re-raised here."""
         func = self.lookup(name)
+        wanted = self._defined.get(ciface_symbol(name), 0)
+        if len(ctypes_args) < wanted:  # the packed entry would read past the array
+            raise TypeError(f"invoke({name!r}): @{name} reads {wanted} pointer(s) (one per "
+                            f"argument, then one for its result), got {len(ctypes_args)}")
         packed = (ctypes.c_void_p * len(ctypes_args))()
         for i, arg in enumerate(ctypes_args):
             packed[i] = ctypes.cast(arg, ctypes.c_void_p)
@@ -280,7 +302,8 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         """The C-ABI address of the compiled function ``name`` (e.g. ``add`` or
         ``_mlir_ciface_add``), callable with its native signature."""
         self._check_linked()
-        address = engine_lookup(self, name)
+        # LLVM asserts (ends the process) on an empty name.
+        address = engine_lookup(self, name) if name else 0
         if not address:
             raise LinkError(f"Unknown function {name}: the module defines no such function",
                             [name])

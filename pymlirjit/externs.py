@@ -39,7 +39,7 @@ from .types import f32, f64, i1, i8, i16, i32, i64, ptr
 from .vectorcall import NativeCallable
 
 __all__ = ["Dependents", "Extern", "Linkable", "LinkedExtern", "compile_targets", "compiling",
-           "extern", "linkable"]
+           "extern", "linkable", "listed_callbacks"]
 
 #: ctypes scalar types by the MLIR type they pass as (signless: c_uint32 is an i32).
 _FROM_CTYPES: dict[Any, Any] = {
@@ -143,6 +143,17 @@ def extern(name: str, target: Any, signature: Signature | str | None = None) -> 
     links it. Pass the result in ``callbacks=[...]``.
     """
     return Extern(name, target, signature)
+
+
+def listed_callbacks(callbacks: Iterable[Linkable]) -> tuple[Linkable, ...]:
+    """``callbacks=`` as a tuple; TypeError for one item not put in a list (a string
+    or a callback given bare would be iterated, or fail as 'not iterable')."""
+    if (isinstance(callbacks, (Callback, Extern, str)) or _is_function(callbacks)
+            or not isinstance(callbacks, Iterable)):
+        raise TypeError(f"callbacks must be a list (of @callback functions, "
+                        f"pymlirjit.extern(...) or kernels), got {callbacks!r}; put it in "
+                        f"a list: callbacks=[...]")
+    return tuple(callbacks)
 
 
 def linkable(item: Linkable) -> Callback | LinkedExtern:

@@ -180,10 +180,19 @@ class GenericDispatch(NativeCallable):
         key = self._key(args, kwargs)
         kernel = self._by_key.get(key)
         if kernel is None:
-            kernel = self.specialize(**self.bind(args, kwargs))
+            binding = tuple(self.bind(args, kwargs).items())
+            made_now = binding not in self._bound
+            kernel = self.specialize(**dict(binding))
             if kernel._compiled is None or (
                     self._chains and all(f is not kernel._compiled for f in self._linked)):
-                kernel.compile()
+                try:
+                    kernel.compile()
+                except BaseException:
+                    # A call's binding that does not compile (int arrays for arith.mulf)
+                    # is not kept: compile(), .address and .ctypes would raise for it.
+                    if made_now:
+                        del self._bound[binding]
+                    raise
                 self._chain()
             if key is not None:
                 self._by_key[key] = kernel

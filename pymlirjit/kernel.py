@@ -31,7 +31,7 @@ from .abi import symbol_references
 from .callbacks import Callback, Invalidated, default_registry, importable, interned, pickle_token
 from .cprototype import function_pointer
 from .errors import MLIRError, SignatureError
-from .externs import Dependents, Linkable, compile_targets
+from .externs import Dependents, Linkable, compile_targets, listed_callbacks
 from .failures import register_source
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
@@ -39,7 +39,7 @@ from .options import CompileOptions, OptionOverrides
 from .prepare import built_text
 from .session import CompiledModule, Session, default_session
 from .signature import Signature, annotations_of, argument_label, check_annotation
-from .sourcelines import definition_site, located_mlir_error
+from .sourcelines import definition_site, located_mlir_error, read_mlir_file
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
@@ -75,7 +75,7 @@ class Kernel(NativeCallable):
                                              fastmath=fastmath, parallel=parallel,
                                              boundscheck=boundscheck,
                                              error_model=error_model)
-        self._callbacks = tuple(callbacks or ())
+        self._callbacks = listed_callbacks(callbacks or ())
         self._cache = cache
         self._session = session
         self.release_gil = release_gil
@@ -268,7 +268,7 @@ class Kernel(NativeCallable):
     def mlir(self) -> str:
         """The MLIR source as given (a callable's module: its text, built once)."""
         if isinstance(self.source, Path):
-            return self.source.read_text()
+            return read_mlir_file(self.source)
         if isinstance(self.source, str):
             return self.source
         text = self.__dict__.get("_built_text")
@@ -408,8 +408,8 @@ def _generic_or_kernel(template: Kernel) -> Kernel:
     source = template.source
     if isinstance(source, Path):
         try:
-            text = source.read_text()
-        except OSError:
+            text = read_mlir_file(source)
+        except (OSError, ValueError):
             return template  # its compile reports it
     elif isinstance(source, str):
         text = source

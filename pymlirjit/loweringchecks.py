@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import Diagnostic, MLIRError
 
-__all__ = ["Lowered", "check_lowered", "check_no_sub_byte_access"]
+__all__ = ["Lowered", "check_lowered", "check_no_stack_results", "check_no_sub_byte_access"]
 
 #: Memory operations, by the index of their memref operand.
 _MEMORY_ACCESSES = {"memref.load": 0, "memref.store": 1, "affine.load": 0, "affine.store": 1,
@@ -36,6 +36,39 @@ def check_no_sub_byte_access(module: Any, filename: str) -> None:
     module.operation.walk(visit)
     if found:
         raise MLIRError("unsupported memory access", found)
+
+
+#: Ops whose memref result views the memory of their first operand.
+_VIEWS = frozenset({"memref.cast", "memref.subview", "memref.reinterpret_cast",
+                    "memref.collapse_shape", "memref.expand_shape", "memref.view",
+                    "memref.transpose", "memref.memory_space_cast"})
+
+
+def check_no_stack_results(module: Any, filename: str) -> None:
+    """Raise if a public ``func.func`` returns a ``memref.alloca`` (or a view of one):
+    that memory is the function's stack frame, gone when it returns, and the array made
+    of it would free it, which ends the process. Only the top-level functions' return
+    ops are looked at (no walk)."""
+    found: list[Diagnostic] = []
+    for function in module.body.operations:
+        if (function.operation.name != "func.func"
+                or "sym_visibility" in function.attributes):  # private: not called from Python
+            continue
+        for block in function.regions[0].blocks:
+            last = block.operations[len(block.operations) - 1]
+            if last.operation.name != "func.return":
+                continue
+            for value in last.operands:
+                owner = value.owner
+                while getattr(owner, "name", None) in _VIEWS:
+                    owner = owner.operands[0].owner
+                if getattr(owner, "name", None) == "memref.alloca" and len(found) < 5:
+                    found.append(Diagnostic(
+                        "error", "a function returns the stack memory of this "
+                        "'memref.alloca', which is gone once it returns; use memref.alloc",
+                        str(owner.location)).renamed_source(filename))
+    if found:
+        raise MLIRError("a function returns memory on its own stack", found)
 
 
 @dataclass(frozen=True)

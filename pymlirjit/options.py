@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from .checks import ERROR_MODELS
 from .pipeline import check_opt_level, normalize_pipeline, runtime_library
 from .vectormath import cache_tag as vector_library_tag
 
-__all__ = ["FLAGS", "CompileOptions", "OptionOverrides"]
+__all__ = ["FLAGS", "CompileOptions", "OptionOverrides", "listed_option"]
 
 #: The boolean options, by name: each changes the code made, so each is in the cache key.
 FLAGS = ("fastmath", "parallel", "boundscheck")
@@ -50,9 +51,14 @@ class OptionOverrides:
            **flags: Any) -> OptionOverrides:
         """Overrides from the keywords of ``mlir_kernel`` and ``Session.compile``."""
         if pipeline is not None and not isinstance(pipeline, str):
-            pipeline = tuple(pipeline)  # a list given: kept as a value, like the rest
-        return cls(pipeline, opt_level, None if shared_libs is None else tuple(shared_libs),
-                   **flags)
+            # a list given: kept as a value, like the rest
+            pipeline = listed_option("pipeline", pipeline, "a pass pipeline string or a list "
+                                     "of pass names", str)
+        if shared_libs is not None:
+            shared_libs = listed_option("shared_libs", shared_libs, "a list of libraries "
+                                        "(paths, or MLIR runtime library names)",
+                                        (str, os.PathLike))
+        return cls(pipeline, opt_level, shared_libs, **flags)
 
     def given(self) -> dict[str, Any]:
         """The options set (not ``None``), by name."""
@@ -155,6 +161,21 @@ class CompileOptions:
         """``parallel=True``, more than one thread and the default pipeline (not a user's)."""
         return (self.parallel and self.threads > 1
                 and self.pipeline == normalize_pipeline(None))
+
+
+def listed_option(name: str, value: Any, what: str,
+                  item: type | tuple[type, ...]) -> tuple[Any, ...]:
+    """``value``, a collection of ``item``, as a tuple; else ``TypeError`` naming ``name``
+    (one string or path is not a list: iterating it would give its characters)."""
+    if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, Iterable):
+        hint = f"; pass [{value!r}]" if isinstance(value, (str, os.PathLike)) else ""
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}{hint}")
+    items = tuple(value)
+    for entry in items:
+        if not isinstance(entry, item):
+            raise TypeError(f"{name} must be {what}, got an item {entry!r} of type "
+                            f"{type(entry).__name__}")
+    return items
 
 
 @functools.cache

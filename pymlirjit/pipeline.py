@@ -22,7 +22,7 @@ from .abi import symbol_references
 from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import enable_matrix_lowering
-from .loweringchecks import check_lowered, check_no_sub_byte_access
+from .loweringchecks import check_lowered, check_no_stack_results, check_no_sub_byte_access
 from .passguards import GUARDED, check_before
 from .subbyte import VECTOR_LOWERING, deferred_to_vectorizing, vectorize_sub_byte_accesses
 from .transformscripts import erase_schedules
@@ -249,8 +249,14 @@ def _parse(source: str, context: Any, filename: str) -> Any:
         try:
             return ir.Module.parse(source)
         except ir.MLIRError as exc:
-            raise MLIRError(f"cannot parse MLIR from {filename}",
-                            _diagnostics(exc, filename)) from None
+            found = _diagnostics(exc, filename)
+            name = source.strip()
+            if found and "\n" not in name and name.endswith(".mlir"):  # a file name given
+                first = found[0]
+                found[0] = Diagnostic(first.severity, f"{first.message} (source is MLIR text; "
+                                      f"to read the file {name}, pass pathlib.Path({name!r}))",
+                                      first.location, first.notes)
+            raise MLIRError(f"cannot parse MLIR from {filename}", found) from None
 
 
 def lower(module: Any, pipeline: str | Sequence[str] | None = None,
@@ -321,6 +327,7 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
             PassManager.parse(text)
         except ValueError as exc:
             raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
+        check_no_stack_results(module, filename)
         if before is not None:
             text = before(module, text)
         stages = _stages(text, (_MEMREF_LOWERING, *GUARDED, *hooks))

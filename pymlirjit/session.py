@@ -21,6 +21,7 @@ module's functions as Python callables.
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import weakref
@@ -42,7 +43,7 @@ from .callbacks import (
     pickle_token,
 )
 from .errors import LinkError
-from .externs import Linkable, LinkedExtern
+from .externs import Linkable, LinkedExtern, listed_callbacks
 from .externs import linkable as _linkable
 from .function import CompiledFunction, set_origin
 from .module import (
@@ -56,6 +57,7 @@ from .options import CompileOptions
 from .pickling import loads_parts
 from .pipeline import runtime_library
 from .prepare import built_text, builtin_callbacks, lower, prepare
+from .sourcelines import read_mlir_file
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
            "runtime_library"]
@@ -122,6 +124,9 @@ class Session:
                  cache_dir: str | Path | None = None, fastmath: bool = False,
                  parallel: bool = False, boundscheck: bool = False,
                  error_model: str = "python") -> None:
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir must be a folder's path (a str or pathlib.Path), got "
+                            f"{type(cache_dir).__name__}")
         self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
                                        else NullCache())
         self._disk_hits = 0
@@ -232,7 +237,7 @@ class Session:
         """
         text, filename = _read_source(source)
         # Externs resolve now (kernels compile): their addresses are part of the key.
-        explicit = tuple(_linkable(cb) for cb in callbacks)
+        explicit = tuple(_linkable(cb) for cb in listed_callbacks(callbacks))
         chosen = (self.options if options is None else options).replace(
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
             error_model).resolved()
@@ -365,10 +370,7 @@ def _function_by_value(session: Session | None, source: str, options: CompileOpt
 
 def _read_source(source: str | Path | Any) -> tuple[str, str]:
     if isinstance(source, Path):
-        try:
-            return source.read_text(), str(source)
-        except OSError as exc:
-            raise FileNotFoundError(f"cannot read MLIR source {source}: {exc}") from exc
+        return read_mlir_file(source), str(source)
     if not isinstance(source, str):
         return built_text(source), "<python-built module>"
     return source, "<source>"

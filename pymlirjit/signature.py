@@ -183,17 +183,32 @@ def _fits(annotation: Type, actual: Type) -> bool:
 def as_signature(spec: Signature | str | None, function: Callable[..., Any] | None = None,
                  ) -> Signature:
     """Normalize a signature given as a :class:`Signature`, an MLIR function type string,
-    or (``spec=None``) read from ``function``'s annotations."""
-    if isinstance(spec, Signature):
-        return spec
-    if isinstance(spec, str):
-        return _from_function_type_string(spec)
+    or (``spec=None``) read from ``function``'s annotations. A spec given with a
+    ``function`` must be one it can be called with, by position (else SignatureError)."""
+    if isinstance(spec, (Signature, str)):
+        signature = spec if isinstance(spec, Signature) else _from_function_type_string(spec)
+        if function is not None:
+            _check_arity(function, len(signature.param_types))
+        return signature
     if spec is not None:
         raise TypeError(f"a signature is a Signature or an MLIR function type string, "
                         f"got {type(spec).__name__}")
     if function is None:
         raise TypeError("a signature needs either a spec or an annotated function")
     return from_annotations(function)
+
+
+def _check_arity(function: Callable[..., Any], count: int) -> None:
+    """SignatureError unless ``function`` takes ``count`` positional arguments (as
+    compiled code passes them); a function without an inspectable signature passes."""
+    try:
+        inspect.signature(function).bind(*range(count))
+    except ValueError:
+        return
+    except TypeError as exc:
+        raise SignatureError(f"{function_name(function)}: its signature has {count} "
+                             f"parameter(s), but the function cannot take {count} "
+                             f"positional argument(s) ({exc})") from None
 
 
 def function_name(function: Any) -> str:

@@ -14,17 +14,30 @@ import linecache
 import os
 import re
 import textwrap
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import Diagnostic, MLIRError
 
 __all__ = ["Site", "definition_site", "located_mlir_error", "located_type_error",
-           "python_place", "short_path"]
+           "python_place", "read_mlir_file", "short_path"]
 
 #: MLIR's name for inline text (pymlirjit's Session names it so).
 INLINE = "<source>"
 _INLINE_LOCATION = re.compile(r'"<source>":(\d+):(\d+)')
 _FILE_LOCATION = re.compile(r'^loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)')
+
+
+def read_mlir_file(path: Path) -> str:
+    """The text of the MLIR file ``path``: ``FileNotFoundError`` if it cannot be read (a
+    missing file, a folder), ``ValueError`` if it is not UTF-8 text; both name the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot read MLIR source {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot read MLIR source {path}: it is not UTF-8 text (byte "
+                         f"0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
 
 
 class Site(NamedTuple):

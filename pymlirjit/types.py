@@ -431,17 +431,16 @@ def to_python_scalar(scalar: ScalarType, value: Any, what: str, exact: bool = Fa
         if number >= 1 << (bits - 1):
             number -= 1 << bits
         return number
-    if kind == "float":
-        if isinstance(value, (float, int, np.floating, np.integer)) and not isinstance(
-            value, (bool, np.bool_)
-        ):
-            return float(value)
-        raise TypeError(f"{what}: expected a float for {scalar.mlir}, got {_describe(value)}")
-    if isinstance(value, (complex, float, int, np.number)) and not isinstance(
-        value, (bool, np.bool_)
-    ):
-        return complex(value)
-    raise TypeError(f"{what}: expected a complex for {scalar.mlir}, got {_describe(value)}")
+    numbers: tuple[type, ...] = ((float, int, np.floating, np.integer) if kind == "float"
+                                 else (complex, float, int, np.number))
+    if not isinstance(value, numbers) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what}: expected a {kind} for {scalar.mlir}, got {_describe(value)}")
+    convert: Any = float if kind == "float" else complex
+    try:
+        return convert(value)
+    except OverflowError:  # an int beyond every float (a callback's result: not exact)
+        raise ValueError(f"{what}: {_describe(value)} is out of range for "
+                         f"{scalar.mlir}") from None
 
 
 def _describe(value: Any) -> str:

@@ -24,6 +24,7 @@ ufunc owns the compiled code: it lives as long as the ufunc (see :func:`ffi.ufun
 from __future__ import annotations
 
 import ctypes
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from .pipeline import new_context, parse_module
 from .prepare import built_text
 from .session import CompiledModule, Session, default_session
 from .signature import Signature, from_func_op
+from .sourcelines import read_mlir_file
 from .types import MemRefType, ScalarType, Type, to_type
 from .ufunc_loops import Operand, gufunc_loop, ufunc_loop
 
@@ -137,7 +139,7 @@ class _Builder:
                  pipeline: Any, opt_level: int | None, shared_libs: Iterable[str] | None,
                  session: Session | None, cache: bool | None, fastmath: bool | None) -> None:
         if isinstance(source, Path):
-            text = source.read_text()
+            text = read_mlir_file(source)
         elif isinstance(source, str):
             text = source
         else:
@@ -404,7 +406,7 @@ def _identity(identity: Any, what: str, binary: bool) -> tuple[int, object]:
                          f"(the ones numpy reduces)")
     if identity == "reorderable":
         return _IDENTITY_REORDERABLE, None
-    if isinstance(identity, str):
+    if isinstance(identity, str) or not isinstance(identity, (numbers.Number, np.generic)):
         raise ValueError(f"{what}: identity must be None, 'reorderable' or a number, "
                          f"got {identity!r}")
     return _IDENTITY_VALUE, identity

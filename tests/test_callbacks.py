@@ -690,3 +690,29 @@ def test_trampolines_box_every_f16_and_bf16_and_complex_parameter(session: Sessi
     assert any("'pairs'" in note for note in raised.value.__notes__)
     with pytest.raises(TypeError, match="callback 'pairs': result #0"):
         module.mul(1 + 2j, 3 - 4j, 0.0)
+
+
+def test_a_signature_string_the_function_cannot_take_is_a_signature_error() -> None:
+    # It was accepted, and every call from compiled code then failed inside Python.
+    with pytest.raises(SignatureError, match=r"its signature has 2 parameter\(s\), but the "
+                                             r"function cannot take 2 positional"):
+        callback("(f64, f64) -> f64", registry=CallbackRegistry())(lambda x: x)
+    with pytest.raises(SignatureError, match=r"missing a required argument: 'y'"):
+        callback("(f64) -> f64", registry=CallbackRegistry())(lambda x, y: x)
+    assert callback("(f64, f64) -> f64", registry=CallbackRegistry(), name="any")(
+        lambda *xs: sum(xs))(1.0, 2.0) == 3.0
+
+
+@pytest.mark.parametrize(("keyword", "value", "message"), [
+    ("session", 5, r"@callback\(session=\.\.\.\) takes a pymlirjit Session, got int"),
+    ("registry", "mine", r"@callback\(registry=\.\.\.\) takes a pymlirjit CallbackRegistry, "
+                         r"got str"),
+])
+def test_a_wrong_session_or_registry_is_a_type_error_naming_it(
+        keyword: str, value: object, message: str) -> None:
+    # It was an AttributeError ('int' object has no attribute 'callbacks').
+    def hook(x: f64) -> f64:
+        return x
+
+    with pytest.raises(TypeError, match=message):
+        callback(**{keyword: value})(hook)  # type: ignore[call-overload]

@@ -92,6 +92,19 @@ def test_run_with_npy_input_and_output(tmp_path: Path) -> None:
     assert saved.tolist() == [0.0, 2.5, 5.0, 7.5]
 
 
+def test_output_is_written_to_the_name_given_and_a_folder_is_an_error(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    arguments = ["run", str(DATA / "cli_arrays.mlir"), str(tmp_path / "a.npy"), "2.5"]
+    result = pymlirjit(*arguments, "--output", str(tmp_path / "scaled.bin"))
+    assert result.returncode == 0, result.stderr
+    assert np.load(tmp_path / "scaled.bin").tolist() == [0.0, 2.5, 5.0, 7.5]
+    assert not (tmp_path / "scaled.bin.npy").exists()   # numpy's np.save(name) adds .npy
+    (tmp_path / "folder").mkdir()
+    assert_one_error_line(pymlirjit(*arguments, "--output", str(tmp_path / "folder")),
+                          f"Is a directory: {tmp_path / 'folder'}")
+    assert not (tmp_path / "folder.npy").exists()
+
+
 def test_run_prints_the_arrays_it_does_not_save(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
@@ -223,6 +236,15 @@ def test_lower_emits_llvm_ir_and_assembly() -> None:
 
 # -- errors ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("command", ["run", "lower"])
+def test_a_file_that_is_not_utf8_text_is_one_error_line_naming_it(
+        tmp_path: Path, command: str) -> None:
+    path = tmp_path / "binary.mlir"
+    path.write_bytes(b"\x00\x01\xff\xfe")
+    assert_one_error_line(pymlirjit(command, str(path)),
+                          f"cannot read MLIR source {path}: it is not UTF-8 text")
+
+
 ERROR_CASES = {
     "malformed MLIR": (["run", "tests/data/cli_malformed.mlir", "1"],
                        ["tests/data/cli_malformed.mlir:3:23:", "undeclared SSA value"]),
@@ -234,6 +256,11 @@ ERROR_CASES = {
                               "1"], ["@main takes 2 arguments (f32, i32), got 1"]),
     "missing file": (["run", "tests/data/cli_no_such_file.mlir"],
                      ["no such file: tests/data/cli_no_such_file.mlir"]),
+    "folder for a file": (["run", "tests/data"], ["tests/data is a folder, not a file"]),
+    "object file not writable": (["run", "tests/data/cli_scale.mlir", "--callbacks",
+                                  CALLBACKS, "1", "2", "-dump-object-file",
+                                  "-object-filename=cli_no_such_folder/x.o"],
+                                 ["No such file or directory: cli_no_such_folder/x.o"]),
     "unparsable argument": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,
                              "1", "two"], ["argument 2 (i32): cannot parse 'two' as i32"]),
     "argument out of range": (["run", "tests/data/cli_scale.mlir", "--callbacks", CALLBACKS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pymlirjit import ExecutionEngine, LinkError
+from pymlirjit import ExecutionEngine, LinkError, MLIRError
 from pymlirjit.memref import UnrankedDescriptor, array_from_descriptor, descriptor_type
 from pymlirjit.pipeline import lower, new_context, parse_module
 from pymlirjit.types import complex128, f16, f32
@@ -113,6 +114,93 @@ def test_unknown_function_is_a_runtime_error_as_upstream() -> None:
     with pytest.raises(RuntimeError, match="Unknown function g"):
         engine.invoke("g")
     assert engine.raw_lookup("_mlir_ciface_g") == 0
+
+
+def test_invoke_with_too_few_pointers_raises_instead_of_reading_past_them() -> None:
+    # The packed entry reads one pointer per argument and one for the result: given
+    # fewer, it read (and wrote through) whatever followed the array.
+    script = textwrap.dedent('''
+        import ctypes
+        from pymlirjit import ExecutionEngine
+        from pymlirjit.pipeline import lower, new_context, parse_module
+        engine = ExecutionEngine(lower(parse_module("""
+        func.func @add(%a: f64, %b: f64) -> f64 attributes {llvm.emit_c_interface} {
+          %r = arith.addf %a, %b : f64
+          return %r : f64
+        }
+        func.func @store(%m: memref<?xf64>) attributes {llvm.emit_c_interface} {
+          return
+        }""", new_context())))
+        x = ctypes.c_double(1.0)
+        for name, args in (("add", ()), ("add", (ctypes.pointer(x),) * 2), ("store", ())):
+            try:
+                engine.invoke(name, *args)
+            except TypeError as error:
+                print(error)
+        result = ctypes.c_double()
+        engine.invoke("add", ctypes.pointer(x), ctypes.pointer(x), ctypes.pointer(result))
+        print(result.value)
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == [
+        "invoke('add'): @add reads 3 pointer(s) (one per argument, then one for its result), "
+        "got 0",
+        "invoke('add'): @add reads 3 pointer(s) (one per argument, then one for its result), "
+        "got 2",
+        "invoke('store'): @store reads 1 pointer(s) (one per argument, then one for its "
+        "result), got 0",
+        "2.0"]
+
+
+def test_an_empty_symbol_name_raises_instead_of_aborting() -> None:
+    # LLVM's mangler asserts on an empty name: the process ended (SIGABRT).
+    script = textwrap.dedent('''
+        from pymlirjit import ExecutionEngine, LinkError
+        from pymlirjit.pipeline import lower, new_context, parse_module
+        engine = ExecutionEngine(lower(parse_module(
+            "func.func @f(%x: f64) -> f64 { return %x : f64 }", new_context())))
+        try:
+            engine.function_address("")
+        except LinkError as error:
+            print(error)
+        try:
+            engine.raw_register_runtime("", 5)
+        except ValueError as error:
+            print(error)
+        print(engine.function_address("f") != 0)
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == [
+        "Unknown function : the module defines no such function",
+        "a runtime symbol needs a name, got ''", "True"]
+
+
+@pytest.mark.parametrize(("module", "shared_libs", "message"), [
+    ("module {}", (), "ExecutionEngine takes an mlir.ir.Module lowered to the LLVM dialect, "
+                      "got str"),
+    (None, (), "got NoneType"),
+    ("lowered", "mlir_c_runner_utils", "shared_libs must be a list of libraries (paths, or "
+                                       "MLIR runtime library names), got str"),
+])
+def test_an_engine_given_the_wrong_kind_of_argument_says_which(
+        module: object, shared_libs: object, message: str) -> None:
+    if module == "lowered":
+        module = lower(parse_module("func.func @f() { return }", new_context()))
+    with pytest.raises(TypeError, match=re.escape(message)):
+        ExecutionEngine(module, shared_libs=shared_libs)  # type: ignore[arg-type]
+
+
+def test_a_module_not_lowered_to_the_llvm_dialect_names_what_is_left() -> None:
+    # Upstream says only "Failure while creating the ExecutionEngine."
+    module = parse_module("func.func @f(%x: f64) -> f64 {\n  return %x : f64\n}",
+                          new_context())
+    with pytest.raises(MLIRError, match=r"(?s)cannot be JIT-compiled.*:2:3\): error: "
+                                        r"'func\.return' was not lowered"):
+        ExecutionEngine(module)
 
 
 def test_duplicate_registration_raises_instead_of_aborting() -> None:

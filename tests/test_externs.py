@@ -106,6 +106,17 @@ def test_callbacks_refuse_what_cannot_link(session: Session) -> None:
         session.compile(USES_COS, callbacks=[math.cos])  # type: ignore[list-item]
 
 
+def test_one_callback_not_in_a_list_is_a_type_error_saying_so(session: Session) -> None:
+    cos = extern("cos", COS_ADDRESS, "(f64) -> f64")
+    message = r"^callbacks must be a list .*; put it in a list: callbacks=\[\.\.\.\]$"
+    with pytest.raises(TypeError, match=message):
+        session.compile(USES_COS, callbacks=cos)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=message):
+        @mlir_kernel(source=USES_COS, callbacks="cos")  # type: ignore[arg-type]
+        def uses_cos(x: float) -> float: ...
+    assert session.compile(USES_COS, callbacks=[cos]) is not None
+
+
 def test_linked_externs_compare_by_address_and_do_not_pickle() -> None:
     one = linkable(extern("cos", COS_ADDRESS, "(f64) -> f64"))
     two = linkable(extern("cos", LIBM.cos, "(f64) -> f64"))

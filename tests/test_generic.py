@@ -136,6 +136,21 @@ def test_int_binds_i64_and_mulf_on_ints_names_the_binding(session: Session) -> N
     assert add.signatures == [{"T": "i64"}]
 
 
+def test_a_call_whose_binding_does_not_compile_leaves_the_kernel_usable(
+        session: Session) -> None:
+    axpy = axpy_kernel(session)
+    y = np.ones(2)
+    axpy(2.0, np.ones(2), y)
+    with pytest.raises(MLIRError, match=r"bound to !T = i64"):
+        axpy(2, np.ones(2, np.int64), np.ones(2, np.int64))
+    assert axpy.signatures == [{"T": "f64"}]
+    # The failed binding is not kept: compile() and the address were raising for it.
+    assert axpy.compile().signature.mlir == "(f64, memref<?xf64>, memref<?xf64>) -> ()"
+    assert axpy.address == axpy.compile().address
+    axpy(2.0, np.ones(2), y)
+    assert y.tolist() == [5.0, 5.0]
+
+
 def test_two_aliases_one_bound_by_a_scalar(session: Session) -> None:
     @mlir_kernel(source=SCALE_SUM, session=session)
     def scale_sum(x: np.ndarray, k: Any) -> Any: ...

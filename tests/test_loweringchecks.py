@@ -3,6 +3,10 @@ and what the JIT cannot take is reported with its location once the pipeline has
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from pymlirjit import MLIRError
@@ -54,3 +58,40 @@ def test_a_lowered_module_says_whether_it_uses_matrix_intrinsics() -> None:
     without = lower(parse_module("func.func @f() { return }", new_context()))
     assert check_lowered(with_matrix, "<source>").uses_matrix_intrinsics
     assert not check_lowered(without, "<source>").uses_matrix_intrinsics
+
+
+
+def test_returning_a_memref_alloca_is_an_error_not_a_freed_stack_frame() -> None:
+    # The array made of the result freed the function's stack memory: the process
+    # ended ("double free or corruption"). A view of the alloca is the same memory.
+    script = textwrap.dedent('''
+        import numpy as np
+        from pymlirjit import MLIRError, Session
+        direct = """
+        func.func @scratch() -> memref<3xf64> {
+          %m = memref.alloca() : memref<3xf64>
+          return %m : memref<3xf64>
+        }"""
+        view = """
+        func.func @scratch() -> memref<2xf64, strided<[1], offset: 1>> {
+          %m = memref.alloca() : memref<3xf64>
+          %v = memref.subview %m[1][2][1]
+              : memref<3xf64> to memref<2xf64, strided<[1], offset: 1>>
+          return %v : memref<2xf64, strided<[1], offset: 1>>
+        }"""
+        for source in (direct, view):
+            try:
+                Session().compile(source).scratch()  # the array, dropped, frees it
+            except MLIRError as error:
+                print(error.diagnostics[0].message)
+        print(Session().compile("""
+        func.func @same(%a: memref<?xf64>) -> memref<?xf64> {
+          return %a : memref<?xf64>
+        }""").same(np.ones(2)).tolist())
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    message = ("a function returns the stack memory of this 'memref.alloca', which is gone "
+               "once it returns; use memref.alloc")
+    assert done.stdout.splitlines() == [message, message, "[1.0, 1.0]"]

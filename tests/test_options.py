@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -101,3 +102,21 @@ def test_a_generic_kernels_bindings_keep_every_option() -> None:
     bound = twice.specialize(T="f32")
     assert bound._overrides == OptionOverrides(opt_level=3, fastmath=True, boundscheck=True)
     assert bound(1.5) == 3.0
+
+
+@pytest.mark.parametrize(("keyword", "value", "message"), [
+    ("shared_libs", "mlir_c_runner_utils", "got str 'mlir_c_runner_utils'; pass "
+                                           "['mlir_c_runner_utils']"),
+    ("shared_libs", Path("libmine.so"), "got PosixPath"),
+    ("shared_libs", [5], "got an item 5 of type int"),
+    ("pipeline", 5, "got int 5"),
+    ("pipeline", ["convert-func-to-llvm", 1], "got an item 1 of type int"),
+])
+def test_one_string_or_a_wrong_item_for_a_list_option_is_a_type_error_naming_it(
+        keyword: str, value: object, message: str) -> None:
+    # A string iterated would give its characters ('m' is not an MLIR runtime library).
+    source = "func.func @f(%x: f64) -> f64 { return %x : f64 }"
+    for make in (lambda: Session(**{keyword: value}),
+                 lambda: Session().compile(source, **{keyword: value})):
+        with pytest.raises(TypeError, match=rf"^{keyword} must be .*{re.escape(message)}"):
+            make()

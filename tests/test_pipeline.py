@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -977,3 +978,14 @@ func.func @head_and_row_sums(%a: memref<2x4xf32>, %n: index, %head: memref<4xf32
     module.head_and_row_sums(a, 3, head, sums)
     np.testing.assert_array_equal(head, [0, 1, 2, -1])
     np.testing.assert_array_equal(sums, [6.5, 22.5])
+
+
+def test_a_file_name_given_as_source_text_says_to_pass_a_path() -> None:
+    # Without the hint the error was "custom op 'kernels' is unknown" at 1:1.
+    with pytest.raises(MLIRError, match=re.escape(
+            "(source is MLIR text; to read the file kernels/scale.mlir, pass "
+            "pathlib.Path('kernels/scale.mlir'))")):
+        parse_module("kernels/scale.mlir", new_context())
+    with pytest.raises(MLIRError) as plain:
+        parse_module("func.func @f( {", new_context())
+    assert "pathlib.Path" not in str(plain.value)

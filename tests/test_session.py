@@ -251,3 +251,9 @@ def test_cache_info_is_the_three_counts_with_the_disk_counts_beside_them() -> No
     hits, misses, size = info
     assert (hits, misses, size, info.disk_hits, info.rejected) == (1, 2, 3, 4, {"digest": 1})
     assert repr(info) == "CacheInfo(hits=1, misses=2, size=3, disk_hits=4, rejected={'digest': 1})"
+
+
+def test_a_cache_dir_that_is_no_path_is_a_type_error_naming_it() -> None:
+    # It was Path()'s "expected str, bytes or os.PathLike object, not int".
+    with pytest.raises(TypeError, match=r"^cache_dir must be a folder's path .*got int$"):
+        Session(cache_dir=5)  # type: ignore[arg-type]

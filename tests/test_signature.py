@@ -129,3 +129,14 @@ def test_every_type_survives_the_cache_encoding() -> None:
             "memref<*xi8>, tensor<2xi32>) -> (!llvm.ptr, f64)")
     signature = as_signature(text)
     assert decode_signature(encode_signature(signature)) == signature
+
+
+def test_a_spec_given_with_a_function_must_be_one_it_can_take() -> None:
+    def one(x: float) -> float:
+        return x
+
+    with pytest.raises(SignatureError, match=r"^one: its signature has 2 parameter\(s\), but "
+                                             r"the function cannot take 2 positional"):
+        as_signature("(f64, f64) -> f64", one)
+    assert as_signature("(f64) -> f64", one).mlir == "(f64) -> f64"
+    assert as_signature("(f64, f64) -> f64").mlir == "(f64, f64) -> f64"  # no function

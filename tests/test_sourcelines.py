@@ -192,3 +192,21 @@ def test_python_place_names_the_file_line_of_an_mlir_line(session: Session) -> N
     computed = "func.func @" + "elsewhere() { return }"  # in no string constant of the file
     assert python_place(site, computed, 1) is None
     assert python_place(None, SHARED_SOURCE, line) is None
+
+
+def test_a_source_file_that_is_not_utf8_text_raises_naming_the_file(tmp_path: Path) -> None:
+    from pymlirjit import mlir_ufunc
+
+    path = tmp_path / "binary.mlir"
+    path.write_bytes(b"\x00\x01\xff\xfe")
+    message = f"cannot read MLIR source {path}: it is not UTF-8 text"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Session().compile(path)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        mlir_ufunc(source=path)
+
+    @mlir_kernel(source=path)   # read again, and reported, when it compiles
+    def binary(x: f64) -> f64: ...
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        binary(1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import numpy as np
@@ -58,6 +59,14 @@ def test_scalar_checks() -> None:
     with pytest.raises(TypeError, match="expected a float"):
         to_python_scalar(f64, "1", "x")
     assert to_python_scalar(f64, np.float32(0.5), "x") == 0.5
+
+
+@pytest.mark.parametrize("mlir", ["f32", "f64", "complex<f64>"])
+def test_an_int_beyond_every_float_is_a_value_error_naming_it(mlir: str) -> None:
+    # What a callback returns is converted without exact=True: float(10**400) overflows.
+    with pytest.raises(ValueError, match=r"^callback 'cb': result #0: int 1000.* is out of "
+                                         rf"range for {re.escape(mlir)}$"):
+        to_python_scalar(parse_type(mlir), 10**400, "callback 'cb': result #0")
 
 
 def test_identity_layout_memref_strings() -> None:

@@ -397,8 +397,10 @@ def test_identity_is_for_binary_functions_and_checked() -> None:
               %r = arith.negf %a : f64
               return %r : f64
             }""")
-    with pytest.raises(ValueError, match="'reorderable' or a number"):
-        mlir_ufunc(source=ADD, identity="zero", session=session)
+    for wrong in ("zero", object(), [0]):   # not only a string: float() named nothing
+        with pytest.raises(ValueError, match="'reorderable' or a number"):
+            mlir_ufunc(source=ADD, identity=wrong, session=session)
+    assert mlir_ufunc(source=ADD, identity=np.float32(0), session=session).identity == 0
     reorderable = mlir_ufunc(source=ADD, identity="reorderable", session=session)
     assert reorderable.reduce(np.ones((2, 3)), axis=None) == 6.0
     with pytest.raises(ValueError):
