@@ -323,6 +323,7 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
     from mlir.passmanager import PassManager
 
     with module.context:
+        _check_nested_pipelines(text)  # before MLIR parses them: it would only print errors
         try:
             PassManager.parse(text)
         except ValueError as exc:
@@ -348,6 +349,45 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
         enable_matrix_lowering()  # else LLVM's code generator ends the process on them
     return module
 
+
+def _nested_pipelines(pipeline: str) -> list[str]:
+    """The values of ``default-pipeline=`` options (the inliner's) in ``pipeline``."""
+    values = []
+    for match in re.finditer(r"\bdefault-pipeline=", pipeline):
+        start = index = match.end()
+        if pipeline[start:start + 1] in ("'", '"'):
+            end = pipeline.find(pipeline[start], start + 1)
+            values.append(pipeline[start + 1:end if end >= 0 else len(pipeline)])
+            continue
+        depth = 0
+        while index < len(pipeline):
+            char = pipeline[index]
+            if char in "({":
+                depth += 1
+            elif char in ")}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif char in " ," and depth == 0:
+                break
+            index += 1
+        values.append(pipeline[start:index].strip("{}") if pipeline[start:start + 1] == "{"
+                      else pipeline[start:index])
+    return values
+
+
+def _check_nested_pipelines(pipeline: str) -> None:
+    """Raise for a nested pipeline MLIR cannot parse: MLIR reports it on stderr only and
+    runs the pass with its default instead."""
+    from mlir.passmanager import PassManager
+
+    for value in filter(None, _nested_pipelines(pipeline)):  # empty: no pipeline
+        try:
+            PassManager.parse(f"builtin.module(any({value}))")
+        except ValueError as exc:
+            raise MLIRError(f"invalid pass pipeline {pipeline!r}: default-pipeline="
+                            f"{value!r} is not a pass pipeline: "
+                            f"{str(exc).splitlines()[0].rpartition('error: ')[2]}") from None
 
 def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -> None:
     """Erase the external ``llvm.func`` declarations nothing refers to (see :func:`lower`):

@@ -989,3 +989,20 @@ def test_a_file_name_given_as_source_text_says_to_pass_a_path() -> None:
     with pytest.raises(MLIRError) as plain:
         parse_module("func.func @f( {", new_context())
     assert "pathlib.Path" not in str(plain.value)
+
+
+def test_a_nested_pipeline_mlir_cannot_parse_is_an_error_not_text_on_stderr(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """MLIR parses the inliner's ``default-pipeline`` while it parses the pipeline, prints
+    what is wrong with it on stderr and goes on with its default."""
+    for nested in ("bogus", "canonicalize{max-iterations=x}"):
+        module = parse_module("func.func @f() { return }", new_context())
+        with pytest.raises(MLIRError, match=r"default-pipeline='.*' is not a pass pipeline"):
+            lower(module, f"builtin.module(inline{{default-pipeline={nested}}},convert-to-llvm)")
+    # LLVM's option parser still prints a bad option value (as for a top-level pass)
+    assert "bogus" not in capfd.readouterr().err
+    for fine in ("canonicalize{max-iterations=3}", '"canonicalize,cse"', ""):
+        lowered = lower(parse_module("func.func @f() { return }", new_context()),
+                        f"builtin.module(inline{{default-pipeline={fine}}},convert-to-llvm)")
+        assert "llvm.func @f" in str(lowered)
+    assert capfd.readouterr().err == ""
