@@ -37,7 +37,7 @@ from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .options import CompileOptions, OptionOverrides
 from .prepare import built_text
-from .session import CompiledModule, Session, default_session
+from .session import CompiledModule, Session, default_session, given_session
 from .signature import Signature, annotations_of, argument_label, check_annotation
 from .sourcelines import definition_site, located_mlir_error, read_mlir_file
 from .vectorcall import NativeCallable, clear_entry, set_entry
@@ -73,11 +73,10 @@ class Kernel(NativeCallable):
         self.source = source
         self._overrides = OptionOverrides.of(pipeline, opt_level, shared_libs,
                                              fastmath=fastmath, parallel=parallel,
-                                             boundscheck=boundscheck,
-                                             error_model=error_model)
+                                             boundscheck=boundscheck, error_model=error_model)
         self._callbacks = listed_callbacks(callbacks or ())
         self._cache = cache
-        self._session = session
+        self._session = given_session(session)
         self.release_gil = release_gil
         self._compiled: CompiledFunction | None = None
         # Functions compiled before, kept while calls through their entry may still run
@@ -492,6 +491,8 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     ``opt_level=3`` with the default pipeline also tiles and vectorizes linalg ops.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
+        if not callable(stub):
+            raise TypeError(f"@mlir_kernel decorates a function, got {type(stub).__name__}")
         return _generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
                                          opt_level, callbacks, shared_libs, session,
                                          release_gil, cache, fastmath, parallel,

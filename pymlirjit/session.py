@@ -60,7 +60,7 @@ from .prepare import built_text, builtin_callbacks, lower, prepare
 from .sourcelines import read_mlir_file
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
-           "runtime_library"]
+           "given_session", "runtime_library"]
 
 
 class _Counts(NamedTuple):
@@ -393,6 +393,14 @@ def _default_disk_cache() -> DiskCache:
 
 _default_session: Session | None = None
 _default_lock = threading.Lock()
+
+
+def given_session(session: object) -> Session | None:
+    """``session`` as a ``session=`` argument: a :class:`Session` or None, else
+    ``TypeError`` naming what was given."""
+    if session is not None and not isinstance(session, Session):
+        raise TypeError(f"session= takes a pymlirjit Session, got {type(session).__name__}")
+    return session
 
 
 def default_session() -> Session:
