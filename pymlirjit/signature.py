@@ -201,6 +201,8 @@ def as_signature(spec: Signature | str | None, function: Callable[..., Any] | No
 def _check_arity(function: Callable[..., Any], count: int) -> None:
     """SignatureError unless ``function`` takes ``count`` positional arguments (as
     compiled code passes them); a function without an inspectable signature passes."""
+    if _plain_function_takes(function, count):
+        return  # the common case, without inspect.signature's ~15 us (a first unpickling)
     try:
         inspect.signature(function).bind(*range(count))
     except ValueError:
@@ -210,6 +212,19 @@ def _check_arity(function: Callable[..., Any], count: int) -> None:
                              f"parameter(s), but the function cannot take {count} "
                              f"positional argument(s) ({exc})") from None
 
+
+def _plain_function_takes(function: Any, count: int) -> bool:
+    """Whether ``function`` is a plain Python function that certainly takes ``count``
+    positional arguments (False: not known this way)."""
+    code = getattr(function, "__code__", None)
+    if not inspect.isfunction(function) or code is None:
+        return False
+    defaults = len(function.__defaults__ or ())
+    kwonly_defaults = function.__kwdefaults__ or {}
+    takes_any = bool(code.co_flags & inspect.CO_VARARGS)
+    return (code.co_argcount - defaults <= count
+            and (count <= code.co_argcount or takes_any)
+            and len(kwonly_defaults) == code.co_kwonlyargcount)
 
 def function_name(function: Any) -> str:
     """The name of a function, or of the function a ``functools.partial`` wraps."""

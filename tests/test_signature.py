@@ -140,3 +140,31 @@ def test_a_spec_given_with_a_function_must_be_one_it_can_take() -> None:
         as_signature("(f64, f64) -> f64", one)
     assert as_signature("(f64) -> f64", one).mlir == "(f64) -> f64"
     assert as_signature("(f64, f64) -> f64").mlir == "(f64, f64) -> f64"  # no function
+
+
+def test_the_arity_shortcut_for_plain_functions_agrees_with_inspect() -> None:
+    """``as_signature`` checks a given signature's parameter count against the function
+    without ``inspect.signature`` for plain functions (a first unpickling does it once per
+    callback); where the shortcut says yes, binding that many positional arguments works."""
+    import inspect
+
+    from pymlirjit.signature import _plain_function_takes
+
+    def two(x, y): ...  # type: ignore[no-untyped-def]
+    def defaulted(x, y=1): ...  # type: ignore[no-untyped-def]
+    def star(*args): ...  # type: ignore[no-untyped-def]
+    def keyword_only(x, *, k): ...  # type: ignore[no-untyped-def]
+    def keyword_defaulted(x, *, k=2): ...  # type: ignore[no-untyped-def]
+    def mixed(x, y, z=3, *rest): ...  # type: ignore[no-untyped-def]
+
+    for function in (two, defaulted, star, keyword_only, keyword_defaulted, mixed, len, print):
+        for count in range(5):
+            try:
+                inspect.signature(function).bind(*range(count))
+                binds = True
+            except (TypeError, ValueError):
+                binds = False
+            if _plain_function_takes(function, count):
+                assert binds, (function, count)
+            elif inspect.isfunction(function):
+                assert not binds, (function, count)
