@@ -180,7 +180,8 @@ class GenericDispatch(NativeCallable):
         key = self._key(args, kwargs)
         kernel = self._by_key.get(key)
         if kernel is None:
-            binding = tuple(self.bind(args, kwargs).items())
+            bound = self.bind(args, kwargs)
+            binding = tuple((alias, bound[alias]) for alias in self.aliases)  # specialize's key
             made_now = binding not in self._bound
             kernel = self.specialize(**dict(binding))
             if kernel._compiled is None or (
@@ -191,7 +192,7 @@ class GenericDispatch(NativeCallable):
                     # A call's binding that does not compile (int arrays for arith.mulf)
                     # is not kept: compile(), .address and .ctypes would raise for it.
                     if made_now:
-                        del self._bound[binding]
+                        self._bound.pop(binding, None)
                     raise
                 self._chain()
             if key is not None:
