@@ -371,8 +371,8 @@ def _nested_pipelines(pipeline: str) -> list[str]:
             elif char in " ," and depth == 0:
                 break
             index += 1
-        values.append(pipeline[start:index].strip("{}") if pipeline[start:start + 1] == "{"
-                      else pipeline[start:index])
+        value = pipeline[start:index]
+        values.append(value[1:-1] if value.startswith("{") and value.endswith("}") else value)
     return values
 
 

@@ -1001,7 +1001,8 @@ def test_a_nested_pipeline_mlir_cannot_parse_is_an_error_not_text_on_stderr(
             lower(module, f"builtin.module(inline{{default-pipeline={nested}}},convert-to-llvm)")
     # LLVM's option parser still prints a bad option value (as for a top-level pass)
     assert "bogus" not in capfd.readouterr().err
-    for fine in ("canonicalize{max-iterations=3}", '"canonicalize,cse"', ""):
+    for fine in ("canonicalize{max-iterations=3}", '"canonicalize,cse"', "{canonicalize,cse}",
+                 "{canonicalize{max-iterations=3}}", ""):
         lowered = lower(parse_module("func.func @f() { return }", new_context()),
                         f"builtin.module(inline{{default-pipeline={fine}}},convert-to-llvm)")
         assert "llvm.func @f" in str(lowered)
