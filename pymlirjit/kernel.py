@@ -491,7 +491,7 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     ``opt_level=3`` with the default pipeline also tiles and vectorizes linalg ops.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
-        if not callable(stub):
+        if not callable(stub) and (stub is not None or not name):  # None: with name=
             raise TypeError(f"@mlir_kernel decorates a function, got {type(stub).__name__}")
         return _generic_or_kernel(Kernel(stub, source, name or stub.__name__, pipeline,
                                          opt_level, callbacks, shared_libs, session,

@@ -781,6 +781,10 @@ def test_kernels_over_one_cached_function_share_its_native_entry(session: Sessio
 def test_the_decorator_names_what_it_was_given_instead_of_a_function_or_session() -> None:
     with pytest.raises(TypeError, match="@mlir_kernel decorates a function, got int"):
         mlir_kernel(source="func.func @f() { return }")(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="decorates a function, got NoneType"):
+        mlir_kernel(source="func.func @f() { return }")(None)  # type: ignore[arg-type]
+    assert mlir_kernel(source="func.func @f() { return }", name="f")(  # type: ignore[arg-type]
+        None).name == "f"  # no stub: the MLIR function named
     with pytest.raises(TypeError, match="session= takes a pymlirjit Session, got str"):
         @mlir_kernel(source="func.func @f() { return }", session="x")  # type: ignore[arg-type]
         def f() -> None: ...
