@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .errors import Diagnostic, MLIRError
+from .transformscripts import apply_script
 
 __all__ = ["BUFFERIZATION", "PACK_OPS", "decompose_packs"]
 
@@ -64,7 +64,6 @@ def decompose_packs(module: Any, filename: str = "<source>") -> int:
     module's docstring); return how many there were. Raises :class:`MLIRError` if MLIR
     refuses the rewrite."""
     from mlir import ir
-    from mlir.dialects.transform import interpreter
 
     by_rank: dict[int, list[Any]] = defaultdict(list)
 
@@ -76,28 +75,10 @@ def decompose_packs(module: Any, filename: str = "<source>") -> int:
     module.operation.walk(visit)
     if not by_rank:
         return 0
-    errors: list[Diagnostic] = []
-
-    def collect(diagnostic: Any) -> bool:
-        if str(diagnostic.severity).rsplit(".", 1)[-1].lower() == "error":
-            errors.append(Diagnostic("error", diagnostic.message, str(diagnostic.location))
-                          .renamed_source(filename))
-        return True
-
-    with module.context, ir.Location.unknown():
+    with module.context:
         for rank, ops in by_rank.items():
             for op in ops:
                 op.attributes[f"{_TAG}{rank}"] = ir.UnitAttr.get()
-        script = ir.Module.parse(_script(sorted(by_rank)))
-        entry = script.body.operations[0]
-        handler = module.context.attach_diagnostic_handler(collect)
-        try:
-            interpreter.apply_named_sequence(module.operation, entry, script.operation)
-        except Exception as exc:  # the bindings raise what the interpreter reported
-            errors.append(Diagnostic("error", str(exc), "unknown"))
-        finally:
-            handler.detach()
-    if errors:
-        raise MLIRError("cannot decompose linalg.pack/linalg.unpack before bufferization",
-                        errors)
+    apply_script(module, _script(sorted(by_rank)), filename,
+                 "cannot decompose linalg.pack/linalg.unpack before bufferization")
     return sum(len(ops) for ops in by_rank.values())

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["erase_schedules"]
+from .errors import Diagnostic, MLIRError
+
+__all__ = ["apply_script", "erase_schedules"]
 
 _MARK = "transform.with_named_sequence"
 
@@ -41,3 +43,32 @@ def erase_schedules(module: Any) -> int:
     if _MARK in attributes:
         del attributes[_MARK]
     return len(scripts)
+
+
+def apply_script(module: Any, script: str, filename: str, failure: str) -> None:
+    """Apply the transform ``script`` (a module holding ``@__transform_main`` first) to
+    ``module`` in place; raise :class:`MLIRError` ``failure`` with the interpreter's error
+    diagnostics (located in ``filename``) if it reports any."""
+    from mlir import ir
+    from mlir.dialects.transform import interpreter
+
+    errors: list[Diagnostic] = []
+
+    def collect(diagnostic: Any) -> bool:
+        if str(diagnostic.severity).rsplit(".", 1)[-1].lower() == "error":
+            errors.append(Diagnostic("error", diagnostic.message, str(diagnostic.location))
+                          .renamed_source(filename))
+        return True
+
+    with module.context, ir.Location.unknown():
+        parsed = ir.Module.parse(script)
+        handler = module.context.attach_diagnostic_handler(collect)
+        try:
+            interpreter.apply_named_sequence(module.operation, parsed.body.operations[0],
+                                             parsed.operation)
+        except Exception as exc:  # the bindings raise what the interpreter reported
+            errors.append(Diagnostic("error", str(exc), "unknown"))
+        finally:
+            handler.detach()
+    if errors:
+        raise MLIRError(failure, errors)

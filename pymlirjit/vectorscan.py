@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import Diagnostic, MLIRError
+from .transformscripts import apply_script
 
 __all__ = ["lower_vector_scans"]
 
@@ -52,28 +52,5 @@ def lower_vector_scans(module: Any, stage: str, filename: str = "<source>") -> b
     # every compile's context.
     if not module.context.is_registered_operation("vector.scan"):
         return True
-    from mlir import ir
-    from mlir.dialects.transform import interpreter
-
-    errors: list[Diagnostic] = []
-
-    def collect(diagnostic: Any) -> bool:
-        if str(diagnostic.severity).rsplit(".", 1)[-1].lower() == "error":
-            errors.append(Diagnostic("error", diagnostic.message, str(diagnostic.location))
-                          .renamed_source(filename))
-        return True
-
-    with module.context, ir.Location.unknown():
-        script = ir.Module.parse(_SCHEDULE)
-        handler = module.context.attach_diagnostic_handler(collect)
-        try:
-            interpreter.apply_named_sequence(module.operation, script.body.operations[0],
-                                             script)
-        except ir.MLIRError as exc:
-            errors.append(Diagnostic("error", str(exc), "loc(unknown)"))
-        finally:
-            handler.detach()
-    if errors:
-        raise MLIRError("lowering vector.scan failed", errors)
+    apply_script(module, _SCHEDULE, filename, "lowering vector.scan failed")
     return True
-
