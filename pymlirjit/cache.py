@@ -56,7 +56,7 @@ from .signature import Signature, decode_signature, encode_signature
 __all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
            "default_cache_dir", "entry_key"]
 
-_FORMAT = 7  # 7: all code allocates through the trackers (6: only modules that can unwind)
+_FORMAT = 8  # 8: parallel loops share chunks (7: all code allocates through the trackers)
 _KINDS = ("shared", "object")
 
 

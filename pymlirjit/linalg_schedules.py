@@ -82,7 +82,7 @@ MATMUL_SCHEDULE = _schedule("linalg.matmul", """
 
 #: :data:`MATMUL_SCHEDULE` for ``parallel=True``: the cache tiles of the two parallel
 #: dimensions become the iterations of an ``scf.forall`` (run by several threads, see
-#: :func:`pymlirjit.optimize.with_parallel_loops`); the depth stays a sequential loop inside each.
+#: :func:`pymlirjit.parallel.with_parallel_loops`); the depth stays a sequential loop inside each.
 PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(
     "%t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes "
     f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}, {_CACHE_TILE[2]}]\n"

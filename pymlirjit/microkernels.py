@@ -191,7 +191,7 @@ def _tail_blocks(rows: int) -> list[int]:
 def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
                      buffer_type: str | None) -> None:
     """The panels, the masked last one too, as one ``scf.parallel`` (which
-    ``optimize.split_for_threads`` splits into one contiguous chunk per thread), each
+    ``parallel.split_for_threads`` shares out among the threads in chunks), each
     with its own buffer for B, on the heap (on the stack, each panel a thread runs
     would add one: their loop is outlined into a function of the whole chunk). The
     caller used to do the masked panel after the loop, as the serial order does, which

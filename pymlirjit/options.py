@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import optimize as optimizing
 from .checks import ERROR_MODELS
+from .parallel import thread_count
 from .pipeline import check_opt_level, normalize_pipeline, runtime_library
 from .vectormath import cache_tag as vector_library_tag
 
@@ -79,7 +79,7 @@ class CompileOptions:
     #: Fast-math flags on float ops (numba's ``fastmath=True``).
     fastmath: bool = False
     #: Loops run on several threads (numba's ``parallel=True``; see
-    #: :func:`pymlirjit.optimize.with_parallel_loops`).
+    #: :func:`pymlirjit.parallel.with_parallel_loops`).
     parallel: bool = False
     #: Out-of-bounds memref accesses raise IndexError (numba's ``boundscheck=True``).
     boundscheck: bool = False
@@ -139,7 +139,7 @@ class CompileOptions:
         """These options with :attr:`threads` from ``PYMLIRJIT_NUM_THREADS`` if parallel."""
         if not self.parallel and not self.threads:
             return self
-        return dataclasses.replace(self, threads=optimizing.thread_count() if self.parallel else 0)
+        return dataclasses.replace(self, threads=thread_count() if self.parallel else 0)
 
     @property
     def pipeline_key(self) -> str:

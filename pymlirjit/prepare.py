@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import ffi
-from . import optimize as optimizing
 from .abi import (
     CIFACE_PREFIX,
     RESERVED_PREFIX,
@@ -36,6 +35,7 @@ from .failures import FAIL_SYMBOL, raise_failure, source_id
 from .optimize import optimize, with_vector_lowering
 from .options import CompileOptions
 from .packlowering import BUFFERIZATION, decompose_packs
+from .parallel import parallel_hooks, with_parallel_loops
 from .pipeline import lower as lower_module
 from .pipeline import (
     new_context,
@@ -234,7 +234,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
             use_vector_library(module)
         if options.parallel_loops:
-            pipeline = optimizing.with_parallel_loops(pipeline, options.threads)
+            pipeline = with_parallel_loops(pipeline, options.threads)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.checks)
@@ -244,7 +244,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
                                       filename=prepared.filename, source=prepared.source,
                                       error_model=options.error_model))
 
-    hooks = optimizing.parallel_hooks(options.threads) if options.parallel_loops else {}
+    hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
     # Checks go in before parallel loops are outlined as tasks (a failure then names the
     # kernel, not the outlined function), else where memref accesses and scf still exist.
     at = "async-parallel-for" if options.parallel_loops else "convert-scf-to-cf"

@@ -20,7 +20,7 @@ FLOORS: list[set[str]] = [
      "convert", "memref", "abi", "relocation",
      "privatefiles", "llvmir", "llvmoptions", "sourcelines", "vectormath", "inlinemath",
      "checks", "options",
-     "scheduling", "transformscripts", "passguards", "loweringchecks", "packlowering",
+     "scheduling", "parallel", "transformscripts", "passguards", "loweringchecks", "packlowering",
      "deepinput",
      "subbyte",
      "vectorscan",

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from pymlirjit import Session, callback, f64, index, mlir_kernel
-from pymlirjit.optimize import (
+from pymlirjit.parallel import (
+    CHUNKS_PER_THREAD,
     THREADS_VARIABLE,
     serialize_nested_parallel_loops,
+    split_for_threads,
     thread_count,
     with_parallel_loops,
 )
@@ -228,6 +230,70 @@ def test_nested_parallel_loops_become_sequential() -> None:
     assert serialize_nested_parallel_loops(module) == 1
     text = str(module)
     assert text.count("scf.parallel") == 1 and text.count("scf.for") == 1
+
+
+REPEATED = """
+func.func @repeat(%a: memref<?xf64>, %times: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1.0 : f64
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  scf.for %t = %c0 to %times step %c1 {
+    scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+      %x = memref.load %a[%i] : memref<?xf64>
+      %y = arith.addf %x, %one : f64
+      memref.store %y, %a[%i] : memref<?xf64>
+    }
+  }
+  return
+}
+"""
+
+
+def test_split_loop_shares_chunks_through_counters_made_once_per_call() -> None:
+    module = parse_module(REPEATED, new_context())
+    assert split_for_threads(module, 3) == 1
+    module.operation.verify()
+    function = module.body.operations[0]
+    entry = function.regions[0].blocks[0]
+    first = entry.operations[0]
+    # Allocated at the function's entry, not once per turn of the loop around the tasks.
+    assert first.name == "memref.alloca" and "memref<3x8xi64>" in str(first.result.type)
+    text = str(module)
+    assert text.count("memref.atomic_rmw addi") == 1 and text.count("scf.parallel") == 2
+
+
+def test_repeated_parallel_loop_runs_every_chunk_each_time(two_threads: None) -> None:
+    module = Session(parallel=True).compile(REPEATED)
+    for n in (0, 1, 2 * CHUNKS_PER_THREAD - 1, 2 * CHUNKS_PER_THREAD + 1, 1009):
+        a = np.zeros(n)
+        module.repeat(a, 300)
+        np.testing.assert_array_equal(a, np.full(n, 300.0))
+
+
+def test_a_slow_thread_hands_its_chunks_to_the_others(two_threads: None) -> None:
+    """A thread held up in its first chunk (here a callback that sleeps; on a machine,
+    another process on its core) leaves the rest of its share to the other thread."""
+    session = Session(parallel=True)
+    ran: dict[int, int] = {}
+    first = threading.Lock()
+
+    @callback(session=session)
+    def twice(i: index) -> f64:
+        me = threading.get_ident()
+        ran[me] = ran.get(me, 0) + 1
+        if i == 0 and first.acquire(blocking=False):
+            time.sleep(1.0)  # the thread of chunk 0, the first of its share
+        return 2.0 * i
+
+    n = 1600
+    module = session.compile(CALLS_BACK)
+    c = np.zeros(n)
+    module.fill(c)
+    np.testing.assert_array_equal(c, 2.0 * np.arange(n))
+    assert len(ran) == 2 and sum(ran.values()) == n
+    # Static halves would give each thread 800; the sleeper keeps only what it had started.
+    assert min(ran.values()) <= n // (2 * CHUNKS_PER_THREAD), ran
 
 
 def test_gil_is_released_while_workers_run(two_threads: None) -> None:
