@@ -74,11 +74,11 @@ def with_parallel_loops(pipeline: str, threads: int) -> str:
     return pipeline
 
 
-#: Each thread's share of a parallel loop is cut into this many chunks. A thread takes
-#: the chunks of its own share in order, then any another thread has not started: on a
-#: quiet machine each thread runs its own share (its data stays in its core's cache from
-#: call to call), and a thread slowed by other work on its core hands the rest of its
-#: share to the others instead of holding up the call.
+#: Each thread's equal share of a parallel loop is cut into this many chunks. A thread
+#: takes the chunks of its own share in order, then the chunks of other shares that no
+#: thread has started: on a quiet machine each thread runs its own share (its data stays
+#: in its core's cache from call to call), and a thread slowed by other work on its core
+#: hands the rest of its share to the others instead of holding up the call.
 CHUNKS_PER_THREAD = 8
 
 #: The threads' chunk counters (i64) are this many elements apart: a cache line, so a
@@ -121,12 +121,12 @@ def _split(loop: Any, threads: int) -> None:
         counters = memref.AllocaOp(ir.MemRefType.get([threads, _COUNTER_STRIDE], i64),
                                    [], []).result
     with ir.InsertionPoint(loop), loop.location:
-        zero, one, count, share = (arith.ConstantOp(index, v).result
-                                   for v in (0, 1, threads, CHUNKS_PER_THREAD))
+        zero, one, count, chunks = (arith.ConstantOp(index, v).result
+                                    for v in (0, 1, threads, CHUNKS_PER_THREAD))
         lower, upper, step = loop.lowerBound[0], loop.upperBound[0], loop.step[0]
         trips = arith.CeilDivSIOp(arith.SubIOp(upper, lower).result, step).result
-        chunks = arith.ConstantOp(index, threads * CHUNKS_PER_THREAD).result
-        per_chunk = arith.CeilDivSIOp(trips, chunks).result
+        share = arith.CeilDivSIOp(trips, count).result  # trips per thread
+        per_chunk = arith.CeilDivSIOp(share, chunks).result
         zeroing = scf.ForOp(zero, count, one)
         with ir.InsertionPoint(zeroing.body):
             memref.StoreOp(arith.ConstantOp(i64, 0).result, counters,
@@ -136,9 +136,11 @@ def _split(loop: Any, threads: int) -> None:
         workers = scf.ParallelOp([], [zero], [tasks], [one], [])
         block = workers.regions[0].blocks.append(index)
 
-    def bound(first_trip: Any) -> Any:  # the first-dimension value starting a chunk
-        trip = arith.MinSIOp(arith.MulIOp(first_trip, per_chunk).result, trips)
-        start = arith.AddIOp(lower, arith.MulIOp(trip.result, step).result)
+    def bound(owner: Any, chunk: Any) -> Any:  # the first-dimension value starting a chunk
+        within = arith.MinSIOp(arith.MulIOp(chunk, per_chunk).result, share).result
+        first = arith.AddIOp(arith.MulIOp(owner, share).result, within).result
+        trip = arith.MinSIOp(first, trips).result
+        start = arith.AddIOp(lower, arith.MulIOp(trip, step).result)
         return arith.MinSIOp(start.result, upper).result
 
     with ir.InsertionPoint(block), loop.location:
@@ -155,11 +157,11 @@ def _split(loop: Any, threads: int) -> None:
                                        arith.ConstantOp(i64, 1).result, counters,
                                        [owner, zero]).result
             taken = arith.IndexCastOp(index, taken).result
-            left = arith.CmpIOp(arith.CmpIPredicate.slt, taken, share).result
+            left = arith.CmpIOp(arith.CmpIPredicate.slt, taken, chunks).result
             choice = scf.IfOp(left, [index, index], has_else=True)
             with ir.InsertionPoint(choice.then_block):
-                chunk = arith.AddIOp(arith.MulIOp(owner, share).result, taken).result
-                start, stop = bound(chunk), bound(arith.AddIOp(chunk, one).result)
+                start = bound(owner, taken)
+                stop = bound(owner, arith.AddIOp(taken, one).result)
                 ran = scf.YieldOp([owner, tried])
             with ir.InsertionPoint(choice.else_block):
                 following = arith.AddIOp(owner, one).result

@@ -271,6 +271,34 @@ def test_repeated_parallel_loop_runs_every_chunk_each_time(two_threads: None) ->
         np.testing.assert_array_equal(a, np.full(n, 300.0))
 
 
+COUNTS = """
+func.func @visit(%a: memref<?xi64>, %lower: index, %upper: index, %step: index) {
+  %one = arith.constant 1 : i64
+  scf.parallel (%i) = (%lower) to (%upper) step (%step) {
+    %old = memref.atomic_rmw addi %one, %a[%i] : (i64, memref<?xi64>) -> i64
+  }
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_every_iteration_runs_once_whatever_the_chunks(
+        threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(THREADS_VARIABLE, str(threads))
+    module = Session(parallel=True).compile(COUNTS)
+    for lower, trips, step in [(0, 0, 1), (0, 1, 1), (3, 2, 2), (1, threads - 1, 1),
+                               (0, threads * CHUNKS_PER_THREAD + 1, 1), (5, 20, 3),
+                               (0, 1009, 1), (2, 997, 7)]:
+        upper = lower + trips * step
+        visits = np.zeros(upper + step, dtype=np.int64)
+        for _ in range(3):
+            module.visit(visits, lower, upper, step)
+        expected = np.zeros_like(visits)
+        expected[lower:upper:step] = 3
+        np.testing.assert_array_equal(visits, expected, err_msg=f"{lower}:{upper}:{step}")
+
+
 def test_a_slow_thread_hands_its_chunks_to_the_others(two_threads: None) -> None:
     """A thread held up in its first chunk (here a callback that sleeps; on a machine,
     another process on its core) leaves the rest of its share to the other thread."""
