@@ -19,7 +19,7 @@ from typing import Any
 
 from . import ffi
 from .abi import symbol_references
-from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack
+from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack, shallow
 from .errors import Diagnostic, MLIRError
 from .llvmoptions import enable_matrix_lowering
 from .loweringchecks import check_lowered, check_no_stack_results, check_no_sub_byte_access
@@ -239,7 +239,7 @@ def _diagnostic(info: Any) -> Diagnostic:
 def parse_module(source: str, context: Any, filename: str = "<source>") -> Any:
     """Parse and verify MLIR text into a module owned by ``context``."""
     check_nesting(source, filename)
-    return on_large_stack(lambda: _parse(source, context, filename))
+    return on_large_stack(lambda: _parse(source, context, filename), shallow(source))
 
 
 def _parse(source: str, context: Any, filename: str) -> Any:
@@ -263,7 +263,7 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
           filename: str = "<source>",
           before: Callable[[Any, str], str] | None = None,
           hooks: Mapping[str, Callable[[Any], object]] | None = None,
-          keep: Callable[[str], bool] | None = None) -> Any:
+          keep: Callable[[str], bool] | None = None, shallow_source: bool = False) -> Any:
     """Run ``pipeline`` (the default one if ``None``; :data:`SPARSE_PIPELINE` instead
     for a module with sparse tensors, and without :data:`SMALL_FLOAT_PASSES` for one
     naming no f8, f6 or f4 type) on ``module`` in place; return it.
@@ -276,12 +276,15 @@ def lower(module: Any, pipeline: str | Sequence[str] | None = None,
 
     External declarations nothing calls once lowered are erased: MLIR's async runtime's
     always (convert-async-to-llvm declares them all); with ``keep``, every other one whose
-    name ``keep`` does not accept.
+    name ``keep`` does not accept. ``shallow_source``: the module was parsed from text
+    :func:`~pymlirjit.deepinput.shallow` on this thread (with a pipeline as shallow, it
+    is lowered on this thread).
     """
     text = normalize_pipeline(pipeline)
     if text == normalize_pipeline(None):
         text = default_pipeline_for(module)
-    return on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep))
+    return on_large_stack(lambda: _lower(module, text, filename, before, hooks or {}, keep),
+                          shallow_source and shallow(text, minus=False))
 
 
 #: The default pipeline of a module with sparse tensors: MLIR's sparsifier, which also

@@ -29,6 +29,7 @@ from .abi import (
 )
 from .callbacks import Callback
 from .checks import insert_checks
+from .deepinput import shallow
 from .errors import Diagnostic, MLIRError, SignatureError
 from .externs import LinkedExtern
 from .failures import FAIL_SYMBOL, raise_failure, source_id
@@ -76,6 +77,9 @@ class PreparedModule:
     source: str = ""  # the text's checks.source_id (messages of checks carry it)
     #: Runtime symbols defined by native code (:mod:`pymlirjit.externs`), by symbol.
     externs: dict[str, LinkedExtern] = field(default_factory=dict)
+    #: Parsed from text :func:`~pymlirjit.deepinput.shallow` enough to lower on the
+    #: caller's thread.
+    shallow: bool = False
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -222,7 +226,7 @@ def prepare(text: str, options: CompileOptions,
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
                           tuple(declared), uncallable, source=source_id(text),
-                          externs=externs)
+                          externs=externs, shallow=shallow(text))
 
 
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
@@ -257,7 +261,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
 
     lower_module(prepared.module, options.pipeline, prepared.filename,
                  optimize_first if options.fastmath or options.tiles_linalg
-                 or options.parallel_loops else None, hooks, keep)
+                 or options.parallel_loops else None, hooks, keep, prepared.shallow)
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])

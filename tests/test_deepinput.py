@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from pymlirjit import MLIRError
-from pymlirjit.deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack
+from pymlirjit.deepinput import (
+    MAX_NESTING,
+    SHALLOW,
+    check_nesting,
+    nesting,
+    on_large_stack,
+    shallow,
+)
 from pymlirjit.pipeline import lower, new_context, normalize_pipeline, parse_module
 
 from .test_pipeline import run_child
+
+T = TypeVar("T")
 
 
 def test_nesting_is_found_at_its_line_and_column() -> None:
@@ -107,3 +118,60 @@ def test_nesting_scan_ignores_strings_comments_and_arrows() -> None:
     text = ("// " + "(" * 2000 + "\n" + 'func.func @f() attributes {s = "' + "[" * 2000
             + '"} { return }\n' + functions)
     assert "llvm.func @g1099" in str(lower(parse_module(text, new_context())))
+
+
+def _on_thread_with_stack(size: int, function: Callable[[], T]) -> T:
+    """``function()`` on a new thread with a ``size``-byte stack; its result."""
+    outcome: list[T] = []
+    previous = threading.stack_size(size)
+    try:
+        worker = threading.Thread(target=lambda: outcome.append(function()))
+        worker.start()
+    finally:
+        threading.stack_size(previous)
+    worker.join()
+    return outcome[0]
+
+
+SMALL_MODULE = "func.func @f(%a: f64) -> f64 {\n  return %a : f64\n}"
+
+
+def test_shallow_text_on_a_large_enough_stack_stays_on_the_callers_thread() -> None:
+    def where_it_ran() -> tuple[bool, int, int]:
+        seen: list[int] = []
+
+        def before(module: object, pipeline: str) -> str:
+            seen.append(threading.get_ident())
+            return pipeline
+
+        module = parse_module(SMALL_MODULE, new_context())
+        lower(module, before=before, shallow_source=shallow(SMALL_MODULE))
+        return shallow(SMALL_MODULE), seen[0], threading.get_ident()
+
+    inline, lowered_on, caller = _on_thread_with_stack(16 << 20, where_it_ran)
+    assert inline and lowered_on == caller
+    inline, lowered_on, caller = _on_thread_with_stack(1 << 20, where_it_ran)
+    assert not inline and lowered_on != caller  # a 1 MB stack: the large one is used
+
+
+def test_shallow_counts_brackets_and_minus_signs() -> None:
+    def check() -> tuple[bool, ...]:
+        return (shallow("(" * SHALLOW), shallow("(" * (SHALLOW + 1)),
+                shallow("-" * (SHALLOW + 1)), shallow("-" * (SHALLOW + 1), minus=False))
+
+    assert _on_thread_with_stack(16 << 20, check) == (True, False, False, True)
+
+
+def test_shallow_text_compiles_on_a_tiny_caller_stack() -> None:
+    done = run_child(textwrap.dedent(f"""
+        import threading
+        from pymlirjit import Session
+        def work():
+            print(Session().compile({SMALL_MODULE!r}).f(2.5))
+        threading.stack_size(256 << 10)
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+        """))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2.5"
