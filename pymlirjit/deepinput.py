@@ -35,8 +35,9 @@ STACK_SIZE = 512 << 20
 
 #: Text with at most this many opening brackets and minus signs cannot nest deeper, and
 #: MLIR parses and lowers it (with what pymlirjit adds: a microkernel nests ~10 deep) in
-#: well under a megabyte of stack.
-SHALLOW = 200
+#: under 2 MB of stack: regions nested 200 deep parse and lower in 1 MB, 1000 deep
+#: need 2-4 MB (the default pipeline, measured).
+SHALLOW = 400
 
 #: The least stack a calling thread must have for shallow text to run on it.
 _CALLER_STACK = 4 << 20
