@@ -54,7 +54,7 @@ from .module import (
     load,
 )
 from .options import CompileOptions
-from .pickling import loads_parts
+from .pickling import by_value, loads_parts, rebuilds
 from .pipeline import runtime_library
 from .prepare import built_text, builtin_callbacks, lower, prepare
 from .sourcelines import read_mlir_file
@@ -205,7 +205,7 @@ class Session:
             directory = store.directory if isinstance(store, DiskCache) else None
             parts = self.__dict__["_pickled_parts"] = (store, options, registry, pickle.dumps(
                 (options, directory, registry is default_registry())))
-        return _session_by_value, (pickle_token(self), parts[3])
+        return by_value, ("session", pickle_token(self), parts[3])
 
     def find_callback(self, name: str, explicit: Sequence[Any] = ()) -> Any:
         """The callback ``@name`` links to: explicit ones first (callbacks, or externs
@@ -325,9 +325,21 @@ class Session:
         return engine_module(engine, prepared, key.source, options), prepared.declared
 
 
+# Sessions' parts unpickled in this process, by their bytes (all immutable: options, a
+# folder's path, a flag): a session unpickled with the parts of one unpickled before (the
+# default options, mostly) shares them instead of unpickling ~1 KB of options again.
+_parts_seen: dict[bytes, tuple[CompileOptions, str | None, bool]] = {}
+
+
+@rebuilds("session")
 def _session_by_value(token: str, parts: bytes) -> Session:
     def make() -> Session:
-        options, cache_dir, default_callbacks = loads_parts(parts)
+        seen = _parts_seen.get(parts)
+        if seen is None:
+            if len(_parts_seen) >= 64:  # many senders' options: keep the newest only
+                _parts_seen.clear()
+            seen = _parts_seen[parts] = loads_parts(parts)
+        options, cache_dir, default_callbacks = seen
         session = Session(registry=default_registry() if default_callbacks else None,
                           cache_dir=cache_dir)
         session.options = options
