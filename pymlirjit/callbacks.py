@@ -400,14 +400,14 @@ class CallbackRegistry:
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}
         self._lock = threading.Lock()
-        self._subscribers: weakref.WeakSet[Invalidated] = weakref.WeakSet()
+        self._subscribers: weakref.WeakSet[Invalidated] | None = None  # made by watch()
 
     def add(self, cb: Callback) -> Callback:
         """Register ``cb`` under its name, replacing any callback of that name; kernels
         that compiled against this registry relink on their next call."""
         with self._lock:
             self._callbacks[cb.name] = cb
-            subscribers = list(self._subscribers)
+            subscribers = list(self._subscribers or ())
         _invalidate(subscribers)
         return cb
 
@@ -415,6 +415,8 @@ class CallbackRegistry:
         """Call ``subscriber.invalidate()`` whenever a callback is added or removed (the
         subscriber is kept weakly)."""
         with self._lock:
+            if self._subscribers is None:
+                self._subscribers = weakref.WeakSet()
             self._subscribers.add(subscriber)
 
     def get(self, name: str) -> Callback | None:
@@ -425,7 +427,7 @@ class CallbackRegistry:
         call (and raise :class:`pymlirjit.LinkError` if nothing else defines it)."""
         with self._lock:
             removed = self._callbacks.pop(name, None) is not None
-            subscribers = list(self._subscribers)
+            subscribers = list(self._subscribers or ())
         if removed:
             _invalidate(subscribers)
 

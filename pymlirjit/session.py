@@ -25,7 +25,6 @@ import os
 import pickle
 import threading
 import weakref
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +129,7 @@ class Session:
         self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
                                        else NullCache())
         self._disk_hits = 0
-        self._rejected: Counter[str] = Counter()
+        self._rejected: dict[str, int] = {}  # disk entries refused, by reason
         self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath,
                                            parallel, boundscheck, error_model)
         self.callbacks = registry if registry is not None else CallbackRegistry()
@@ -140,7 +139,8 @@ class Session:
         self._hits = 0
         self._misses = 0
         self._lock = threading.RLock()
-        self._subscribers: weakref.WeakSet[Invalidated] = weakref.WeakSet()
+        # Made by the first watch(): most sessions unpickled by a worker have none.
+        self._subscribers: weakref.WeakSet[Invalidated] | None = None
 
     def __repr__(self) -> str:
         return f"<Session: {len(self._cache)} cached modules>"
@@ -181,13 +181,15 @@ class Session:
             self._declared.clear()
             self._hits = self._misses = self._disk_hits = 0
             self._rejected.clear()
-            for subscriber in list(self._subscribers):
+            for subscriber in list(self._subscribers if self._subscribers is not None else ()):
                 subscriber.invalidate()
 
     def watch(self, subscriber: Invalidated) -> None:
         """Call ``subscriber.invalidate()``, under :attr:`lock`, whenever the cache is
         cleared (the subscriber is kept weakly)."""
         with self._lock:
+            if self._subscribers is None:
+                self._subscribers = weakref.WeakSet()
             self._subscribers.add(subscriber)
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
@@ -306,7 +308,7 @@ class Session:
                 self._disk_hits += 1
                 return module, found.declared
         if found is not None:
-            self._rejected[found.reason] += 1
+            self._rejected[found.reason] = self._rejected.get(found.reason, 0) + 1
         prepared = lower(prepare(key.source, options,
                                  lambda name: self.find_callback(name, key.explicit),
                                  filename), options)
@@ -321,7 +323,7 @@ class Session:
                 except _UNLOADABLE as exc:
                     rejection = store.reject(disk_key, "unloadable",
                                              f"{type(exc).__name__}: {exc}")
-                    self._rejected[rejection.reason] += 1
+                    self._rejected[rejection.reason] = self._rejected.get(rejection.reason, 0) + 1
         return engine_module(engine, prepared, key.source, options), prepared.declared
 
 
