@@ -95,7 +95,7 @@ class Kernel(NativeCallable):
         self._options: CompileOptions | None = None
         # Where the stub is defined (no file read: read only to report an MLIR error).
         self._site = definition_site(stub)
-        self._dependents = Dependents()  # kernels linking this one (callbacks=)
+        # The kernels linking this one (callbacks=): a Dependents made by the first watch().
 
     @property
     def session(self) -> Session:
@@ -178,13 +178,15 @@ class Kernel(NativeCallable):
         # Kernels linking this one (as an extern) relink too, if they may have linked
         # the function just retired (so a cycle of subscriptions ends); outside the lock
         # above when it is not held already (kernels of other sessions take theirs).
-        if retired:
-            self._dependents.invalidate()
+        dependents: Dependents | None = self.__dict__.get("_dependents")
+        if retired and dependents is not None:
+            dependents.invalidate()
 
     def watch(self, subscriber: Invalidated) -> None:
         """Call ``subscriber.invalidate()`` whenever this kernel lets go of its compiled
         function (kernels linking this one through ``callbacks=`` do; kept weakly)."""
-        self._dependents.add(subscriber)
+        # setdefault: two threads watching first at once keep the same one.
+        self.__dict__.setdefault("_dependents", Dependents()).add(subscriber)
 
     #: The same as :meth:`invalidate` (its name before the Invalidated protocol).
     forget = invalidate
@@ -200,8 +202,10 @@ class Kernel(NativeCallable):
     def __getstate__(self) -> dict[str, Any]:
         # A copy shares no compiled function: it compiles (or hits the session's cache)
         # on its first call, and so subscribes to invalidation itself.
-        return {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
-                "_options": None, "_ctypes": None, "_dependents": Dependents()}
+        state = {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
+                 "_options": None, "_ctypes": None}
+        state.pop("_dependents", None)  # nothing links the copy yet
+        return state
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """Pickle by reference (module and qualified name) when importable, else by

@@ -126,8 +126,8 @@ class Session:
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise TypeError(f"cache_dir must be a folder's path (a str or pathlib.Path), got "
                             f"{type(cache_dir).__name__}")
-        self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
-                                       else NullCache())
+        # Without a folder, the store every session shares: it keeps and counts nothing.
+        self.disk_cache: CacheStore = DiskCache(cache_dir) if cache_dir is not None else _NO_CACHE
         self._disk_hits = 0
         self._rejected: dict[str, int] = {}  # disk entries refused, by reason
         self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath,
