@@ -40,6 +40,7 @@ from .memref import (
     result_array,
 )
 from .pickling import (
+    by_value,
     function_by_value,
     importable,
     interned,
@@ -47,6 +48,7 @@ from .pickling import (
     loads_parts,
     pickle_token,
     pickled_once,
+    rebuilds,
     scalar_type,
 )
 from .signature import Parameter, Signature, as_signature, function_name
@@ -90,20 +92,25 @@ class Callback:
                  name: str | None = None) -> None:
         if not callable(function):
             raise TypeError(f"@callback needs a function, got {type(function).__name__}")
-        self.__wrapped__ = function
-        functools.update_wrapper(self, function)
-        self.name = name or function_name(function)
+        name = name or function_name(function)
         try:
-            self.signature = as_signature(signature, function)
-            for i, t in enumerate((*self.signature.param_types, *self.signature.results)):
+            checked = as_signature(signature, function)
+            for i, t in enumerate((*checked.param_types, *checked.results)):
                 if isinstance(t, TensorType):
-                    raise SignatureError(f"callback {self.name!r}: {t.mlir} (position {i}) "
+                    raise SignatureError(f"callback {name!r}: {t.mlir} (position {i}) "
                                          f"is a tensor; callbacks take and return memrefs")
         except TypeError as exc:  # a signature string's, on the decorator's line
             if isinstance(signature, str):
-                raise located_type_error(exc, f"@callback {self.name!r}", function,
+                raise located_type_error(exc, f"@callback {name!r}", function,
                                          signature) from exc.__cause__
             raise
+        self._adopt(function, checked, name)
+
+    def _adopt(self, function: Callable[..., Any], signature: Signature, name: str) -> None:
+        # What __init__ sets once it has checked the signature (unpickled: the sender has).
+        self.__wrapped__ = function
+        functools.update_wrapper(self, function)
+        self.name, self.signature = name, signature
         self._entry: _Entry | None = None
         self._lock = threading.Lock()
 
@@ -142,7 +149,7 @@ class Callback:
             return getattr(self, "__qualname__", self.name)
         fixed = pickled_once(self, self._parts_by_value)
         registered = _default_registry.get(self.name) is self
-        return _callback_by_value, (pickle_token(self), *fixed, registered)
+        return by_value, ("callback", pickle_token(self), *fixed, registered)
 
     def _parts_by_value(self) -> tuple[str, tuple[tuple[str, ...], ...] | None, bytes]:
         # The signature as data when its types are all pymlirjit's scalar types (their
@@ -184,6 +191,7 @@ def _signature_from_data(names: tuple[str, ...], params: tuple[str, ...],
                                      f"pymlirjit: {names!r}, {params!r} -> {results!r}") from exc
 
 
+@rebuilds("callback")
 def _callback_by_value(token: str, name: str, signature: tuple[tuple[str, ...], ...] | None,
                        fixed: bytes, registered: bool) -> Callback:
     def make() -> Callback:
@@ -191,7 +199,8 @@ def _callback_by_value(token: str, name: str, signature: tuple[tuple[str, ...], 
             resolved, function = loads_parts(fixed)
         else:
             resolved, (function,) = _signature_from_data(*signature), loads_parts(fixed)
-        cb = Callback(function, resolved, name)
+        cb = Callback.__new__(Callback)  # checked by the sender: not checked again
+        cb._adopt(function, resolved, name)
         # Linked by name as in the sender, unless this process defines that name itself.
         if registered and _default_registry.get(name) is None:
             _default_registry.add(cb)
@@ -391,14 +400,14 @@ class CallbackRegistry:
     def __init__(self) -> None:
         self._callbacks: dict[str, Callback] = {}
         self._lock = threading.Lock()
-        self._subscribers: weakref.WeakSet[Invalidated] = weakref.WeakSet()
+        self._subscribers: weakref.WeakSet[Invalidated] | None = None  # made by watch()
 
     def add(self, cb: Callback) -> Callback:
         """Register ``cb`` under its name, replacing any callback of that name; kernels
         that compiled against this registry relink on their next call."""
         with self._lock:
             self._callbacks[cb.name] = cb
-            subscribers = list(self._subscribers)
+            subscribers = list(self._subscribers or ())
         _invalidate(subscribers)
         return cb
 
@@ -406,6 +415,8 @@ class CallbackRegistry:
         """Call ``subscriber.invalidate()`` whenever a callback is added or removed (the
         subscriber is kept weakly)."""
         with self._lock:
+            if self._subscribers is None:
+                self._subscribers = weakref.WeakSet()
             self._subscribers.add(subscriber)
 
     def get(self, name: str) -> Callback | None:
@@ -416,7 +427,7 @@ class CallbackRegistry:
         call (and raise :class:`pymlirjit.LinkError` if nothing else defines it)."""
         with self._lock:
             removed = self._callbacks.pop(name, None) is not None
-            subscribers = list(self._subscribers)
+            subscribers = list(self._subscribers or ())
         if removed:
             _invalidate(subscribers)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
 from .abi import symbol_references
-from .callbacks import Callback, Invalidated, default_registry, importable, interned, pickle_token
+from .callbacks import Callback, Invalidated, default_registry
 from .cprototype import function_pointer
 from .errors import MLIRError, SignatureError
 from .externs import Dependents, Linkable, compile_targets, listed_callbacks
@@ -36,6 +36,7 @@ from .failures import register_source
 from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
 from .options import CompileOptions, OptionOverrides
+from .pickling import StandInStub, by_value, importable, interned, pickle_token, rebuilds
 from .prepare import built_text
 from .session import CompiledModule, Session, default_session, given_session
 from .signature import Signature, annotations_of, argument_label, check_annotation
@@ -43,6 +44,8 @@ from .sourcelines import definition_site, located_mlir_error, read_mlir_file
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
+
+_NO_OVERRIDES = OptionOverrides()  # frozen: every kernel that sets no option shares it
 
 
 class Kernel(NativeCallable):
@@ -71,10 +74,16 @@ class Kernel(NativeCallable):
         self.__name__ = name
         self.name = name
         self.source = source
-        self._overrides = OptionOverrides.of(pipeline, opt_level, shared_libs,
-                                             fastmath=fastmath, parallel=parallel,
-                                             boundscheck=boundscheck, error_model=error_model)
-        self._callbacks = listed_callbacks(callbacks or ())
+        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
+                and parallel is None and boundscheck is None and error_model is None):
+            self._overrides = _NO_OVERRIDES  # most kernels (and most unpickled ones)
+        else:
+            self._overrides = OptionOverrides.of(
+                pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
+                boundscheck=boundscheck, error_model=error_model)
+        # A tuple is a list of its own (an unpickled kernel's): no ABC check of it.
+        self._callbacks = callbacks if type(callbacks) is tuple else listed_callbacks(
+            callbacks or ())
         self._cache = cache
         self._session = given_session(session)
         self.release_gil = release_gil
@@ -88,7 +97,7 @@ class Kernel(NativeCallable):
         self._options: CompileOptions | None = None
         # Where the stub is defined (no file read: read only to report an MLIR error).
         self._site = definition_site(stub)
-        self._dependents = Dependents()  # kernels linking this one (callbacks=)
+        # The kernels linking this one (callbacks=): a Dependents made by the first watch().
 
     @property
     def session(self) -> Session:
@@ -171,13 +180,15 @@ class Kernel(NativeCallable):
         # Kernels linking this one (as an extern) relink too, if they may have linked
         # the function just retired (so a cycle of subscriptions ends); outside the lock
         # above when it is not held already (kernels of other sessions take theirs).
-        if retired:
-            self._dependents.invalidate()
+        dependents: Dependents | None = self.__dict__.get("_dependents")
+        if retired and dependents is not None:
+            dependents.invalidate()
 
     def watch(self, subscriber: Invalidated) -> None:
         """Call ``subscriber.invalidate()`` whenever this kernel lets go of its compiled
         function (kernels linking this one through ``callbacks=`` do; kept weakly)."""
-        self._dependents.add(subscriber)
+        # setdefault: two threads watching first at once keep the same one.
+        self.__dict__.setdefault("_dependents", Dependents()).add(subscriber)
 
     #: The same as :meth:`invalidate` (its name before the Invalidated protocol).
     forget = invalidate
@@ -193,8 +204,10 @@ class Kernel(NativeCallable):
     def __getstate__(self) -> dict[str, Any]:
         # A copy shares no compiled function: it compiles (or hits the session's cache)
         # on its first call, and so subscribes to invalidation itself.
-        return {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
-                "_options": None, "_ctypes": None, "_dependents": Dependents()}
+        state = {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
+                 "_options": None, "_ctypes": None}
+        state.pop("_dependents", None)  # nothing links the copy yet
+        return state
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """Pickle by reference (module and qualified name) when importable, else by
@@ -220,8 +233,8 @@ class Kernel(NativeCallable):
             cb = session.find_callback(name, self._callbacks)
             if cb is not None and cb not in callbacks:
                 callbacks.append(cb)  # linked by name here: shipped (then linked) explicitly
-        return _kernel_by_value, (pickle_token(self), fixed, tuple(callbacks), self._session,
-                                  self.release_gil)
+        return by_value, ("kernel", pickle_token(self), fixed, tuple(callbacks),
+                          self._session, self.release_gil)
 
     def __copy__(self) -> Kernel:
         # A copy (unlike an unpickled kernel) is a kernel of its own, compiling itself.
@@ -260,7 +273,7 @@ class Kernel(NativeCallable):
             stub = self.__wrapped__
             made = self.__dict__["_ctypes"] = (function, function_pointer(
                 function.address, function.signature, (function, function.module),
-                None if isinstance(stub, _Stub) else stub, f"@mlir_kernel {self.name!r}"))
+                None if isinstance(stub, StandInStub) else stub, f"@mlir_kernel {self.name!r}"))
         return made[1]
 
     @property
@@ -321,36 +334,14 @@ class Kernel(NativeCallable):
         return f"<mlir_kernel @{self.name} ({state})>"
 
 
-class _Stub:
-    """What a kernel pickled by value keeps of its stub: names, docstring, parameters."""
-
-    def __init__(self, name: str, qualname: str, module: str, doc: str | None,
-                 params: tuple[str, ...]) -> None:
-        self.__name__ = name
-        self.__qualname__ = qualname
-        self.__module__ = module
-        self.__doc__ = doc
-        self.params = params
-        self.__annotations__: dict[str, Any] = {}  # checked where it was written
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                                  for p in self.params])
-
-    def __call__(self, *args: Any) -> Any:
-        raise TypeError(f"{self.__qualname__}: the stub of a kernel pickled by value has "
-                        f"no body")
-
-
 class GenericKernel(GenericDispatch, Kernel):
     """An ``@mlir_kernel`` whose source uses type aliases it does not define (``!T``):
     generic over them, bound per call (see :mod:`pymlirjit.generic`)."""
 
     def _make_bound(self, stub: Any, text: str, binding: dict[str, str]) -> BoundKernel:
         t = self._template
-        stand_in = None if stub is None else _Stub(stub[0], self.__qualname__, self.__module__,
-                                                   self.__doc__, stub[1])
+        stand_in = None if stub is None else StandInStub(
+            stub[0], self.__qualname__, self.__module__, self.__doc__, stub[1])
         kernel = BoundKernel(stand_in, text, self.name, callbacks=t._callbacks,
                              session=t._session, release_gil=t.release_gil, cache=t._cache,
                              **t._overrides.given())
@@ -365,7 +356,7 @@ class GenericKernel(GenericDispatch, Kernel):
         unbound source (pickled by value: the text, options and callbacks)."""
         if importable(self):
             return self.__qualname__
-        return _generic_by_value, (pickle_token(self), self._template)
+        return by_value, ("generic", pickle_token(self), self._template)
 
 
 class BoundKernel(Kernel):
@@ -384,17 +375,19 @@ class BoundKernel(Kernel):
                             f"{exc.summary}", exc.diagnostics) from exc
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-        return _bound_by_value, (self.generic, self.binding)
+        return by_value, ("bound", self.generic, self.binding)
 
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"
         return f"<mlir_kernel @{self.name} [{describe(self.binding)}] ({state})>"
 
 
+@rebuilds("bound")
 def _bound_by_value(generic: GenericKernel, binding: dict[str, str]) -> Kernel:
     return generic.specialize(**binding)  # type: ignore[no-any-return]
 
 
+@rebuilds("generic")
 def _generic_by_value(token: str, template: Kernel) -> GenericKernel:
     def make() -> GenericKernel:
         return GenericKernel(template, template.mlir)
@@ -417,12 +410,13 @@ def _generic_or_kernel(template: Kernel) -> Kernel:
     return GenericKernel(template, text) if free_aliases(text) else template
 
 
+@rebuilds("kernel")
 def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
                      session: Session | None, release_gil: bool | None) -> Kernel:
     def make() -> Kernel:
         source, name, overrides, cache, stub = pickle.loads(fixed)
-        return Kernel(stub and _Stub(*stub), source, name, callbacks=callbacks, session=session,
-                      release_gil=release_gil, cache=cache, **overrides)
+        return Kernel(stub and StandInStub(*stub), source, name, callbacks=callbacks,
+                      session=session, release_gil=release_gil, cache=cache, **overrides)
     return interned(token, make)  # type: ignore[no-any-return]
 
 

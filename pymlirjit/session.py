@@ -25,7 +25,6 @@ import os
 import pickle
 import threading
 import weakref
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +53,7 @@ from .module import (
     load,
 )
 from .options import CompileOptions
-from .pickling import loads_parts
+from .pickling import by_value, loads_parts, rebuilds
 from .pipeline import runtime_library
 from .prepare import built_text, builtin_callbacks, lower, prepare
 from .sourcelines import read_mlir_file
@@ -127,10 +126,10 @@ class Session:
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise TypeError(f"cache_dir must be a folder's path (a str or pathlib.Path), got "
                             f"{type(cache_dir).__name__}")
-        self.disk_cache: CacheStore = (DiskCache(cache_dir) if cache_dir is not None
-                                       else NullCache())
+        # Without a folder, the store every session shares: it keeps and counts nothing.
+        self.disk_cache: CacheStore = DiskCache(cache_dir) if cache_dir is not None else _NO_CACHE
         self._disk_hits = 0
-        self._rejected: Counter[str] = Counter()
+        self._rejected: dict[str, int] = {}  # disk entries refused, by reason
         self.options = CompileOptions.make(pipeline, opt_level, shared_libs, fastmath,
                                            parallel, boundscheck, error_model)
         self.callbacks = registry if registry is not None else CallbackRegistry()
@@ -140,7 +139,8 @@ class Session:
         self._hits = 0
         self._misses = 0
         self._lock = threading.RLock()
-        self._subscribers: weakref.WeakSet[Invalidated] = weakref.WeakSet()
+        # Made by the first watch(): most sessions unpickled by a worker have none.
+        self._subscribers: weakref.WeakSet[Invalidated] | None = None
 
     def __repr__(self) -> str:
         return f"<Session: {len(self._cache)} cached modules>"
@@ -181,13 +181,15 @@ class Session:
             self._declared.clear()
             self._hits = self._misses = self._disk_hits = 0
             self._rejected.clear()
-            for subscriber in list(self._subscribers):
+            for subscriber in list(self._subscribers if self._subscribers is not None else ()):
                 subscriber.invalidate()
 
     def watch(self, subscriber: Invalidated) -> None:
         """Call ``subscriber.invalidate()``, under :attr:`lock`, whenever the cache is
         cleared (the subscriber is kept weakly)."""
         with self._lock:
+            if self._subscribers is None:
+                self._subscribers = weakref.WeakSet()
             self._subscribers.add(subscriber)
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
@@ -205,7 +207,7 @@ class Session:
             directory = store.directory if isinstance(store, DiskCache) else None
             parts = self.__dict__["_pickled_parts"] = (store, options, registry, pickle.dumps(
                 (options, directory, registry is default_registry())))
-        return _session_by_value, (pickle_token(self), parts[3])
+        return by_value, ("session", pickle_token(self), parts[3])
 
     def find_callback(self, name: str, explicit: Sequence[Any] = ()) -> Any:
         """The callback ``@name`` links to: explicit ones first (callbacks, or externs
@@ -306,7 +308,7 @@ class Session:
                 self._disk_hits += 1
                 return module, found.declared
         if found is not None:
-            self._rejected[found.reason] += 1
+            self._rejected[found.reason] = self._rejected.get(found.reason, 0) + 1
         prepared = lower(prepare(key.source, options,
                                  lambda name: self.find_callback(name, key.explicit),
                                  filename), options)
@@ -321,13 +323,25 @@ class Session:
                 except _UNLOADABLE as exc:
                     rejection = store.reject(disk_key, "unloadable",
                                              f"{type(exc).__name__}: {exc}")
-                    self._rejected[rejection.reason] += 1
+                    self._rejected[rejection.reason] = self._rejected.get(rejection.reason, 0) + 1
         return engine_module(engine, prepared, key.source, options), prepared.declared
 
 
+# Sessions' parts unpickled in this process, by their bytes (all immutable: options, a
+# folder's path, a flag): a session unpickled with the parts of one unpickled before (the
+# default options, mostly) shares them instead of unpickling ~1 KB of options again.
+_parts_seen: dict[bytes, tuple[CompileOptions, str | None, bool]] = {}
+
+
+@rebuilds("session")
 def _session_by_value(token: str, parts: bytes) -> Session:
     def make() -> Session:
-        options, cache_dir, default_callbacks = loads_parts(parts)
+        seen = _parts_seen.get(parts)
+        if seen is None:
+            if len(_parts_seen) >= 64:  # many senders' options: keep the newest only
+                _parts_seen.clear()
+            seen = _parts_seen[parts] = loads_parts(parts)
+        options, cache_dir, default_callbacks = seen
         session = Session(registry=default_registry() if default_callbacks else None,
                           cache_dir=cache_dir)
         session.options = options

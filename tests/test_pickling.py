@@ -595,3 +595,56 @@ def test_the_token_table_lets_go_of_objects_that_died() -> None:
     """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "0"]
+
+
+def test_objects_by_value_name_one_function_the_receiver_looks_up() -> None:
+    # Each name a pickle holds is looked up by import when pickled and when unpickled
+    # (~0.85 us each): a kernel with a callback and a session of its own names one.
+    pytest.importorskip("cloudpickle")
+    import pickletools
+
+    session = Session(opt_level=1)
+
+    @callback(session=session)
+    def pickling_twice(x: f64) -> f64:
+        return 2.0 * x
+
+    @mlir_kernel(source=BUMPED.replace("pickling_bump", "pickling_twice"), session=session,
+                 name="bumped")
+    def local_bumped(a: f64) -> f64: ...
+
+    data = pickle.dumps(local_bumped)
+    pushed: list[str] = []
+    globals_named = []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name.endswith("UNICODE"):
+            pushed.append(arg)
+        elif op.name == "STACK_GLOBAL":  # named by the last two strings pushed
+            globals_named.append(tuple(pushed[-2:]))
+    assert globals_named == [("pymlirjit.pickling", "by_value")]
+    done = run(f"""
+        import pickle
+        kernel = pickle.loads({data!r})
+        print(kernel(1.5), kernel.session.opt_level, kernel.session is not None)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3.0", "1", "True"]
+
+
+def test_an_unknown_kind_of_object_by_value_is_refused_by_name() -> None:
+    from pymlirjit.pickling import by_value
+
+    with pytest.raises(pickle.UnpicklingError, match=r"'widget'.*another version"):
+        by_value("widget", "a-token")
+
+
+def test_sessions_unpickled_with_equal_options_share_them() -> None:
+    # The options are immutable: a receiver unpickles ~1 KB of them once per value.
+    data = [pickle.dumps(Session(opt_level=1)) for _ in range(2)]
+    done = run(f"""
+        import pickle
+        first, second = (pickle.loads(d) for d in {data!r})
+        print(first is second, first.options is second.options, second.opt_level)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "1"]

@@ -257,3 +257,12 @@ def test_a_cache_dir_that_is_no_path_is_a_type_error_naming_it() -> None:
     # It was Path()'s "expected str, bytes or os.PathLike object, not int".
     with pytest.raises(TypeError, match=r"^cache_dir must be a folder's path .*got int$"):
         Session(cache_dir=5)  # type: ignore[arg-type]
+
+
+def test_sessions_without_a_cache_folder_share_a_store_that_keeps_nothing() -> None:
+    first, second = Session(), Session(opt_level=1)
+    assert first.disk_cache is second.disk_cache
+    first.compile(SQUARE)
+    store = second.disk_cache
+    assert (store.hits, store.misses, store.stores, dict(store.rejected)) == (0, 0, 0, {})
+    assert first.cache_info().disk_hits == 0 and first.cache_info().rejected == {}
