@@ -348,6 +348,8 @@ def parse_type(text: str) -> Type:
     """Parse an MLIR type string (with MLIR's own parser) into a pymlirjit type."""
     from mlir import ir
 
+    if not text.strip():  # MLIR's parser aborts the process on an empty string
+        raise TypeError(f"{text!r} is not an MLIR type: the string is empty")
     with _context_lock:
         context = _type_context()
         with context:

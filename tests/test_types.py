@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Annotated
 
 import numpy as np
@@ -128,3 +130,22 @@ def test_f8_memrefs_cross_into_kernels_and_callbacks(name: str, dtype: str) -> N
     assert module.same(0.3) == float(np.array(0.3, dtype=getattr(ml_dtypes, dtype)))
     with pytest.raises(TypeError, match="argument 1"):
         module.same("x")
+
+
+_EMPTY_TYPE_CHILD = """if True:
+    from pymlirjit.types import to_type
+    for text in ("", "  "):
+        try:
+            to_type(text)
+        except TypeError as exc:
+            print(exc)
+"""
+
+
+def test_an_empty_type_string_is_a_type_error_not_an_abort() -> None:
+    # In a child: MLIR's type parser aborts the process on an empty string.
+    done = subprocess.run([sys.executable, "-c", _EMPTY_TYPE_CHILD], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["'' is not an MLIR type: the string is empty",
+                                        "'  ' is not an MLIR type: the string is empty"]
