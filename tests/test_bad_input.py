@@ -54,6 +54,9 @@ CASES: list[tuple[str, Callable[[Session], object], type[BaseException], str]] =
     ("unregistered op", lambda s: s.compile('func.func @f() { "x.y"() : () -> () \n return }'),
      MLIRError, "unregistered dialect"),
     ("bad pipeline", lambda s: s.compile(KERNELS, pipeline="nonsense("), MLIRError, "pipeline"),
+    ("bad pass option value",
+     lambda s: s.compile(KERNELS, pipeline="canonicalize{max-iterations=x},convert-to-llvm"),
+     MLIRError, "'x' value invalid for long argument"),
     ("op the pipeline cannot lower",
      lambda s: s.compile(ADD_F64, pipeline="convert-func-to-llvm"), MLIRError,
      "not lowered"),
@@ -70,6 +73,9 @@ CASES: list[tuple[str, Callable[[Session], object], type[BaseException], str]] =
     ("static dim mismatch", lambda s: compile_kernels(s).array(np.zeros((3, 3), np.float32)),  # type: ignore[attr-defined]
      ValueError, "dim 0 must be 2"),
     ("not an array", lambda s: compile_kernels(s).array([[1.0]]), TypeError, "numpy array"),  # type: ignore[attr-defined]
+    ("masked array",
+     lambda s: compile_kernels(s).array(np.ma.masked_array(np.zeros((2, 3), np.float32))),  # type: ignore[attr-defined]
+     TypeError, "masked array"),
     ("i8 out of range", lambda s: compile_kernels(s).scalars(1000, 0, 0, 0.0), ValueError,  # type: ignore[attr-defined]
      "out of range for i8"),
     ("i16 out of range", lambda s: compile_kernels(s).scalars(0, 1 << 20, 0, 0.0), ValueError,  # type: ignore[attr-defined]
