@@ -435,7 +435,8 @@ def to_python_scalar(scalar: ScalarType, value: Any, what: str, exact: bool = Fa
         return number
     numbers: tuple[type, ...] = ((float, int, np.floating, np.integer) if kind == "float"
                                  else (complex, float, int, np.number))
-    if not isinstance(value, numbers) or isinstance(value, (bool, np.bool_)):
+    if ((not isinstance(value, numbers) and type(value) is not scalar.dtype.type)  # ml_dtypes'
+            or isinstance(value, (bool, np.bool_))):
         raise TypeError(f"{what}: expected a {kind} for {scalar.mlir}, got {_describe(value)}")
     convert: Any = float if kind == "float" else complex
     try:

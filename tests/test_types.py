@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pymlirjit import MemRef, Tensor, UnrankedMemRef, f32, f64, i1, i64
-from pymlirjit.types import SCALARS, MemRefType, parse_type, to_python_scalar, to_type
+from pymlirjit.types import SCALARS, MemRefType, ScalarType, parse_type, to_python_scalar, to_type
 
 
 @pytest.mark.parametrize("scalar", SCALARS, ids=lambda t: t.mlir)
@@ -149,3 +149,17 @@ def test_an_empty_type_string_is_a_type_error_not_an_abort() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["'' is not an MLIR type: the string is empty",
                                         "'  ' is not an MLIR type: the string is empty"]
+
+
+@pytest.mark.parametrize("t", [t for t in SCALARS if t.dtype_module == "ml_dtypes"],
+                         ids=lambda t: t.mlir)
+def test_a_scalar_of_an_ml_dtypes_type_is_taken_for_its_own_type(t: object) -> None:
+    """bfloat16(1.5) for bf16 (a kernel argument, a callback's result): ml_dtypes' scalar
+    types are no np.floating, and were refused as not being floats."""
+    pytest.importorskip("ml_dtypes")
+    assert isinstance(t, ScalarType)
+    value = t.dtype.type(1.5)
+    assert to_python_scalar(t, value, "x", exact=True) == 1.5
+    assert to_python_scalar(t, value, "x") == 1.5
+    with pytest.raises(TypeError, match=r"x: expected a float for f32, got"):
+        to_python_scalar(f32, value, "x")
