@@ -40,11 +40,11 @@ def stderr_captured() -> Iterator[CapturedStderr]:
     :class:`CapturedStderr` for the caller to put into its error, and not printed. When the
     block ends normally, whatever was captured is written back to fd 2: another thread may
     have written there in that window, and its output must not be lost. With no usable
-    fd 2 (closed), the block runs without a capture.
+    fd 2 (closed) or no temporary file, the block runs without a capture.
     """
     captured = CapturedStderr()
     with _lock:
-        if sys.stderr is not None:
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # a closed stream
             sys.stderr.flush()  # Python's buffered text goes out before the redirect
         try:
             saved = os.dup(_STDERR)
@@ -52,7 +52,12 @@ def stderr_captured() -> Iterator[CapturedStderr]:
             yield captured
             return
         try:
-            with tempfile.TemporaryFile() as sink:
+            try:
+                sink = tempfile.TemporaryFile()  # noqa: SIM115 - entered just below
+            except OSError:  # no writable temporary folder: nothing can be captured
+                yield captured
+                return
+            with sink:
                 os.dup2(sink.fileno(), _STDERR)
                 try:
                     yield captured
@@ -68,5 +73,6 @@ def stderr_captured() -> Iterator[CapturedStderr]:
 
 def _write_all(data: bytes) -> None:
     view = memoryview(data)
-    while view:
-        view = view[os.write(_STDERR, view):]
+    with contextlib.suppress(OSError):  # a stderr that cannot be written loses it anyway
+        while view:
+            view = view[os.write(_STDERR, view):]

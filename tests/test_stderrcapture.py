@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -108,3 +109,16 @@ def test_a_closed_fd_2_runs_the_block_without_a_capture() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0
     assert done.stdout == "''\n"
+
+
+def test_without_a_temporary_file_the_block_runs_without_a_capture(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    def no_temporary_file() -> None:
+        raise OSError("no writable temporary folder")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_temporary_file)
+    with pytest.raises(ValueError), stderr_captured() as printed:
+        os.write(2, b"printed as usual\n")
+        raise ValueError("failed")
+    assert printed.text == ""
+    assert capfd.readouterr().err == "printed as usual\n"
