@@ -109,6 +109,7 @@ func.func private @cb(f32) -> f32
 @pytest.mark.parametrize(("returns", "error", "message"), [
     ("a string", TypeError, "expected a float"),
     (np.zeros(2), TypeError, "expected a float"),
+    (1e300, ValueError, r"callback 'cb': result #0: 1e\+300 is out of range for f32"),
 ])
 def test_callback_returning_the_wrong_type(session: Session, returns: object,
                                           error: type[BaseException], message: str) -> None:
@@ -118,6 +119,18 @@ def test_callback_returning_the_wrong_type(session: Session, returns: object,
     define_callback(session, cb, "cb")
     with pytest.raises(error, match=message):
         session.compile(CALLER).run(1.0)
+
+
+def test_specialize_of_something_not_a_type(session: Session) -> None:
+    from pymlirjit import mlir_kernel
+
+    @mlir_kernel(source="func.func @same(%x: !T) -> !T { return %x : !T }", session=session)
+    def same(x: object) -> object: ...
+
+    with pytest.raises(TypeError, match=r"@mlir_kernel 'same': specialize\(T='notatype'\): "
+                                        r"not an MLIR type"):
+        same.specialize(T="notatype")
+    assert same(1.5) == 1.5
 
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])
