@@ -391,8 +391,10 @@ class _TrampolineBuilder(_FunctionBuilder):
         # there on, rounding to nearest even gives inf (the largest is odd).
         bias = (1 << (exponent_bits - 1)) - 1
         limit = ir.Constant(_double, (2.0 - 2.0 ** -(mantissa_bits + 1)) * 2.0 ** bias)
-        fits = b.and_(b.fcmp_unordered("<", value, limit),
-                      b.fcmp_unordered(">", value, b.fneg(limit)))
+        # |value| < limit, or a NaN: the sign bit cleared (what LLVM makes an fabs).
+        magnitude = b.bitcast(b.and_(b.bitcast(value, _i64), ir.Constant(_i64, (1 << 63) - 1)),
+                              _double)
+        fits = b.fcmp_unordered("<", magnitude, limit)
         slow = self.function.append_basic_block("float_range")
         done = self.function.append_basic_block("float_range_checked")
         entry_block = b.block
