@@ -56,7 +56,7 @@ from .signature import Signature, decode_signature, encode_signature
 __all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
            "default_cache_dir", "entry_key"]
 
-_FORMAT = 8  # 8: parallel loops share chunks (7: all code allocates through the trackers)
+_FORMAT = 9  # 9: trampolines check float results (8: parallel loops share chunks)
 _KINDS = ("shared", "object")
 
 

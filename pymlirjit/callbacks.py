@@ -29,7 +29,7 @@ from typing import Any, Protocol, SupportsIndex, TypeVar, overload
 
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
 from .callframe import call_machinery, culprit_token, record_current
-from .convert import from_c, to_c, to_memory
+from .convert import from_c, result_scalar, to_c, to_memory
 from .errors import SignatureError
 from .memref import (
     UnrankedDescriptor,
@@ -59,7 +59,6 @@ from .types import (
     TensorType,
     Type,
     UnrankedMemRefType,
-    to_python_scalar,
 )
 
 __all__ = [
@@ -269,7 +268,7 @@ class TrampolineHelpers:
         if isinstance(t, MemRefType):  # an array the trampoline copies
             return result_array(value, t, f"callback {self.name!r}: result #0")
         assert isinstance(t, ScalarType)
-        return to_python_scalar(t, value, f"callback {self.name!r}: result #0")
+        return result_scalar(t, value, f"callback {self.name!r}: result #0")
 
 
 def prepare_entries(callbacks: Iterable[Callback]) -> None:

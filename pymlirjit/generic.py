@@ -32,6 +32,7 @@ For example (the README runs the same)::
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -39,12 +40,31 @@ from typing import Any
 from .aliases import Binder, ExactTypes, describe, free_aliases, header
 from .callbacks import default_registry
 from .function import CompiledFunction
-from .types import to_type
+from .types import _context_lock, _type_context, to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["GenericDispatch", "describe", "free_aliases"]
 
 _header = header  # the name pymlirjit.ufunc imports it by
+
+
+@functools.lru_cache(maxsize=256)
+def _mlir_type_text(text: str) -> str:
+    """``text`` as MLIR prints the type it spells (``"i32 "`` is ``"i32"``); TypeError when
+    MLIR cannot parse it as one type. Checked when bound, not when the binding compiles: the
+    binding is put in front of the source as ``!T = <text>``, where a comment or a second
+    type would change the source."""
+    from mlir import ir
+
+    stripped = text.strip()  # MLIR misreads a type after a leading space
+    if not stripped:  # and aborts the process on an empty string
+        raise TypeError("not an MLIR type: the string is empty")
+    with _context_lock, _type_context():
+        try:
+            return str(ir.Type.parse(stripped))
+        except Exception as exc:  # MLIRError of the bindings: its text says where and why
+            reason = str(exc).strip().splitlines()[-1].rpartition("error: ")[2]
+            raise TypeError(f"not an MLIR type: {reason}") from None
 
 
 class _Link(NativeCallable):
@@ -129,10 +149,12 @@ class GenericDispatch(NativeCallable):
                                 f"({', '.join('!' + a for a in self.aliases)}); !{alias} "
                                 f"is missing")
             value = types.pop(alias)
-            binding[alias] = value if isinstance(value, str) else to_type(value).mlir
-            if "\n" in binding[alias] or not binding[alias].strip():
-                raise ValueError(f"@mlir_kernel {self.name!r}: !{alias}: not an MLIR type: "
-                                 f"{value!r}")
+            try:
+                binding[alias] = (_mlir_type_text(value) if isinstance(value, str)
+                                  else to_type(value).mlir)
+            except TypeError as exc:
+                raise TypeError(f"@mlir_kernel {self.name!r}: specialize({alias}={value!r}): "
+                                f"{exc}") from None
         if types:
             raise TypeError(f"@mlir_kernel {self.name!r} has no alias "
                             f"{', '.join('!' + a for a in types)} (its aliases: "

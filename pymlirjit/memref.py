@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 from typing import Any
 
 import numpy as np
@@ -160,9 +161,11 @@ def free_unowned(descriptor: Any, rank: int, owners: dict[int, object]) -> None:
 
 def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
                  what: str, kind: str) -> np.ndarray[Any, Any]:
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{what}: expected a numpy array for {kind}, "
-                        f"got {type(value).__name__}")
+    if type(value) is not np.ndarray:
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"{what}: expected a numpy array for {kind}, "
+                            f"got {type(value).__name__}")
+        _refuse_masked(value, what)
     if value.dtype != element.dtype:
         raise TypeError(f"{what}: expected dtype {element.dtype} for {kind}, got {value.dtype}")
     if value.ndim != len(shape):
@@ -173,6 +176,17 @@ def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
             raise ValueError(f"{what}: dim {axis} must be {want} for {kind}, got {got} "
                              f"(shape {value.shape})")
     return value
+
+
+def _refuse_masked(array: np.ndarray[Any, Any], what: str) -> None:
+    """Refuse a numpy masked array, as numba does: compiled code would read its masked
+    elements too. Other subclasses (np.memmap, ...) carry no such meaning and pass."""
+    masked = sys.modules.get("numpy.ma")  # not imported: no value can be a masked array
+    if masked is not None and isinstance(array, masked.MaskedArray):
+        raise TypeError(f"{what}: got a numpy masked array, whose mask compiled code would "
+                        f"ignore (it reads the masked elements too); pass .filled(value) "
+                        f"for its elements with the masked ones replaced, or .data for "
+                        f"every element as it is")
 
 
 def _element_strides(array: np.ndarray[Any, Any], what: str) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ from .errors import Diagnostic, MLIRError
 from .llvmoptions import enable_matrix_lowering
 from .loweringchecks import check_lowered, check_no_stack_results, check_no_sub_byte_access
 from .passguards import GUARDED, check_before
+from .stderrcapture import stderr_captured
 from .subbyte import VECTOR_LOWERING, deferred_to_vectorizing, vectorize_sub_byte_accesses
 from .transformscripts import erase_schedules
 from .vectorscan import lower_vector_scans
@@ -328,9 +329,11 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
     with module.context:
         _check_nested_pipelines(text)  # before MLIR parses them: it would only print errors
         try:
-            PassManager.parse(text)
+            with stderr_captured() as printed:
+                PassManager.parse(text)
         except ValueError as exc:
-            raise MLIRError(f"invalid pass pipeline {text!r}: {exc}") from None
+            raise MLIRError(f"invalid pass pipeline {text!r}: "
+                            f"{_with_printed(str(exc), printed.text)}") from None
         check_no_stack_results(module, filename)
         if before is not None:
             text = before(module, text)
@@ -386,11 +389,24 @@ def _check_nested_pipelines(pipeline: str) -> None:
 
     for value in filter(None, _nested_pipelines(pipeline)):  # empty: no pipeline
         try:
-            PassManager.parse(f"builtin.module(any({value}))")
+            with stderr_captured() as printed:
+                PassManager.parse(f"builtin.module(any({value}))")
         except ValueError as exc:
+            reason = str(exc).strip().splitlines()[0].rpartition("error: ")[2]
             raise MLIRError(f"invalid pass pipeline {pipeline!r}: default-pipeline="
                             f"{value!r} is not a pass pipeline: "
-                            f"{str(exc).splitlines()[0].rpartition('error: ')[2]}") from None
+                            f"{_with_printed(reason, printed.text)}") from None
+
+
+def _with_printed(reason: str, printed: str) -> str:
+    """MLIR's exception text ``reason`` and what MLIR printed on stderr while it failed
+    (LLVM's options parser prints "<program name>: for the --x option: ...", and the name
+    is empty here)."""
+    reason, printed = reason.strip(), printed.strip()
+    if printed.startswith(":"):
+        return reason + printed
+    return "\n".join(filter(None, (reason, printed)))
+
 
 def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -> None:
     """Erase the external ``llvm.func`` declarations nothing refers to (see :func:`lower`):

@@ -313,6 +313,8 @@ def _from_function_type_string(text: str) -> Signature:
 
     from .types import _context_lock, _type_context
 
+    if not text.strip():  # MLIR's parser aborts the process on an empty string
+        raise SignatureError(f"{text!r} is not an MLIR function type like '(f32) -> f32'")
     with _context_lock, _type_context():
         try:
             parsed = ir.Type.parse(text)

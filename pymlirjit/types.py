@@ -348,6 +348,8 @@ def parse_type(text: str) -> Type:
     """Parse an MLIR type string (with MLIR's own parser) into a pymlirjit type."""
     from mlir import ir
 
+    if not text.strip():  # MLIR's parser aborts the process on an empty string
+        raise TypeError(f"{text!r} is not an MLIR type: the string is empty")
     with _context_lock:
         context = _type_context()
         with context:
@@ -433,7 +435,8 @@ def to_python_scalar(scalar: ScalarType, value: Any, what: str, exact: bool = Fa
         return number
     numbers: tuple[type, ...] = ((float, int, np.floating, np.integer) if kind == "float"
                                  else (complex, float, int, np.number))
-    if not isinstance(value, numbers) or isinstance(value, (bool, np.bool_)):
+    if ((not isinstance(value, numbers) and type(value) is not scalar.dtype.type)  # ml_dtypes'
+            or isinstance(value, (bool, np.bool_))):
         raise TypeError(f"{what}: expected a {kind} for {scalar.mlir}, got {_describe(value)}")
     convert: Any = float if kind == "float" else complex
     try:

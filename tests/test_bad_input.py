@@ -54,6 +54,9 @@ CASES: list[tuple[str, Callable[[Session], object], type[BaseException], str]] =
     ("unregistered op", lambda s: s.compile('func.func @f() { "x.y"() : () -> () \n return }'),
      MLIRError, "unregistered dialect"),
     ("bad pipeline", lambda s: s.compile(KERNELS, pipeline="nonsense("), MLIRError, "pipeline"),
+    ("bad pass option value",
+     lambda s: s.compile(KERNELS, pipeline="canonicalize{max-iterations=x},convert-to-llvm"),
+     MLIRError, "'x' value invalid for long argument"),
     ("op the pipeline cannot lower",
      lambda s: s.compile(ADD_F64, pipeline="convert-func-to-llvm"), MLIRError,
      "not lowered"),
@@ -70,6 +73,9 @@ CASES: list[tuple[str, Callable[[Session], object], type[BaseException], str]] =
     ("static dim mismatch", lambda s: compile_kernels(s).array(np.zeros((3, 3), np.float32)),  # type: ignore[attr-defined]
      ValueError, "dim 0 must be 2"),
     ("not an array", lambda s: compile_kernels(s).array([[1.0]]), TypeError, "numpy array"),  # type: ignore[attr-defined]
+    ("masked array",
+     lambda s: compile_kernels(s).array(np.ma.masked_array(np.zeros((2, 3), np.float32))),  # type: ignore[attr-defined]
+     TypeError, "masked array"),
     ("i8 out of range", lambda s: compile_kernels(s).scalars(1000, 0, 0, 0.0), ValueError,  # type: ignore[attr-defined]
      "out of range for i8"),
     ("i16 out of range", lambda s: compile_kernels(s).scalars(0, 1 << 20, 0, 0.0), ValueError,  # type: ignore[attr-defined]
@@ -103,6 +109,7 @@ func.func private @cb(f32) -> f32
 @pytest.mark.parametrize(("returns", "error", "message"), [
     ("a string", TypeError, "expected a float"),
     (np.zeros(2), TypeError, "expected a float"),
+    (1e300, ValueError, r"callback 'cb': result #0: 1e\+300 is out of range for f32"),
 ])
 def test_callback_returning_the_wrong_type(session: Session, returns: object,
                                           error: type[BaseException], message: str) -> None:
@@ -112,6 +119,18 @@ def test_callback_returning_the_wrong_type(session: Session, returns: object,
     define_callback(session, cb, "cb")
     with pytest.raises(error, match=message):
         session.compile(CALLER).run(1.0)
+
+
+def test_specialize_of_something_not_a_type(session: Session) -> None:
+    from pymlirjit import mlir_kernel
+
+    @mlir_kernel(source="func.func @same(%x: !T) -> !T { return %x : !T }", session=session)
+    def same(x: object) -> object: ...
+
+    with pytest.raises(TypeError, match=r"@mlir_kernel 'same': specialize\(T='notatype'\): "
+                                        r"not an MLIR type"):
+        same.specialize(T="notatype")
+    assert same(1.5) == 1.5
 
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])

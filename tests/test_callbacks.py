@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
 import pytest
 
@@ -259,6 +262,55 @@ def test_each_ctypes_entry_shape_delivers_and_checks_its_result(session: Session
     returned[0] = bad_value
     with pytest.raises(error, match=message):
         module.k(np.float16(1.5))
+
+
+# A result a type cannot hold, finite: raised as a kernel argument's would be, on each path
+# a result takes (a native trampoline, the ctypes entry, a struct of results).
+# (signature, the kernel's argument, a value in range, its result, a value out of range)
+RESULT_RANGE_CASES = {
+    "f32 trampoline": ("(f64) -> f32", 1.0, 3.0e38, float(np.float32(3.0e38)), 1e300),
+    "f16 trampoline": ("(f64) -> f16", 1.0, 65519.0, 65504.0, 70000.0),
+    "bf16 trampoline": ("(f64) -> bf16", 1.0, -3.39e38, -3.3895313892515355e38, -1e39),
+    "f32 numpy float64": ("(f64) -> f32", 1.0, np.float64(2.5), 2.5, np.float64(-1e300)),
+    "f32 int": ("(f64) -> f32", 1.0, 2**100, float(2**100), 10**39),
+    "f32 ctypes entry": ("(f8E5M2) -> f32", 1.5, 1.5, 1.5, 1e300),
+    "f8 ctypes entry": ("(f64) -> f8E4M3FN", 1.0, 460.0, 448.0, 1000.0),
+    "complex<f32> pair": ("(f64) -> complex<f32>", 1.0, 1 + 2j, 1 + 2j, 2 + 1e300j),
+    "f32 of two results": ("(f64) -> (f32, f32)", 1.0, (0.5, 1.5), (0.5, 1.5), (0.5, 1e300)),
+}
+
+
+@pytest.mark.parametrize("case", RESULT_RANGE_CASES)
+def test_a_finite_result_out_of_range_raises_naming_the_callback(session: Session,
+                                                                 case: str) -> None:
+    signature, argument, fine, expected, too_large = RESULT_RANGE_CASES[case]
+    params, results = signature.split(" -> ")
+    returned: list[object] = [fine]
+
+    def cb(x: object) -> object:
+        return returned[0]
+
+    callback(signature, name="cb", session=session)(cb)
+    count = results.count(",") + 1
+    names = ", ".join(f"%r{i}" for i in range(count))
+    module = session.compile(f"""
+    func.func private @cb{params} -> {results}
+    func.func @run(%x: {params.strip("()")}) -> {results} {{
+      {names} = func.call @cb(%x) : {signature}
+      return {names} : {results.strip("()")}
+    }}""")
+    assert module.run(argument) == expected
+    returned[0] = too_large
+    shown = repr(too_large[1] if isinstance(too_large, tuple) else too_large)
+    with pytest.raises(ValueError, match=rf"callback 'cb': result #{count - 1}: "
+                                         rf"{re.escape(shown)} is out of range for "
+                                         rf"{re.escape(results.strip('()').split(', ')[-1])}\n"):
+        module.run(argument)
+    for allowed in (math.inf, -math.inf, math.nan):  # inf and nan themselves pass
+        returned[0] = (0.5, allowed) if count == 2 else allowed
+        module.run(argument)
+    returned[0] = fine
+    assert module.run(argument) == expected  # the module keeps working
 
 
 def test_signature_mismatch_names_both_sides(session: Session) -> None:

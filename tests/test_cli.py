@@ -294,6 +294,10 @@ ERROR_CASES = {
                         ["tests/data/cli_malformed.mlir:3:23:"]),
     "bad pipeline": (["lower", "tests/data/cli_scale.mlir", "--pipeline", "no-such-pass"],
                      ["no-such-pass"]),
+    "bad pass option value": (["run", "tests/data/cli_scale.mlir", "--pipeline",
+                               "builtin.module(canonicalize{max-iterations=x},convert-to-llvm)"],
+                              ["failed to add `canonicalize`",
+                               "'x' value invalid for long argument"]),
 }
 
 

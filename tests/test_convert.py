@@ -58,3 +58,32 @@ def test_to_c_exact_converts_other_widths_only_when_exact() -> None:
     assert to_c(complex64, exact=True)(np.float32(0.1), "x") == (float(np.float32(0.1)), 0.0)
     with pytest.raises(ValueError, match="out of range for i8"):
         to_c(i8, exact=True)(np.int64(300), "x")
+
+
+def test_a_callback_result_rounds_but_must_not_overflow() -> None:
+    import math
+
+    import numpy as np
+
+    from pymlirjit.convert import result_scalar
+    from pymlirjit.types import bf16, complex64, f8E4M3FN, f16, f32, f64
+
+    assert result_scalar(f32, np.float64(0.1), "r") == 0.1  # rounds: not exact only
+    assert result_scalar(f32, float.fromhex("0x1.fffffefp127"), "r") > 3e38  # rounds down
+    assert result_scalar(f8E4M3FN, 460.0, "r") == 460.0  # 448 once in memory
+    assert result_scalar(f64, 1e308, "r") == 1e308
+    for t, value in ((f32, 1e300), (f16, -70000.0), (bf16, 10**39), (f8E4M3FN, 1000.0),
+                     (complex64, complex(1.0, 1e300)), (f32, np.float64(1e39))):
+        with pytest.raises(ValueError, match=r"^r: .* is out of range for "):
+            result_scalar(t, value, "r")
+        with pytest.raises(ValueError, match="out of range"):
+            to_c(t)(value, "r")
+        with pytest.raises(ValueError, match="out of range"):
+            to_memory(t, value, "r")
+    for t in (f32, f16, bf16, complex64):
+        for special in (math.inf, -math.inf):
+            assert result_scalar(t, special, "r") == special
+        assert math.isnan(abs(result_scalar(t, math.nan, "r")))
+    with pytest.raises(ValueError, match=r"r: 1000000000000000000000000000000000000\.\.\. "
+                                         r"is out of range for f32"):
+        result_scalar(f32, 10**100, "r")

@@ -197,6 +197,35 @@ def test_specialize_returns_a_kernel_compiled_eagerly(session: Session) -> None:
         axpy.specialize(T="i16").compile()
 
 
+@pytest.mark.parametrize(("value", "reason"), [
+    ("notatype", "expected non-function type"),
+    ("f32, f64", "found trailing characters"),
+    ("!nodialect.t", "unregistered dialect"),
+    ("", "the string is empty"),  # MLIR's parser would abort the process on it
+    (object(), "is not a type pymlirjit knows"),
+])
+def test_specialize_refuses_what_is_not_a_type_at_once(session: Session, value: Any,
+                                                       reason: str) -> None:
+    axpy = axpy_kernel(session)
+    with pytest.raises(TypeError) as caught:
+        axpy.specialize(T=value)
+    assert f"specialize(T={value!r})" in str(caught.value)
+    assert reason in str(caught.value)
+    assert axpy.signatures == []
+
+
+def test_specialize_binds_a_type_string_as_mlir_prints_it(session: Session) -> None:
+    """A comment or spaces in the string cannot reach the source the binding is put
+    in front of, and the same type spelled two ways is one binding."""
+    axpy = axpy_kernel(session)
+    bound = axpy.specialize(T="f32 // a comment")
+    assert bound is axpy.specialize(T=" f32") is axpy.specialize(T=np.float32)
+    assert bound.binding == {"T": "f32"}
+    y = np.zeros(2, np.float32)
+    bound(2.0, np.ones(2, np.float32), y)
+    np.testing.assert_array_equal(y, [2.0, 2.0])
+
+
 def test_non_generic_kernels_are_plain_kernels(session: Session) -> None:
     @mlir_kernel(source=ADD.replace("!T", "f64"), session=session)
     def add(a: float, b: float) -> float: ...

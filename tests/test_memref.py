@@ -556,3 +556,88 @@ def test_descriptor_field_indices_name_the_ctypes_fields(rank: int) -> None:
     for name in names:
         assert names[indices[name]] == name
     assert ctypes.sizeof(descriptor_type(rank)) == 8 * (3 + 2 * rank)
+
+
+# -- ndarray subclasses -------------------------------------------------------------------
+
+TOTALS = """
+func.func @total(%a: memref<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  %zero = arith.constant 0.0 : f64
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64>
+    %t = arith.addf %acc, %x : f64
+    scf.yield %t : f64
+  }
+  return %s : f64
+}
+func.func @first(%t: tensor<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %x = tensor.extract %t[%c0] : tensor<?xf64>
+  return %x : f64
+}
+func.func @rank(%u: memref<*xf64>) -> index {
+  %r = memref.rank %u : memref<*xf64>
+  return %r : index
+}
+"""
+
+
+class PlainSubclass(np.ndarray):  # type: ignore[type-arg]
+    """An ndarray subclass that changes nothing about its elements."""
+
+
+def test_a_masked_array_is_refused_naming_the_parameter(session: Session) -> None:
+    """Its mask would be ignored: the kernel would read the masked elements (numba
+    refuses masked arrays too). Checked also once calls take the native entry."""
+    from pymlirjit import mlir_kernel
+    from pymlirjit.vectorcall import has_entry
+
+    @mlir_kernel(source=TOTALS, name="total", session=session)
+    def total(values: np.ndarray) -> float: ...
+
+    assert total(np.ones(3)) == 3.0 and has_entry(total)  # the native entry is in place
+    masked = np.ma.masked_array([1.0, 2.0, 100.0], mask=[False, False, True])
+    with pytest.raises(TypeError, match=r"total\(\) argument 1 \('values'\): got a numpy "
+                                        r"masked array, whose mask compiled code would ignore"):
+        total(masked)
+    module = session.compile(TOTALS)
+    for function in (module.total, module.first, module.rank):
+        with pytest.raises(TypeError, match="masked array"):
+            function(masked)
+    nothing_masked = np.ma.masked_array(np.ones(2))
+    with pytest.raises(TypeError, match="masked array"):
+        total(nothing_masked)
+    assert total(masked.filled(0.0)) == 3.0
+    assert total(masked.data) == 103.0
+
+
+def test_ndarray_subclasses_without_hidden_meaning_are_taken(session: Session,
+                                                              tmp_path: Any) -> None:
+    module = session.compile(TOTALS)
+    mapped = np.memmap(tmp_path / "values.bin", dtype=np.float64, mode="w+", shape=(4,))
+    mapped[:] = [1.0, 2.0, 3.0, 4.0]
+    plain = np.arange(5.0).view(PlainSubclass)
+    assert module.total(mapped) == 10.0
+    assert module.total(plain) == 10.0
+    assert module.first(plain) == 0.0
+    assert module.rank(plain) == 1
+
+
+def test_a_callback_returning_a_masked_array_is_refused(session: Session) -> None:
+    @callback(name="masked_values", session=session)
+    def masked_values(n: i64) -> MemRef[f64, None]:
+        return np.ma.masked_array(np.ones(n), mask=[True] * n)
+
+    module = session.compile("""
+    func.func private @masked_values(i64) -> memref<?xf64>
+    func.func @call() -> memref<?xf64> {
+      %n = arith.constant 2 : i64
+      %r = func.call @masked_values(%n) : (i64) -> memref<?xf64>
+      return %r : memref<?xf64>
+    }""")
+    with pytest.raises(TypeError, match=r"callback 'masked_values': result #0: got a numpy "
+                                        r"masked array"):
+        module.call()

@@ -3,6 +3,7 @@ code for shared libraries (whose every process-specific value sits in a named sl
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from pymlirjit import Session, callback
-from pymlirjit.abi import boundary_abi
+from pymlirjit.abi import boundary_abi, native_callback_supported
 from pymlirjit.callbacks import Callback, TrampolineHelpers
 from pymlirjit.callframe import call_machinery
 from pymlirjit.module import slot_values
@@ -174,3 +175,50 @@ def test_python_ints_reach_float_parameters_natively(session: Session) -> None:
         sys.setprofile(None)
     assert results == [7.0, -(2.0**53) + 2.0**24, -6.5]
     assert seen == []  # no Python ran: the entry unboxed the ints itself
+
+
+# (type, the first double that rounds to inf, the largest finite value)
+ROUNDING_BOUNDARIES = [
+    ("f32", float.fromhex("0x1.ffffffp127"), float.fromhex("0x1.fffffep127")),
+    ("f16", 65520.0, 65504.0),
+    ("bf16", float.fromhex("0x1.ffp127"), float.fromhex("0x1.fep127")),
+]
+
+
+@pytest.mark.parametrize(("mlir", "boundary", "largest"), ROUNDING_BOUNDARIES,
+                         ids=[b[0] for b in ROUNDING_BOUNDARIES])
+def test_a_trampoline_raises_for_a_finite_result_that_would_round_to_inf(
+        session: Session, mlir: str, boundary: float, largest: float) -> None:
+    """Below the boundary the trampoline rounds the result itself (no Python converter);
+    from it on, a finite result raises as a kernel argument would; inf passes."""
+    import math
+    import sys
+
+    returned = [0.0]
+    cb = callback(f"(f64) -> {mlir}", name="cb", session=session)(lambda x: returned[0])
+    assert native_callback_supported(cb.signature)
+    run = session.compile(f"""
+    func.func private @cb(f64) -> {mlir}
+    func.func @run(%x: f64) -> {mlir} {{
+      %r = func.call @cb(%x) : (f64) -> {mlir}
+      return %r : {mlir}
+    }}""").run
+    below = math.nextafter(boundary, 0.0)
+    seen: list[str] = []
+    sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code.co_name)
+                   if event == "call" else None)
+    try:
+        for sign in (1.0, -1.0):
+            returned[0] = sign * below
+            assert run(1.0) == sign * largest
+    finally:
+        sys.setprofile(None)
+    assert "convert_result" not in seen
+    for sign in (1.0, -1.0):
+        returned[0] = sign * boundary
+        with pytest.raises(ValueError, match=rf"callback 'cb': result #0: "
+                                             rf"{re.escape(repr(sign * boundary))} is out "
+                                             rf"of range for {mlir}"):
+            run(1.0)
+        returned[0] = sign * math.inf
+        assert run(1.0) == sign * math.inf

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Literal
 
 import pytest
@@ -168,3 +170,21 @@ def test_the_arity_shortcut_for_plain_functions_agrees_with_inspect() -> None:
                 assert binds, (function, count)
             elif inspect.isfunction(function):
                 assert not binds, (function, count)
+
+
+_EMPTY_SIGNATURE_CHILD = """if True:
+    from pymlirjit import SignatureError
+    from pymlirjit.signature import as_signature
+    try:
+        as_signature("")
+    except SignatureError as exc:
+        print(exc)
+"""
+
+
+def test_an_empty_signature_string_is_a_signature_error_not_an_abort() -> None:
+    # In a child: MLIR's type parser aborts the process on an empty string.
+    done = subprocess.run([sys.executable, "-c", _EMPTY_SIGNATURE_CHILD], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "'' is not an MLIR function type like '(f32) -> f32'\n"

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Annotated
 
 import numpy as np
 import pytest
 
 from pymlirjit import MemRef, Tensor, UnrankedMemRef, f32, f64, i1, i64
-from pymlirjit.types import SCALARS, MemRefType, parse_type, to_python_scalar, to_type
+from pymlirjit.types import SCALARS, MemRefType, ScalarType, parse_type, to_python_scalar, to_type
 
 
 @pytest.mark.parametrize("scalar", SCALARS, ids=lambda t: t.mlir)
@@ -128,3 +130,36 @@ def test_f8_memrefs_cross_into_kernels_and_callbacks(name: str, dtype: str) -> N
     assert module.same(0.3) == float(np.array(0.3, dtype=getattr(ml_dtypes, dtype)))
     with pytest.raises(TypeError, match="argument 1"):
         module.same("x")
+
+
+_EMPTY_TYPE_CHILD = """if True:
+    from pymlirjit.types import to_type
+    for text in ("", "  "):
+        try:
+            to_type(text)
+        except TypeError as exc:
+            print(exc)
+"""
+
+
+def test_an_empty_type_string_is_a_type_error_not_an_abort() -> None:
+    # In a child: MLIR's type parser aborts the process on an empty string.
+    done = subprocess.run([sys.executable, "-c", _EMPTY_TYPE_CHILD], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["'' is not an MLIR type: the string is empty",
+                                        "'  ' is not an MLIR type: the string is empty"]
+
+
+@pytest.mark.parametrize("t", [t for t in SCALARS if t.dtype_module == "ml_dtypes"],
+                         ids=lambda t: t.mlir)
+def test_a_scalar_of_an_ml_dtypes_type_is_taken_for_its_own_type(t: object) -> None:
+    """bfloat16(1.5) for bf16 (a kernel argument, a callback's result): ml_dtypes' scalar
+    types are no np.floating, and were refused as not being floats."""
+    pytest.importorskip("ml_dtypes")
+    assert isinstance(t, ScalarType)
+    value = t.dtype.type(1.5)
+    assert to_python_scalar(t, value, "x", exact=True) == 1.5
+    assert to_python_scalar(t, value, "x") == 1.5
+    with pytest.raises(TypeError, match=r"x: expected a float for f32, got"):
+        to_python_scalar(f32, value, "x")

@@ -347,7 +347,7 @@ class _TrampolineBuilder(_FunctionBuilder):
         if t is None:
             return None
         if t.kind == "float":
-            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            value = self.range_checked(b.call(self.api["PyFloat_AsDouble"], [obj]), obj, t)
             if t.mlir in _BITS_LAYOUTS:
                 return _double_to_bits(b, value, *_BITS_LAYOUTS[t.mlir])
             return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
@@ -378,6 +378,40 @@ class _TrampolineBuilder(_FunctionBuilder):
         result.add_incoming(value, entry_block)
         result.add_incoming(wrapped, slow_block)
         return b.trunc(result, ir.IntType(t.bits)) if t.bits < 64 else result
+
+    def range_checked(self, value: ir.Value, obj: ir.Value, t: ScalarType) -> ir.Value:
+        """``value`` (the double of the result ``obj``) where it rounds to a finite ``t``
+        or is a NaN; else what the Python converter makes of ``obj``: it raises for a
+        finite value ``t`` cannot hold (as for a kernel argument) and returns an inf."""
+        if t.bits == 64:
+            return value
+        b = self.builder
+        exponent_bits, mantissa_bits, _ = _BITS_LAYOUTS.get(t.mlir, (8, 23, False))
+        # Halfway between the largest finite value and the next power of two: from
+        # there on, rounding to nearest even gives inf (the largest is odd).
+        bias = (1 << (exponent_bits - 1)) - 1
+        limit = ir.Constant(_double, (2.0 - 2.0 ** -(mantissa_bits + 1)) * 2.0 ** bias)
+        # |value| < limit, or a NaN: the sign bit cleared (what LLVM makes an fabs).
+        magnitude = b.bitcast(b.and_(b.bitcast(value, _i64), ir.Constant(_i64, (1 << 63) - 1)),
+                              _double)
+        fits = b.fcmp_unordered("<", magnitude, limit)
+        slow = self.function.append_basic_block("float_range")
+        done = self.function.append_basic_block("float_range_checked")
+        entry_block = b.block
+        b.cbranch(fits, done, slow)
+        b.position_at_end(slow)
+        converted = self.call(self.pointer(self.helpers.convert_result,
+                                           self.slot_of("convert_result")), [obj])
+        self.branch_on_error(self.is_null(converted), "float_converted")
+        checked = b.call(self.api["PyFloat_AsDouble"], [converted])
+        b.call(self.api["Py_DecRef"], [converted])
+        slow_block = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        result = b.phi(_double)
+        result.add_incoming(value, entry_block)
+        result.add_incoming(checked, slow_block)
+        return result
 
     def build(self) -> None:
         b = self.builder
