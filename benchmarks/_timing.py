@@ -169,6 +169,19 @@ def per_run_cold(run: Callable[[], Any], *, repeat: int) -> Samples:
     return Samples(tuple(values))
 
 
+def settle_threads(limit: float = 0.3) -> None:
+    """Wait (up to ``limit`` seconds) until this process's other threads stop using CPU:
+    a threaded library spins its workers for a while after a call (OpenBLAS's ~120 ms
+    of a core after a 2-thread matmul, OpenMP's a few ms), which would slow whatever
+    path is timed next by taking a core from it."""
+    end = time.perf_counter() + limit
+    while time.perf_counter() < end:
+        process, thread = time.process_time(), time.thread_time()
+        time.sleep(0.005)
+        if (time.process_time() - process) - (time.thread_time() - thread) < 0.001:
+            return
+
+
 def interleaved(*samplers: Callable[[], Samples], repeat: int) -> list[Samples]:
     """Run samplers that each measure one repeat round-robin, ``repeat`` rounds, and
     return their samples in order: paths whose ratio matters see the same machine load,

@@ -21,7 +21,15 @@ from pymlirjit import Session
 
 from ._kernel_sources import MLIR, NUMBA, NUMPY, symbol
 from ._peak import ComputePeak, compute_peak, copy_bandwidth
-from ._timing import CaseResult, Config, Samples, Target, interleaved, per_unit
+from ._timing import (
+    CaseResult,
+    Config,
+    Samples,
+    Target,
+    interleaved,
+    per_unit,
+    settle_threads,
+)
 
 __all__ = ["run"]
 
@@ -210,9 +218,12 @@ def _rate(spec: Spec, ns: float, peak: ComputePeak, bandwidth: float) -> str:
 
 
 def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
-             bandwidth: float, paths: list[Path] | None = None, tag: str = "") -> None:
+             bandwidth: float, paths: list[Path] | None = None, tag: str = "",
+             settle: bool = False) -> None:
     """Time ``paths`` (default: :func:`_paths`, the serial rows, in thread CPU time if
-    ``config.cpu_time``) of ``spec``, keys ``"<kernel><tag> <path>"``."""
+    ``config.cpu_time``) of ``spec``, keys ``"<kernel><tag> <path>"``; ``settle``: each
+    repeat of a path first waits for the threads the previous path left spinning
+    (:func:`settle_threads`)."""
     chosen = _paths(spec) if paths is None else paths
     numpy_call, numpy_output = _bind(NUMPY[spec.kernel], spec)
     numpy_call()
@@ -241,8 +252,12 @@ def _measure(spec: Spec, config: Config, result: CaseResult, peak: ComputePeak,
         start = time.perf_counter_ns()
         call()
         number = max(1, int(budget / max(1, time.perf_counter_ns() - start)))
-        samplers.append(lambda call=call, number=number: per_unit(
-            call, units=1, repeat=1, number=number, clock=clock))
+
+        def sample(call: Callable[[], Any] = call, number: int = number) -> Samples:
+            if settle:
+                settle_threads()
+            return per_unit(call, units=1, repeat=1, number=number, clock=clock)
+        samplers.append(sample)
     measured = dict(zip((p.key for p, _ in timed),
                         interleaved(*samplers, repeat=config.repeat)))
     for path in chosen:
@@ -417,7 +432,7 @@ def _measure_parallel(specs: list[Spec], config: Config, result: CaseResult,
         blas = _blas_threads(2, NUMPY[name]) if name == "matmul" else None
         if blas is not None:
             paths.append(Path("numpy 2 threads", "numpy, 2 BLAS threads", blas, None))
-        _measure(spec, config, result, peak, bandwidth, paths, tag)
+        _measure(spec, config, result, peak, bandwidth, paths, tag, settle=True)
         speedup = _ratio(result, f"{name}{tag} serial", f"{name}{tag} parallel")
         if tag == " parallel small":  # no target: how close to the large grid's speedup
             theirs = _ratio(result, f"{name}{tag} numba", f"{name}{tag} numba parallel")
