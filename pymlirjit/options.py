@@ -109,6 +109,9 @@ class CompileOptions:
                 boundscheck: bool | None = None,
                 error_model: str | None = None) -> CompileOptions:
         """These options with those given (not ``None``) instead, checked."""
+        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
+                and parallel is None and boundscheck is None and error_model is None):
+            return self  # a cache hit's common case: nothing to check
         return self.overridden(OptionOverrides.of(
             pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
             boundscheck=boundscheck, error_model=error_model))

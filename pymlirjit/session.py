@@ -239,7 +239,8 @@ class Session:
         """
         text, filename = _read_source(source)
         # Externs resolve now (kernels compile): their addresses are part of the key.
-        explicit = tuple(_linkable(cb) for cb in listed_callbacks(callbacks))
+        explicit = () if isinstance(callbacks, tuple) and not callbacks else tuple(
+            _linkable(cb) for cb in listed_callbacks(callbacks))
         chosen = (self.options if options is None else options).replace(
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
             error_model).resolved()
