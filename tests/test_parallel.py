@@ -401,6 +401,46 @@ func.func @fill(%c: memref<?xf64>) {
 """
 
 
+FILL_ONES = """
+func.func @fill(%c: memref<?xf64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1.0 : f64
+  %n = memref.dim %c, %c0 : memref<?xf64>
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    memref.store %one, %c[%i] : memref<?xf64>
+  }
+  return
+}
+"""
+
+
+def test_a_parallel_kernel_called_back_into_from_its_own_loop(two_threads: None) -> None:
+    """A callback inside a parallel loop calls another parallel kernel (its tasks and
+    chunk counters are its own) and clears the session that compiled both, every time
+    from whichever thread runs that chunk."""
+    session = Session(parallel=True)
+    inner = session.compile(FILL_ONES)
+    sums: list[float] = []
+
+    @callback(session=session)
+    def twice(i: index) -> f64:
+        buffer = np.zeros(1000)
+        inner.fill(buffer)
+        sums.append(float(buffer.sum()))
+        if i % 50 == 0:
+            session.clear_cache()
+        return 2.0 * i
+
+    outer = session.compile(CALLS_BACK)
+    for n in (1, 200):
+        sums.clear()
+        c = np.zeros(n)
+        outer.fill(c)
+        np.testing.assert_array_equal(c, 2.0 * np.arange(n))
+        assert sums == [1000.0] * n
+
+
 def test_callback_raising_in_a_parallel_loop_fails_the_call(two_threads: None) -> None:
     session = Session(parallel=True)
     raised: list[BaseException] = []
