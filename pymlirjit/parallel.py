@@ -82,8 +82,11 @@ def with_parallel_loops(pipeline: str, threads: int) -> str:
 CHUNKS_PER_THREAD = 8
 
 #: The threads' chunk counters (i64) are this many elements apart: a cache line, so a
-#: thread taking its own chunks does not contend with another taking its own.
+#: thread taking its own chunks does not contend with another taking its own. Past
+#: :data:`_SPREAD_THREADS` threads they are packed, so that the counters (on the
+#: calling thread's stack) take at most 32 KB even at the largest thread count.
 _COUNTER_STRIDE = 8
+_SPREAD_THREADS = 64
 
 
 def split_for_threads(module: Any, threads: int) -> int:
@@ -118,8 +121,8 @@ def _split(loop: Any, threads: int) -> None:
 
     index, i64 = ir.IndexType.get(), ir.IntegerType.get_signless(64)
     with _function_entry(loop), loop.location:
-        counters = memref.AllocaOp(ir.MemRefType.get([threads, _COUNTER_STRIDE], i64),
-                                   [], []).result
+        stride = _COUNTER_STRIDE if threads <= _SPREAD_THREADS else 1
+        counters = memref.AllocaOp(ir.MemRefType.get([threads, stride], i64), [], []).result
     with ir.InsertionPoint(loop), loop.location:
         zero, one, count, chunks = (arith.ConstantOp(index, v).result
                                     for v in (0, 1, threads, CHUNKS_PER_THREAD))
