@@ -148,6 +148,8 @@ def extern(name: str, target: Any, signature: Signature | str | None = None) -> 
 def listed_callbacks(callbacks: Iterable[Linkable]) -> tuple[Linkable, ...]:
     """``callbacks=`` as a tuple; TypeError for one item not put in a list (a string
     or a callback given bare would be iterated, or fail as 'not iterable')."""
+    if type(callbacks) is tuple:  # a list already (an unpickled kernel's): no ABC check
+        return callbacks
     if (isinstance(callbacks, (Callback, Extern, str)) or _is_function(callbacks)
             or not isinstance(callbacks, Iterable)):
         raise TypeError(f"callbacks must be a list (of @callback functions, "

@@ -81,9 +81,7 @@ class Kernel(NativeCallable):
             self._overrides = OptionOverrides.of(
                 pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
                 boundscheck=boundscheck, error_model=error_model)
-        # A tuple is a list of its own (an unpickled kernel's): no ABC check of it.
-        self._callbacks = callbacks if type(callbacks) is tuple else listed_callbacks(
-            callbacks or ())
+        self._callbacks = listed_callbacks(callbacks or ())
         self._cache = cache
         self._session = given_session(session)
         self.release_gil = release_gil

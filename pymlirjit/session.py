@@ -181,7 +181,7 @@ class Session:
             self._declared.clear()
             self._hits = self._misses = self._disk_hits = 0
             self._rejected.clear()
-            for subscriber in list(self._subscribers if self._subscribers is not None else ()):
+            for subscriber in list(self._subscribers or ()):
                 subscriber.invalidate()
 
     def watch(self, subscriber: Invalidated) -> None:
@@ -239,8 +239,7 @@ class Session:
         """
         text, filename = _read_source(source)
         # Externs resolve now (kernels compile): their addresses are part of the key.
-        explicit = () if isinstance(callbacks, tuple) and not callbacks else tuple(
-            _linkable(cb) for cb in listed_callbacks(callbacks))
+        explicit = tuple(map(_linkable, listed_callbacks(callbacks)))
         chosen = (self.options if options is None else options).replace(
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
             error_model).resolved()
