@@ -45,8 +45,6 @@ from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
 
-_NO_OVERRIDES = OptionOverrides()  # frozen: every kernel that sets no option shares it
-
 
 class Kernel(NativeCallable):
     """A function of an MLIR module, compiled on first call (or :meth:`compile`).
@@ -74,13 +72,9 @@ class Kernel(NativeCallable):
         self.__name__ = name
         self.name = name
         self.source = source
-        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
-                and parallel is None and boundscheck is None and error_model is None):
-            self._overrides = _NO_OVERRIDES  # most kernels (and most unpickled ones)
-        else:
-            self._overrides = OptionOverrides.of(
-                pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
-                boundscheck=boundscheck, error_model=error_model)
+        self._overrides = OptionOverrides.of(pipeline, opt_level, shared_libs,
+                                             fastmath=fastmath, parallel=parallel,
+                                             boundscheck=boundscheck, error_model=error_model)
         self._callbacks = listed_callbacks(callbacks or ())
         self._cache = cache
         self._session = given_session(session)

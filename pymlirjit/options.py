@@ -21,7 +21,7 @@ from .parallel import thread_count
 from .pipeline import check_opt_level, normalize_pipeline, runtime_library
 from .vectormath import cache_tag as vector_library_tag
 
-__all__ = ["FLAGS", "CompileOptions", "OptionOverrides", "listed_option"]
+__all__ = ["FLAGS", "NO_OVERRIDES", "CompileOptions", "OptionOverrides", "listed_option"]
 
 #: The boolean options, by name: each changes the code made, so each is in the cache key.
 FLAGS = ("fastmath", "parallel", "boundscheck")
@@ -47,9 +47,14 @@ class OptionOverrides:
 
     @classmethod
     def of(cls, pipeline: str | Sequence[str] | None = None, opt_level: int | None = None,
-           shared_libs: Iterable[str] | None = None,
-           **flags: Any) -> OptionOverrides:
-        """Overrides from the keywords of ``mlir_kernel`` and ``Session.compile``."""
+           shared_libs: Iterable[str] | None = None, fastmath: bool | None = None,
+           parallel: bool | None = None, boundscheck: bool | None = None,
+           error_model: str | None = None) -> OptionOverrides:
+        """Overrides from the keywords of ``mlir_kernel`` and ``Session.compile``; with
+        none given, :data:`NO_OVERRIDES` (most kernels and compile calls: one shared)."""
+        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
+                and parallel is None and boundscheck is None and error_model is None):
+            return NO_OVERRIDES
         if pipeline is not None and not isinstance(pipeline, str):
             # a list given: kept as a value, like the rest
             pipeline = listed_option("pipeline", pipeline, "a pass pipeline string or a list "
@@ -58,12 +63,17 @@ class OptionOverrides:
             shared_libs = listed_option("shared_libs", shared_libs, "a list of libraries "
                                         "(paths, or MLIR runtime library names)",
                                         (str, os.PathLike))
-        return cls(pipeline, opt_level, shared_libs, **flags)
+        return cls(pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
+                   error_model)
 
     def given(self) -> dict[str, Any]:
         """The options set (not ``None``), by name."""
         # The instance's fields are its __dict__ (no slots): read once per unpickled kernel.
         return {name: value for name, value in vars(self).items() if value is not None}
+
+
+#: The overrides of a kernel or compile call that sets no option (frozen: shared).
+NO_OVERRIDES = OptionOverrides()
 
 
 @dataclass(frozen=True)
@@ -109,15 +119,14 @@ class CompileOptions:
                 boundscheck: bool | None = None,
                 error_model: str | None = None) -> CompileOptions:
         """These options with those given (not ``None``) instead, checked."""
-        if (pipeline is None and opt_level is None and shared_libs is None and fastmath is None
-                and parallel is None and boundscheck is None and error_model is None):
-            return self  # a cache hit's common case: nothing to check
         return self.overridden(OptionOverrides.of(
             pipeline, opt_level, shared_libs, fastmath=fastmath, parallel=parallel,
             boundscheck=boundscheck, error_model=error_model))
 
     def overridden(self, overrides: OptionOverrides) -> CompileOptions:
         """These options with ``overrides`` applied, checked."""
+        if overrides is NO_OVERRIDES:  # a cache hit's common case: nothing to check
+            return self
         # What equals its current value (same type: 1 is not True) needs no check; this
         # makes a Session() (and one unpickled) cheap.
         given = {name: value for name, value in overrides.given().items()
