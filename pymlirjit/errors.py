@@ -7,8 +7,10 @@ mismatch, as with any other Python library.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 
 class PyMLIRJitError(Exception):
@@ -24,6 +26,14 @@ class Diagnostic:
     location: str
     notes: tuple[Diagnostic, ...] = ()
 
+    @classmethod
+    def from_mlir(cls, info: Any) -> Diagnostic:
+        """A diagnostic of MLIR's Python bindings (a ``DiagnosticInfo`` or the
+        ``Diagnostic`` a handler receives), with its notes."""
+        severity = str(info.severity).rsplit(".", 1)[-1].lower()
+        return cls(severity, info.message, str(info.location),
+                   tuple(cls.from_mlir(note) for note in info.notes))
+
     def renamed_source(self, filename: str) -> Diagnostic:
         """The same diagnostic, with MLIR's name for parsed text ("-") replaced."""
         return Diagnostic(self.severity, self.message,
@@ -35,6 +45,26 @@ class Diagnostic:
         for note in self.notes:
             text += "\n  " + str(note).replace("\n", "\n  ")
         return text
+
+
+@contextmanager
+def error_diagnostics(context: Any, filename: str) -> Iterator[list[Diagnostic]]:
+    """Collect the error diagnostics MLIR emits in ``context`` (an ``ir.Context``) while
+    the block runs, located in ``filename``, into the list it yields; the others are
+    dropped. Nothing reaches stderr."""
+    errors: list[Diagnostic] = []
+
+    def collect(info: Any) -> bool:
+        diagnostic = Diagnostic.from_mlir(info)
+        if diagnostic.severity == "error":
+            errors.append(diagnostic.renamed_source(filename))
+        return True  # handled: MLIR prints nothing
+
+    handler = context.attach_diagnostic_handler(collect)
+    try:
+        yield errors
+    finally:
+        handler.detach()
 
 
 class MLIRError(PyMLIRJitError, ValueError):

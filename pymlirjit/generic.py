@@ -40,7 +40,8 @@ from typing import Any
 from .aliases import Binder, ExactTypes, describe, free_aliases, header
 from .callbacks import default_registry
 from .function import CompiledFunction
-from .types import _context_lock, _type_context, to_type
+from .typeparser import parsed_type
+from .types import to_type
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["GenericDispatch", "describe", "free_aliases"]
@@ -54,17 +55,8 @@ def _mlir_type_text(text: str) -> str:
     MLIR cannot parse it as one type. Checked when bound, not when the binding compiles: the
     binding is put in front of the source as ``!T = <text>``, where a comment or a second
     type would change the source."""
-    from mlir import ir
-
-    stripped = text.strip()  # MLIR misreads a type after a leading space
-    if not stripped:  # and aborts the process on an empty string
-        raise TypeError("not an MLIR type: the string is empty")
-    with _context_lock, _type_context():
-        try:
-            return str(ir.Type.parse(stripped))
-        except Exception as exc:  # MLIRError of the bindings: its text says where and why
-            reason = str(exc).strip().splitlines()[-1].rpartition("error: ")[2]
-            raise TypeError(f"not an MLIR type: {reason}") from None
+    with parsed_type(text, lambda reason: TypeError(f"not an MLIR type: {reason}")) as parsed:
+        return str(parsed)
 
 
 class _Link(NativeCallable):

@@ -20,7 +20,7 @@ from typing import Any
 from . import ffi
 from .abi import symbol_references
 from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack, shallow
-from .errors import Diagnostic, MLIRError
+from .errors import Diagnostic, MLIRError, error_diagnostics
 from .llvmoptions import enable_matrix_lowering
 from .loweringchecks import check_lowered, check_no_stack_results, check_no_sub_byte_access
 from .passguards import GUARDED, check_before
@@ -227,20 +227,18 @@ def new_context(dialects: Sequence[str] | None = None) -> Any:
 
 
 def _diagnostics(error: Any, filename: str) -> list[Diagnostic]:
-    return [_diagnostic(d).renamed_source(filename)
+    return [Diagnostic.from_mlir(d).renamed_source(filename)
             for d in getattr(error, "error_diagnostics", ())]
 
 
-def _diagnostic(info: Any) -> Diagnostic:
-    severity = str(info.severity).rsplit(".", 1)[-1].lower()
-    return Diagnostic(severity, info.message, str(info.location),
-                      tuple(_diagnostic(n) for n in info.notes))
-
-
-def parse_module(source: str, context: Any, filename: str = "<source>") -> Any:
-    """Parse and verify MLIR text into a module owned by ``context``."""
+def parse_module(source: str, context: Any, filename: str = "<source>",
+                 is_shallow: bool | None = None) -> Any:
+    """Parse and verify MLIR text into a module owned by ``context``. ``is_shallow``:
+    :func:`~pymlirjit.deepinput.shallow` of ``source``, if the caller has it already."""
     check_nesting(source, filename)
-    return on_large_stack(lambda: _parse(source, context, filename), shallow(source))
+    if is_shallow is None:
+        is_shallow = shallow(source)
+    return on_large_stack(lambda: _parse(source, context, filename), is_shallow)
 
 
 def _parse(source: str, context: Any, filename: str) -> Any:
@@ -439,19 +437,9 @@ def _run_passes(passes: Any, module: Any, filename: str) -> None:
     defined outside its region), and the bindings then abort the process ("unhandled
     captured errors"); here any error diagnostic fails the run.
     """
-    errors: list[Diagnostic] = []
-
-    def collect(diagnostic: Any) -> bool:
-        if str(diagnostic.severity).rsplit(".", 1)[-1].lower() == "error":
-            errors.append(_diagnostic(diagnostic).renamed_source(filename))
-        return True
-
-    handler = module.context.attach_diagnostic_handler(collect)
-    try:
+    with error_diagnostics(module.context, filename) as errors:
         succeeded = ffi.pass_manager_run_on_op(ffi.capsule_pointer(passes._CAPIPtr),
                                                ffi.capsule_pointer(module.operation._CAPIPtr))
-    finally:
-        handler.detach()
     if errors or not succeeded:
         raise MLIRError("lowering failed", errors)
 

@@ -140,7 +140,8 @@ def prepare(text: str, options: CompileOptions,
 
     del options  # nothing in the preparation depends on them yet (room for fastmath)
     context = new_context(COMPILE_DIALECTS)
-    module = parse_module(text, context, filename)
+    is_shallow = shallow(text)
+    module = parse_module(text, context, filename, is_shallow)
     _check_reserved_names(module, filename)
     public_names = _rename_definitions_named_like_c_functions(module)
     unit = ir.UnitAttr.get(context)
@@ -226,7 +227,7 @@ def prepare(text: str, options: CompileOptions,
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
                           tuple(declared), uncallable, source=source_id(text),
-                          externs=externs, shallow=shallow(text))
+                          externs=externs, shallow=is_shallow)
 
 
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:

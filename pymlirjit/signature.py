@@ -311,15 +311,10 @@ def _result_types(annotation: Any, name: str) -> tuple[Type, ...]:
 def _from_function_type_string(text: str) -> Signature:
     from mlir import ir
 
-    from .types import _context_lock, _type_context
+    from .typeparser import parsed_type
 
-    if not text.strip():  # MLIR's parser aborts the process on an empty string
-        raise SignatureError(f"{text!r} is not an MLIR function type like '(f32) -> f32'")
-    with _context_lock, _type_context():
-        try:
-            parsed = ir.Type.parse(text)
-        except Exception as exc:
-            raise SignatureError(f"cannot parse MLIR function type {text!r}: {exc}") from exc
+    with parsed_type(text, lambda reason: SignatureError(
+            f"cannot parse MLIR function type {text!r}: {reason}")) as parsed:
         if not isinstance(parsed, ir.FunctionType):
             raise SignatureError(f"{text!r} is not an MLIR function type like '(f32) -> f32'")
         return _from_function_type(parsed, repr(text))

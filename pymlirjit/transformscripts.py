@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import Diagnostic, MLIRError
+from .errors import Diagnostic, MLIRError, error_diagnostics
 
 __all__ = ["apply_script", "erase_schedules"]
 
@@ -52,23 +52,13 @@ def apply_script(module: Any, script: str, filename: str, failure: str) -> None:
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
-    errors: list[Diagnostic] = []
-
-    def collect(diagnostic: Any) -> bool:
-        if str(diagnostic.severity).rsplit(".", 1)[-1].lower() == "error":
-            errors.append(Diagnostic("error", diagnostic.message, str(diagnostic.location))
-                          .renamed_source(filename))
-        return True
-
     with module.context, ir.Location.unknown():
         parsed = ir.Module.parse(script)
-        handler = module.context.attach_diagnostic_handler(collect)
-        try:
-            interpreter.apply_named_sequence(module.operation, parsed.body.operations[0],
-                                             parsed.operation)
-        except Exception as exc:  # the bindings raise what the interpreter reported
-            errors.append(Diagnostic("error", str(exc), "unknown"))
-        finally:
-            handler.detach()
+        with error_diagnostics(module.context, filename) as errors:
+            try:
+                interpreter.apply_named_sequence(module.operation, parsed.body.operations[0],
+                                                 parsed.operation)
+            except Exception as exc:  # the bindings raise what the interpreter reported
+                errors.append(Diagnostic("error", str(exc), "unknown"))
     if errors:
         raise MLIRError(failure, errors)

@@ -18,7 +18,6 @@ import ctypes
 import functools
 import importlib
 import math
-import threading
 import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, get_args, get_origin
@@ -330,34 +329,13 @@ def to_type(spelling: Any) -> Type:
     raise TypeError(f"{spelling!r} is not a type pymlirjit knows")
 
 
-_context_lock = threading.Lock()
-_context: Any = None
-
-
-def _type_context() -> Any:
-    global _context
-    from mlir import ir
-
-    if _context is None:
-        _context = ir.Context()
-        _context.enable_multithreading(False)  # no thread pool to lose in a fork
-    return _context
-
-
 def parse_type(text: str) -> Type:
     """Parse an MLIR type string (with MLIR's own parser) into a pymlirjit type."""
-    from mlir import ir
+    from .typeparser import parsed_type
 
-    if not text.strip():  # MLIR's parser aborts the process on an empty string
-        raise TypeError(f"{text!r} is not an MLIR type: the string is empty")
-    with _context_lock:
-        context = _type_context()
-        with context:
-            try:
-                parsed = ir.Type.parse(text)
-            except Exception as exc:
-                raise TypeError(f"cannot parse MLIR type {text!r}: {exc}") from exc
-            return from_mlir(parsed)
+    with parsed_type(text, lambda reason: TypeError(
+            f"{text!r} is not an MLIR type: {reason}")) as parsed:
+        return from_mlir(parsed)
 
 
 def from_mlir(mlir_type: Any) -> Type:

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pymlirjit"
 
 #: From the ground up: a module imports only modules of its own floor or below.
 FLOORS: list[set[str]] = [
-    {"errors", "types", "_version", "ffi", "callframe", "vectorcall", "pickling",
+    {"errors", "typeparser", "types", "_version", "ffi", "callframe", "vectorcall", "pickling",
      "stderrcapture"},
     {"typing", "signature", "pipeline", "optimize", "linalg_schedules", "linalg_rewrites",
      "microkernels",

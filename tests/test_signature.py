@@ -187,4 +187,4 @@ def test_an_empty_signature_string_is_a_signature_error_not_an_abort() -> None:
     done = subprocess.run([sys.executable, "-c", _EMPTY_SIGNATURE_CHILD], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "'' is not an MLIR function type like '(f32) -> f32'\n"
+    assert done.stdout == "cannot parse MLIR function type '': the string is empty\n"

@@ -163,3 +163,11 @@ def test_a_scalar_of_an_ml_dtypes_type_is_taken_for_its_own_type(t: object) -> N
     assert to_python_scalar(t, value, "x") == 1.5
     with pytest.raises(TypeError, match=r"x: expected a float for f32, got"):
         to_python_scalar(f32, value, "x")
+
+
+def test_a_type_string_may_have_surrounding_whitespace() -> None:
+    # MLIR's parser alone reads " i32" as i3 followed by a stray "2".
+    assert to_type(" i32") is to_type("i32")
+    assert to_type(" memref<?x4xf32>\n").mlir == "memref<?x4xf32>"
+    with pytest.raises(TypeError, match=r"'i32, f32' is not an MLIR type: .*trailing"):
+        to_type("i32, f32")
