@@ -3,7 +3,7 @@ register-block shape that suits the host CPU (:func:`host_shape`).
 
 For each panel of columns (a few AVX-512 vectors wide) and each block of the depth, the
 panel's rows of B are first copied into a contiguous buffer on the stack, zero-padded
-in the last, partial panel (if the shape ``packs_b``); then blocks of rows of C stay
+in the last, partial panel; then blocks of rows of C stay
 in vector registers (loop-carried values, so they stay there whatever aliases) while
 the rows of B stream through as vectors and A's elements are broadcast into FMAs.
 The copy matters when B's rows are a power of two apart: read in place, a panel's
@@ -24,13 +24,12 @@ LANES = {"f32": 16, "f64": 8}
 @dataclass(frozen=True)
 class MicrokernelShape:
     """A register block of ``rows`` rows of C by ``vectors`` AVX-512 vectors, over
-    ``depth`` steps of the depth at a time; ``packs_b``: B's panel (``depth`` rows of
-    ``vectors`` vectors) is first copied into a contiguous buffer, else read in place."""
+    ``depth`` steps of the depth at a time (B's panel, ``depth`` rows of ``vectors``
+    vectors, copied into a contiguous buffer first)."""
 
     rows: int
     vectors: int
     depth: int
-    packs_b: bool = True
 
     def columns(self, element: str) -> int:
         """Columns of a panel for elements of type ``element`` (``f32``, ``f64``)."""
@@ -38,10 +37,11 @@ class MicrokernelShape:
 
 
 #: Shapes by CPU family. ``zen``: AMD Zen 4 runs AVX-512 on two 256-bit pipes; 8x2
-#: (16 accumulators), B read in place, was tuned there. ``intel``: two 512-bit FMA
-#: ports of 4 cycles' latency want at least 8 independent accumulators, and more FMAs
-#: per load (12x2: 24 accumulators, 14 loads per 24 FMAs).
-SHAPES = {"zen": MicrokernelShape(8, 2, 256, packs_b=False), "intel": MicrokernelShape(12, 2, 256)}
+#: (16 accumulators), B packed 512 deep (a 64 KB buffer: against B read in place,
+#: 0.74-0.88x the time at 1024^3 and 2048^3, the same at 512^3; docs/performance.md).
+#: ``intel``: two 512-bit FMA ports of 4 cycles' latency want at least 8 independent
+#: accumulators, and more FMAs per load (12x2: 24 accumulators, 14 loads per 24 FMAs).
+SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256)}
 
 
 def host_shape() -> MicrokernelShape:
@@ -92,7 +92,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out += [f"  %left{v} = arith.subi %nr, %o{v} : index",
                 f"  %kept{v} = arith.maxsi %left{v}, %c0 : index",
                 f"  %mask{v} = vector.create_mask %kept{v} : {mt}"]
-    if not parallel and shape.packs_b:
+    if not parallel:
         out.append(f"  %buf = memref.alloca() {{alignment = 64}} : {bt}")
 
     def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
@@ -112,14 +112,8 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out.append(f"{pad}%res:{len(acc)} = scf.for %p = %c0 to %kc step %c1 "
                    f"iter_args({carried}) -> ({vts}) {{")
         out.append(f"{pad}  %q = arith.addi %k0, %p : index")
-        if shape.packs_b:
-            out.extend(f"{pad}  %b{v} = vector.load %buf[%p, %o{v}] : {bt}, {vt}"
-                       for v in range(vectors))
-        else:
-            out.extend(f"{pad}  %b{v} = " + (
-                f"vector.maskedload %B[%q, {column[v]}], %mask{v}, %zero : {tb}, {mt}, "
-                f"{vt} into {vt}" if masked else
-                f"vector.load %B[%q, {column[v]}] : {tb}, {vt}") for v in range(vectors))
+        out.extend(f"{pad}  %b{v} = vector.load %buf[%p, %o{v}] : {bt}, {vt}"
+                   for v in range(vectors))
         for r in range(count):
             out.extend([f"{pad}  %a{r} = memref.load %A[{index[r]}, %q] : {ta}",
                         f"{pad}  %s{r} = vector.broadcast %a{r} : {element} to {vt}"])
@@ -151,8 +145,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out.append(f"{pad}  %kend = arith.addi %k0, %depth : index")
         out.append(f"{pad}  %k1 = arith.minui %kend, %k : index")
         out.append(f"{pad}  %kc = arith.subi %k1, %k0 : index")
-        if shape.packs_b:
-            pack(j, masked, pad + "  ")
+        pack(j, masked, pad + "  ")
         out.append(f"{pad}  scf.for %i = %c0 to %mf step %rows {{")
         block("%i", rows, j, masked, pad + "    ")
         out.append(f"{pad}  }}")
@@ -170,7 +163,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out.append(f"{pad}}}")
 
     if parallel:
-        _parallel_panels(out, panel, bt if shape.packs_b else None)
+        _parallel_panels(out, panel, bt)
     else:
         out.append("  scf.for %j = %c0 to %nf step %width {")
         panel("%j", False, "    ")
@@ -189,7 +182,7 @@ def _tail_blocks(rows: int) -> list[int]:
 
 
 def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
-                     buffer_type: str | None) -> None:
+                     buffer_type: str) -> None:
     """The panels, the masked last one too, as one ``scf.parallel`` (which
     ``parallel.split_for_threads`` shares out among the threads in chunks), each
     with its own buffer for B, on the heap (on the stack, each panel a thread runs
@@ -199,16 +192,14 @@ def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
     2.02x (512^3, no masked panel: 1.96x either way; docs/performance.md)."""
     out += ["  %nc = arith.ceildivui %n, %width : index",
             "  %np = arith.muli %nc, %width : index",
-            "  scf.parallel (%j) = (%c0) to (%np) step (%width) {"]
-    if buffer_type is not None:
-        out.append(f"    %buf = memref.alloc() {{alignment = 64}} : {buffer_type}")
+            "  scf.parallel (%j) = (%c0) to (%np) step (%width) {",
+            f"    %buf = memref.alloc() {{alignment = 64}} : {buffer_type}"]
     out += ["    %whole = arith.cmpi ult, %j, %nf : index",
             "    scf.if %whole {"]
     panel("%j", False, "      ")
     out += ["    } else {"]
     panel("%nf", True, "      ")
     out.append("    }")
-    if buffer_type is not None:
-        out.append(f"    memref.dealloc %buf : {buffer_type}")
+    out.append(f"    memref.dealloc %buf : {buffer_type}")
     out += ["    scf.reduce",
             "  }"]

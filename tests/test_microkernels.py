@@ -25,9 +25,10 @@ func.func @mm(%a: memref<?x?xT>, %b: memref<?x?xT>, %c: memref<?x?xT>) {
 """
 
 #: (rows of C, columns, depth): around every shape's blocks and panels (32 or 64 f32
-#: columns, 16 or 32 f64), depths around the 256-deep blocks, primes, 1 and 0.
+#: columns, 16 or 32 f64), depths around the 256- and 512-deep blocks, primes, 1 and 0.
 SIZES = [(1, 1, 1), (0, 5, 3), (7, 0, 2), (3, 5, 0), (8, 32, 1), (131, 67, 257),
-         (2, 97, 13), (13, 64, 256), (25, 65, 259), (15, 127, 3), (29, 16, 7)]
+         (2, 97, 13), (13, 64, 256), (25, 65, 259), (15, 127, 3), (29, 16, 7),
+         (9, 33, 512), (11, 35, 1031)]
 
 
 @pytest.mark.parametrize("parallel", [False, True])
@@ -100,5 +101,5 @@ def test_the_host_gets_its_family_shape() -> None:
     assert host_family() == ("zen" if name.startswith("znver") or name == "generic"
                              else "intel")
     assert host_shape() == SHAPES[host_family()]
-    assert SHAPES["zen"] == MicrokernelShape(8, 2, 256, packs_b=False)  # tuned on Zen 4
+    assert SHAPES["zen"] == MicrokernelShape(8, 2, 512)  # tuned on Zen 4
     assert SHAPES["intel"].columns("f32") == SHAPES["intel"].vectors * 16
