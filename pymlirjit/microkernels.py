@@ -2,10 +2,10 @@
 register-block shape that suits the host CPU (:func:`host_shape`).
 
 For each panel of columns (a few AVX-512 vectors wide) and each block of the depth, the
-panel's rows of B are first copied into a contiguous buffer on the stack, zero-padded
-in the last, partial panel; then blocks of rows of C stay
-in vector registers (loop-carried values, so they stay there whatever aliases) while
-the rows of B stream through as vectors and A's elements are broadcast into FMAs.
+panel's rows of B are first copied into a contiguous buffer (on the heap), zero-padded
+in the last, partial panel; then blocks of rows of C stay in vector registers
+(loop-carried values, so they stay there whatever aliases) while the rows of B stream
+through as vectors and A's elements are broadcast into FMAs.
 The copy matters when B's rows are a power of two apart: read in place, a panel's
 rows fall into a few sets of the L1 cache and evict each other."""
 
@@ -71,7 +71,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     ta, tb, tc = types
     lanes, rows, vectors = LANES[element], shape.rows, shape.vectors
     vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
-    bt = f"memref<{shape.depth}x{vectors * lanes}x{element}>"
+    bt = f"memref<?x{vectors * lanes}x{element}>"  # min(k, depth) rows
     out = [f"func.func private @{name}(%A: {ta}, %B: {tb}, %C: {tc}) {{"]
     out += [f"  %c{r} = arith.constant {r} : index" for r in range(max(rows, vectors))]
     out += [f"  %o{v} = arith.constant {v * lanes} : index" for v in range(vectors)]
@@ -92,8 +92,9 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out += [f"  %left{v} = arith.subi %nr, %o{v} : index",
                 f"  %kept{v} = arith.maxsi %left{v}, %c0 : index",
                 f"  %mask{v} = vector.create_mask %kept{v} : {mt}"]
-    if not parallel:
-        out.append(f"  %buf = memref.alloca() {{alignment = 64}} : {bt}")
+    out.append("  %rows_b = arith.minui %k, %depth : index")
+    if not parallel:  # on the heap: 64 KB of the caller's stack may be more than it has
+        out.append(f"  %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}")
 
     def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
         if count > 1:
@@ -171,6 +172,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out.append("  scf.if %partial {")
         panel("%nf", True, "    ")
         out.append("  }")
+        out.append(f"  memref.dealloc %buf : {bt}")
     out += ["  return", "}"]
     return "\n".join(out)
 
@@ -193,7 +195,7 @@ def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
     out += ["  %nc = arith.ceildivui %n, %width : index",
             "  %np = arith.muli %nc, %width : index",
             "  scf.parallel (%j) = (%c0) to (%np) step (%width) {",
-            f"    %buf = memref.alloc() {{alignment = 64}} : {buffer_type}"]
+            f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {buffer_type}"]
     out += ["    %whole = arith.cmpi ult, %j, %nf : index",
             "    scf.if %whole {"]
     panel("%j", False, "      ")

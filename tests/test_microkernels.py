@@ -4,6 +4,9 @@ structure of the generated MLIR; the host's choice."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -103,3 +106,41 @@ def test_the_host_gets_its_family_shape() -> None:
     assert host_shape() == SHAPES[host_family()]
     assert SHAPES["zen"] == MicrokernelShape(8, 2, 512)  # tuned on Zen 4
     assert SHAPES["intel"].columns("f32") == SHAPES["intel"].vectors * 16
+
+
+_SMALL_STACK_CHILD = """if True:
+    import sys, threading
+    import numpy as np
+    from pymlirjit import Session, mlir_kernel
+    source = sys.argv[1]
+    kernels = [mlir_kernel(source=source, name="mm", opt_level=3, parallel=parallel,
+                           session=Session())(lambda a, b, c: None)
+               for parallel in (False, True)]
+    a = np.ones((300, 600), np.float32)
+    b = np.ones((600, 40), np.float32)
+    for mm in kernels:
+        mm(a[:1, :1], b[:1, :1], np.zeros((1, 1), np.float32))  # compiled on this thread
+    threading.stack_size(64 * 1024)
+    results = []
+
+    def run():
+        for mm in kernels:
+            c = np.zeros((300, 40), np.float32)
+            mm(a, b, c)
+            results.append(float(c.min()) == float(c.max()) == 600.0)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    print(results)
+"""
+
+
+def test_the_microkernel_runs_on_a_thread_with_a_small_stack() -> None:
+    # B's packing buffer (64 KB, 512 deep) is on the heap: on the stack, the kernel ran
+    # past the end of a 64 KB thread stack (SIGSEGV), hence the child process.
+    done = subprocess.run([sys.executable, "-c", _SMALL_STACK_CHILD,
+                           MATMUL.replace("T", "f32")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[True, True]"
