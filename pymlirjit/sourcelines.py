@@ -14,6 +14,7 @@ import linecache
 import os
 import re
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -94,10 +95,37 @@ def _decorated(tree: ast.Module, site: Site) -> ast.FunctionDef | ast.AsyncFunct
     return None
 
 
-def _literal(site: Site, text: str | None) -> tuple[list[str], ast.Constant | None] | None:
+_Found = tuple[list[str], ast.Constant | None]
+
+#: What :func:`_literal` found, by site and text, with the file's lines it read: a kernel
+#: that fails on every call (a checked division by zero in a loop) reports its line each
+#: time, and parsing and walking a large file took a millisecond.
+_found: dict[tuple[Site, str | None], _Found] = {}
+_found_lock = threading.Lock()
+_FOUND_KEPT = 64
+
+
+def _literal(site: Site, text: str | None) -> _Found | None:
     """The file's lines and the string constant holding ``text`` (in the stub's
     decorators first, then anywhere in the file), or ``None`` for the constant when it
-    cannot be found (a computed string)."""
+    cannot be found (a computed string). Found again only when :mod:`linecache` has read
+    the file again."""
+    lines = linecache.getlines(site.filename)
+    key = (site, text)
+    with _found_lock:
+        kept = _found.get(key)
+    if kept is not None and kept[0] is lines:
+        return kept
+    found = _search(site, text)
+    if found is not None:
+        with _found_lock:
+            while len(_found) >= _FOUND_KEPT:
+                del _found[next(iter(_found))]  # the oldest
+            _found[key] = found
+    return found
+
+
+def _search(site: Site, text: str | None) -> _Found | None:
     found = _tree(site.filename)
     if found is None:
         return None

@@ -210,3 +210,41 @@ def test_a_source_file_that_is_not_utf8_text_raises_naming_the_file(tmp_path: Pa
 
     with pytest.raises(ValueError, match=re.escape(message)):
         binary(1.0)
+
+
+def test_a_kernel_failing_on_every_call_finds_its_line_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A checked division by zero in a loop reports its Python line on every call: the
+    # file is parsed and searched once (it cost ~0.45 ms a call), and again once
+    # linecache reads the file anew (it was edited).
+    import pymlirjit.sourcelines as sourcelines
+
+    module = tmp_path / "failing_kernel.py"
+    module.write_text(textwrap.dedent('''
+        from pymlirjit import Session, i64, mlir_kernel
+
+        @mlir_kernel(source="""
+        func.func @div(%a: i64, %b: i64) -> i64 {
+          %q = arith.divsi %a, %b : i64
+          return %q : i64
+        }""", session=Session(boundscheck=True))
+        def div(a: i64, b: i64) -> i64: ...
+    '''))
+    namespace: dict[str, object] = {}
+    exec(compile(module.read_text(), str(module), "exec"), namespace)
+    div = namespace["div"]
+    searches = []
+    search = sourcelines._search
+    monkeypatch.setattr(sourcelines, "_search",
+                        lambda site, text: searches.append(site) or search(site, text))
+    for _ in range(3):
+        with pytest.raises(ZeroDivisionError) as caught:
+            div(1, 0)  # type: ignore[operator]
+        assert "failing_kernel.py:6" in str(caught.value)
+    assert len(searches) == 1
+    module.write_text("\n\n" + module.read_text())  # the kernel two lines further down
+    linecache.checkcache(str(module))
+    with pytest.raises(ZeroDivisionError) as caught:
+        div(1, 0)  # type: ignore[operator]
+    assert len(searches) == 2
+    assert "failing_kernel.py:8" in str(caught.value)
