@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, get_args, get_origin
 
 from .errors import SignatureError
+from .typeparser import parsed_type
 from .types import (
     SCALARS,
     MemRefType,
@@ -310,8 +311,6 @@ def _result_types(annotation: Any, name: str) -> tuple[Type, ...]:
 
 def _from_function_type_string(text: str) -> Signature:
     from mlir import ir
-
-    from .typeparser import parsed_type
 
     with parsed_type(text, lambda reason: SignatureError(
             f"cannot parse MLIR function type {text!r}: {reason}")) as parsed:

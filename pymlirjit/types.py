@@ -24,6 +24,8 @@ from typing import Annotated, Any, get_args, get_origin
 
 import numpy as np
 
+from .typeparser import parsed_type
+
 __all__ = [
     "MemRef",
     "MemRefType",
@@ -331,8 +333,6 @@ def to_type(spelling: Any) -> Type:
 
 def parse_type(text: str) -> Type:
     """Parse an MLIR type string (with MLIR's own parser) into a pymlirjit type."""
-    from .typeparser import parsed_type
-
     with parsed_type(text, lambda reason: TypeError(
             f"{text!r} is not an MLIR type: {reason}")) as parsed:
         return from_mlir(parsed)

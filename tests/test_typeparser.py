@@ -72,3 +72,4 @@ def test_an_empty_string_never_reaches_mlir() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "the string is empty\n"
+    assert done.stderr == ""
