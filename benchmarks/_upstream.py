@@ -13,7 +13,7 @@ from typing import Any
 
 from mlir.execution_engine import ExecutionEngine
 
-from pymlirjit.pipeline import lower, new_context, parse_module
+from pymlirjit.lowering.pipeline import lower, new_context, parse_module
 
 __all__ = ["UpstreamModule", "compile_upstream"]
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymlirjit import Session
-from pymlirjit.module import attach_native_entries, build_engine, engine_module
-from pymlirjit.options import CompileOptions
-from pymlirjit.pipeline import DEFAULT_PIPELINE, SMALL_FLOAT_PASSES, normalize_pipeline
-from pymlirjit.prepare import lower, prepare
+from pymlirjit.codegen.options import CompileOptions
+from pymlirjit.lowering.pipeline import DEFAULT_PIPELINE, SMALL_FLOAT_PASSES, normalize_pipeline
+from pymlirjit.runtime.module import attach_native_entries, build_engine, engine_module
+from pymlirjit.runtime.prepare import lower, prepare
 
 from ._timing import (
     CaseResult,
@@ -216,7 +216,7 @@ def _direct_cold(source: str) -> object:
 def _passes_for(source: str) -> str:
     """pymlirjit's default pipeline as it runs on ``source`` (which has no sparse
     tensors), decided from the text so that the baseline does not pay for printing the
-    module as :func:`pymlirjit.pipeline.default_pipeline_for` does."""
+    module as :func:`pymlirjit.lowering.pipeline.default_pipeline_for` does."""
     if re.search(r"\bf[468]E\d", source):
         return normalize_pipeline(DEFAULT_PIPELINE)
     return normalize_pipeline([p for p in DEFAULT_PIPELINE if p not in SMALL_FLOAT_PASSES])

@@ -278,7 +278,7 @@ def _warm(delay: float = 0.0, kernel: Callable[[int, int], float] | None = None,
     """Compile in this worker (outside the timing), then stay busy ``delay`` seconds so
     that the other worker takes the next warming task; the worker's pid. ``kernel``:
     also compile that one (shipped by value, it stays in the worker: see
-    :data:`pymlirjit.pickling.KEPT`); ``numba``: also the numba baseline."""
+    :data:`pymlirjit.boundary.pickling.KEPT`); ``numba``: also the numba baseline."""
     _run_chunk((0, 1))
     if kernel is not None:
         kernel(0, 1)

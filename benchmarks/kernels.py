@@ -168,7 +168,7 @@ def _paths(spec: Spec) -> list[Path]:
             paths.append(Path(key, label, _pymlirjit(spec, variant), "numba"))
         except Exception as error:  # a kernel today's package cannot compile is a row
             paths.append(Path(key, label, None, None, _why(error)))
-        if variant == "linalg":  # opt_level=3: tiled and vectorized (pymlirjit.optimize)
+        if variant == "linalg":  # opt_level=3: tiled and vectorized (pymlirjit.codegen.optimize)
             key, label = "pymlirjit linalg O3", f"pymlirjit {names[variant]} O3"
             try:
                 paths.append(Path(key, label, _pymlirjit(spec, variant, opt_level=3), "numba"))

@@ -11,15 +11,15 @@ own engine without its traps.
 from typing import TYPE_CHECKING
 
 from ._version import __version__
+from .boundary.signature import Parameter, Signature
 from .callbacks import Callback, CallbackRegistry, callback
-from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
-from .externs import Extern, extern
-from .function import CompiledFunction
 from .kernel import Kernel, mlir_kernel
-from .pipeline import DEFAULT_PIPELINE
+from .lowering.pipeline import DEFAULT_PIPELINE
+from .runtime.engine import ExecutionEngine
+from .runtime.externs import Extern, extern
+from .runtime.function import CompiledFunction
 from .session import CompiledModule, Session, default_session, runtime_library
-from .signature import Parameter, Signature
 from .ufunc import mlir_gufunc, mlir_ufunc
 
 if TYPE_CHECKING:  # type checkers read the names as annotations (see pymlirjit.typing)
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # type checkers read the names as annotations (see pymlirjit.
         ptr,
     )
 else:
-    from .types import (
+    from .boundary.types import (
         MemRef,
         Tensor,
         UnrankedMemRef,

@@ -37,12 +37,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .aliases import Binder, ExactTypes, describe, free_aliases, header
+from .boundary.aliases import Binder, ExactTypes, describe, free_aliases, header
+from .boundary.typeparser import parsed_type
+from .boundary.types import to_type
+from .boundary.vectorcall import NativeCallable, clear_entry, set_entry
 from .callbacks import default_registry
-from .function import CompiledFunction
-from .typeparser import parsed_type
-from .types import to_type
-from .vectorcall import NativeCallable, clear_entry, set_entry
+from .runtime.function import CompiledFunction
 
 __all__ = ["GenericDispatch", "describe", "free_aliases"]
 
@@ -79,7 +79,7 @@ class GenericDispatch(NativeCallable):
     Calls go from one compiled binding's native entry to the next without Python:
     each takes exactly the calls :meth:`bind` gives its binding (by the dtypes of
     arrays, and the exact types of scalars binding an alias: see
-    :meth:`pymlirjit.aliases.Binder.exact_types`) and hands the others on, finally to
+    :meth:`pymlirjit.boundary.aliases.Binder.exact_types`) and hands the others on, finally to
     :meth:`dispatch`. The entries testing scalar types are generated once the kernel
     has dispatched :attr:`native_after` calls in Python, or by :meth:`compile`.
     """
@@ -273,8 +273,8 @@ class GenericDispatch(NativeCallable):
             if exact and id(function) not in self._exact:
                 wanted.append((function, exact))
         if wanted:
-            from .callframe import call_machinery
-            from .native import NativeBatch
+            from .boundary.callframe import call_machinery
+            from .boundary.native import NativeBatch
 
             batch = NativeBatch()
             indices = [batch.add_kernel_entry(

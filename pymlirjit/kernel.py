@@ -27,21 +27,21 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex, get_args, get_origin
 
-from .abi import symbol_references
+from .boundary.abi import symbol_references
+from .boundary.cprototype import function_pointer
+from .boundary.failures import register_source
+from .boundary.signature import Signature, annotations_of, argument_label, check_annotation
+from .boundary.sourcelines import definition_site, located_mlir_error, read_mlir_file
+from .boundary.vectorcall import NativeCallable, clear_entry, set_entry
 from .callbacks import Callback, Invalidated, default_registry
-from .cprototype import function_pointer
+from .codegen.options import CompileOptions, OptionOverrides
 from .errors import MLIRError, SignatureError
-from .externs import Dependents, Linkable, compile_targets, listed_callbacks
-from .failures import register_source
-from .function import CompiledFunction
 from .generic import GenericDispatch, describe, free_aliases
-from .options import CompileOptions, OptionOverrides
-from .pickling import StandInStub, by_value, importable, interned, pickle_token, rebuilds
-from .prepare import built_text
+from .boundary.pickling import StandInStub, by_value, importable, interned, pickle_token, rebuilds
+from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
+from .runtime.function import CompiledFunction
+from .runtime.prepare import built_text
 from .session import CompiledModule, Session, default_session, given_session
-from .signature import Signature, annotations_of, argument_label, check_annotation
-from .sourcelines import definition_site, located_mlir_error, read_mlir_file
-from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
 
@@ -291,7 +291,7 @@ class Kernel(NativeCallable):
         """The module's LLVM IR after LLVM's optimizations at the kernel's opt level, as
         the JIT compiles it for this machine (compiles if needed). Every function of the
         module is there; this kernel's C-ABI entry is ``_mlir_ciface_<name>``."""
-        from .llvmir import llvm_ir
+        from .runtime.llvmir import llvm_ir
 
         text = self.lowered_mlir
         assert self._options is not None  # set by the compile lowered_mlir ran
@@ -300,7 +300,7 @@ class Kernel(NativeCallable):
     def inspect_asm(self) -> str:
         """The module's host assembly at the kernel's opt level, for this CPU (compiles
         if needed); see :meth:`inspect_llvm`."""
-        from .llvmir import assembly
+        from .runtime.llvmir import assembly
 
         text = self.lowered_mlir
         assert self._options is not None  # set by the compile lowered_mlir ran
@@ -465,7 +465,7 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     callbacks would only take it back). Pass ``True`` or ``False`` to decide.
 
     ``cache=True`` keeps the machine code on disk (the session's ``cache_dir``, else
-    :func:`pymlirjit.cache.default_cache_dir`), so that a new process skips compiling.
+    :func:`pymlirjit.runtime.cache.default_cache_dir`), so that a new process skips compiling.
 
     Options named as numba's (``None``: the session's setting): ``fastmath=True`` puts
     fast-math flags on float ops, so that float reductions vectorize; ``parallel=True``

@@ -2,8 +2,9 @@
 
 :meth:`Session.compile` returns the module compiled before from the same source,
 :class:`CompileOptions` and callbacks; else loads it from the session's
-:class:`~pymlirjit.cache.CacheStore`; else runs the stages (:mod:`pymlirjit.prepare`:
-parse, declarations, shims, lowering; :mod:`pymlirjit.module`: JIT engine, cache
+:class:`~pymlirjit.runtime.cache.CacheStore`; else runs the stages
+(:mod:`pymlirjit.runtime.prepare`:
+parse, declarations, shims, lowering; :mod:`pymlirjit.runtime.module`: JIT engine, cache
 entry, load) and stores the result. The :class:`CompiledModule` it returns gives the
 module's functions as Python callables.
 
@@ -30,33 +31,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
-from .abi import symbol_references
-from .asyncruntime import claim_task_pool
-from .cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
-from .callbacks import (
-    Callback,
-    CallbackRegistry,
-    Invalidated,
-    default_registry,
-    interned,
-    pickle_token,
-)
+from .boundary.abi import symbol_references
+from .boundary.sourcelines import read_mlir_file
+from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry
+from .codegen.options import CompileOptions
 from .errors import LinkError
-from .externs import Linkable, LinkedExtern, listed_callbacks
-from .externs import linkable as _linkable
-from .function import CompiledFunction, set_origin
-from .module import (
+from .lowering.pipeline import runtime_library
+from .boundary.pickling import by_value, interned, loads_parts, pickle_token, rebuilds
+from .runtime.asyncruntime import claim_task_pool
+from .runtime.cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
+from .runtime.externs import Linkable, LinkedExtern, listed_callbacks
+from .runtime.externs import linkable as _linkable
+from .runtime.function import CompiledFunction, set_origin
+from .runtime.module import (
     CompiledModule,
     build_artifact,
     build_engine,
     engine_module,
     load,
 )
-from .options import CompileOptions
-from .pickling import by_value, loads_parts, rebuilds
-from .pipeline import runtime_library
-from .prepare import built_text, builtin_callbacks, lower, prepare
-from .sourcelines import read_mlir_file
+from .runtime.prepare import built_text, builtin_callbacks, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
            "given_session", "runtime_library"]
@@ -72,7 +66,7 @@ class CacheInfo(_Counts):
     """Compile cache counters of a :class:`Session`: a named tuple of the in-memory
     ``hits`` and ``misses`` and the number of modules held (``size``), with two more
     attributes beside it: the modules loaded from the disk cache (``disk_hits``) and the
-    disk entries refused, by reason (``rejected``; see :data:`pymlirjit.cache.REASONS`)."""
+    disk entries refused, by reason (``rejected``; see :data:`pymlirjit.runtime.cache.REASONS`)."""
 
     disk_hits: int
     rejected: dict[str, int]
@@ -100,20 +94,20 @@ class Session:
     """Compiles MLIR modules and caches one engine per module.
 
     ``pipeline`` (a pass pipeline string or list of passes; default
-    :data:`pymlirjit.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
+    :data:`pymlirjit.lowering.pipeline.DEFAULT_PIPELINE`), ``opt_level`` and ``shared_libs``
     are defaults for :meth:`compile`, held as one frozen
-    :class:`~pymlirjit.prepare.CompileOptions` (:attr:`options`), as are ``fastmath``
-    (fast-math flags on float ops, see :mod:`pymlirjit.optimize`), ``parallel``
+    :class:`~pymlirjit.runtime.prepare.CompileOptions` (:attr:`options`), as are ``fastmath``
+    (fast-math flags on float ops, see :mod:`pymlirjit.codegen.optimize`), ``parallel``
     (loops on several threads, see ``docs/threads.md``), ``boundscheck``
-    (out-of-bounds memref accesses raise IndexError, see :mod:`pymlirjit.checks`) and
+    (out-of-bounds memref accesses raise IndexError, see :mod:`pymlirjit.codegen.checks`) and
     ``error_model`` (``"numpy"``: an integer division by zero gives 0, not an exception).
     ``callbacks`` is
     this session's registry:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
-    :mod:`pymlirjit.cache`): a new process then loads modules compiled before instead
+    :mod:`pymlirjit.runtime.cache`): a new process then loads modules compiled before instead
     of compiling them again. ``disk_cache`` is the session's store: a
-    :class:`~pymlirjit.cache.DiskCache`, or a :class:`~pymlirjit.cache.NullCache`
+    :class:`~pymlirjit.runtime.cache.DiskCache`, or a :class:`~pymlirjit.runtime.cache.NullCache`
     without ``cache_dir``.
     """
 
@@ -211,7 +205,7 @@ class Session:
 
     def find_callback(self, name: str, explicit: Sequence[Any] = ()) -> Any:
         """The callback ``@name`` links to: explicit ones first (callbacks, or externs
-        and kernels: see :mod:`pymlirjit.externs`), then this session's registry, then
+        and kernels: see :mod:`pymlirjit.runtime.externs`), then this session's registry, then
         the default one."""
         for cb in explicit:
             if cb.name == name:
@@ -226,15 +220,15 @@ class Session:
                 boundscheck: bool | None = None,
                 error_model: str | None = None) -> CompiledModule:
         """Compile ``source`` (MLIR text, a path to a ``.mlir`` file, or a module built
-        in Python: see :func:`pymlirjit.prepare.built_text`), or return the cached module
+        in Python: see :func:`pymlirjit.runtime.prepare.built_text`), or return the cached module
         compiled from the same source text, options and callbacks.
 
         ``options`` replaces the session's (:attr:`options`); ``pipeline``,
         ``opt_level``, ``shared_libs``, ``fastmath``, ``parallel``, ``boundscheck`` and
         ``error_model``, where given, replace those.
         ``cache``: use the on-disk cache (``None``: if the session has a ``cache_dir``;
-        ``True``: that one, or :func:`pymlirjit.cache.default_cache_dir`).
-        ``callbacks`` may also hold externs and kernels (see :mod:`pymlirjit.externs`):
+        ``True``: that one, or :func:`pymlirjit.runtime.cache.default_cache_dir`).
+        ``callbacks`` may also hold externs and kernels (see :mod:`pymlirjit.runtime.externs`):
         a module linking one is never stored on disk (an address is the process's).
         """
         text, filename = _read_source(source)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeAlias, TypeVar
 
 import numpy as np
 
-from . import types
+from .boundary import types
 
 __all__ = ["MemRef", "Tensor", "UnrankedMemRef", "bf16", "complex64", "complex128",
            "f8E4M3FN", "f8E5M2", "f16", "f32", "f64", "i1", "i8", "i16", "i32", "i64", "index",
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     class UnrankedMemRef(np.ndarray[Any, np.dtype[Any]], Generic[_Element]):
         """An unranked memref, which Python code sees as a numpy array."""
 else:
-    from .types import MemRef, Tensor, UnrankedMemRef
+    from .boundary.types import MemRef, Tensor, UnrankedMemRef
 
 i1: TypeAlias = Annotated[bool, types.i1]
 i8: TypeAlias = Annotated[int, types.i8]

@@ -32,16 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from . import ffi
+from .boundary import ffi
+from .boundary.signature import Signature, from_func_op
+from .boundary.sourcelines import read_mlir_file
+from .boundary.types import MemRefType, ScalarType, Type, to_type
+from .codegen.ufunc_loops import Operand, gufunc_loop, ufunc_loop
 from .errors import MLIRError, SignatureError
 from .generic import _header, describe, free_aliases
-from .pipeline import new_context, parse_module
-from .prepare import built_text
+from .lowering.pipeline import new_context, parse_module
+from .runtime.prepare import built_text
 from .session import CompiledModule, Session, default_session
-from .signature import Signature, from_func_op
-from .sourcelines import read_mlir_file
-from .types import MemRefType, ScalarType, Type, to_type
-from .ufunc_loops import Operand, gufunc_loop, ufunc_loop
 
 __all__ = ["mlir_gufunc", "mlir_ufunc"]
 

@@ -685,9 +685,9 @@ def test_trampolines_box_every_f16_and_bf16_and_complex_parameter(session: Sessi
     complex, through native trampolines."""
     import math
 
-    from pymlirjit.abi import native_callback_supported
-    from pymlirjit.convert import from_bits
-    from pymlirjit.types import SCALARS
+    from pymlirjit.boundary.abi import native_callback_supported
+    from pymlirjit.boundary.convert import from_bits
+    from pymlirjit.boundary.types import SCALARS
 
     seen: dict[str, list[tuple[int, object]]] = {"f16": [], "bf16": []}
 

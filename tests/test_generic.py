@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymlirjit import MLIRError, Session, SignatureError, f32, mlir_kernel
+from pymlirjit.boundary.vectorcall import NativeCallable, has_entry, set_entry
 from pymlirjit.generic import free_aliases
 from pymlirjit.kernel import BoundKernel, GenericKernel, Kernel
-from pymlirjit.vectorcall import NativeCallable, has_entry, set_entry
 
 # Hypothesis imports libcst to write its failing-example patch after a failure; libcst
 # warns at import, and pyproject turns warnings into errors (see test_memref.py).
@@ -583,7 +583,7 @@ HOSTILE = """
 import gc, sys, threading
 import numpy as np
 from pymlirjit import Session, callback, i64, mlir_kernel
-from pymlirjit.vectorcall import has_entry
+from pymlirjit.boundary.vectorcall import has_entry
 
 session = Session()
 done = []

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from pymlirjit import Session, callback, extern, f64, i32, i64, mlir_kernel
-
-from .test_externs import run_python
+from tests.runtime.test_externs import run_python
 
 scipy = pytest.importorskip("scipy")
 numba = pytest.importorskip("numba")

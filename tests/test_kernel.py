@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from pymlirjit import MemRef, Session, SignatureError, f32, f64, i8, i32, mlir_kernel
-
-from .conftest import rss_bytes
-from .test_callbacks import SCALAR_CASES
+from tests.conftest import rss_bytes
+from tests.test_callbacks import SCALAR_CASES
 
 IDENTITY = """
 func.func @same(%a: {t}) -> {t} {{
@@ -522,7 +521,7 @@ def test_a_forked_child_calls_kernels_compiled_before() -> None:
 
 
 def test_invalidate_points_the_kernel_away_then_retires(session: Session) -> None:
-    from pymlirjit.vectorcall import has_entry
+    from pymlirjit.boundary.vectorcall import has_entry
 
     @mlir_kernel(source=TWICE, session=session)
     def twice(x: float) -> float: ...

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from pymlirjit import MemRef, Session, callback, f64, mlir_kernel
+from pymlirjit.boundary.vectorcall import NativeCallable, has_entry
 from pymlirjit.callbacks import Callback, CallbackRegistry
 from pymlirjit.kernel import Kernel
-from pymlirjit.vectorcall import NativeCallable, has_entry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -332,7 +332,7 @@ def test_a_kernel_pickled_by_value_carries_its_options_and_callbacks(session: Se
 
 
 def test_parts_pickled_at_once_by_two_threads_are_one_value() -> None:
-    from pymlirjit.pickling import pickled_once
+    from pymlirjit.boundary.pickling import pickled_once
 
     class Holder:
         pass
@@ -412,8 +412,8 @@ def test_the_sender_does_not_keep_what_it_pickled(session: Session) -> None:
 
 def test_a_callback_by_value_carries_scalar_types_by_reference() -> None:
     pytest.importorskip("cloudpickle")
-    from pymlirjit.pickling import function_by_value
-    from pymlirjit.types import ScalarType
+    from pymlirjit.boundary.types import ScalarType
+    from pymlirjit.boundary.pickling import function_by_value
 
     def total(a: MemRef[f64, None], x: f64) -> f64:
         return float(a.sum()) + x
@@ -473,7 +473,7 @@ def test_a_callbacks_scalar_signature_travels_as_names_and_is_shared() -> None:
 
 
 def test_a_signature_naming_no_scalar_type_is_refused_when_unpickled() -> None:
-    from pymlirjit.callbacks import _callback_by_value
+    from pymlirjit.boundary.callback import _callback_by_value
 
     with pytest.raises(pickle.UnpicklingError, match=r"no scalar types.*'f65'"):
         _callback_by_value("a-token-of-this-test", "bad", (("x",), ("f65",), ("f64",)),
@@ -529,7 +529,7 @@ def test_a_kernels_parts_name_nothing_the_receiver_must_import(session: Session)
 
 
 def test_a_sessions_options_are_pickled_again_only_when_they_change() -> None:
-    from pymlirjit.options import CompileOptions
+    from pymlirjit.codegen.options import CompileOptions
 
     session = Session(opt_level=1)
     first = pickle.dumps(session)
@@ -558,11 +558,11 @@ def test_parts_find_pymlirjit_names_once_and_others_as_pickle_does(
     import types
 
     from pymlirjit import pickling
-    from pymlirjit.options import CompileOptions
+    from pymlirjit.codegen.options import CompileOptions
 
     options = CompileOptions.make(opt_level=1)
     assert pickling.loads_parts(pickle.dumps(options)) == options
-    assert pickling._found[("pymlirjit.options", "CompileOptions")] is CompileOptions
+    assert pickling._found[("pymlirjit.codegen.options", "CompileOptions")] is CompileOptions
     module = types.ModuleType("pickling_parts_elsewhere")
     monkeypatch.setitem(sys.modules, module.__name__, module)
 
@@ -621,7 +621,7 @@ def test_objects_by_value_name_one_function_the_receiver_looks_up() -> None:
             pushed.append(arg)
         elif op.name == "STACK_GLOBAL":  # named by the last two strings pushed
             globals_named.append(tuple(pushed[-2:]))
-    assert globals_named == [("pymlirjit.pickling", "by_value")]
+    assert globals_named == [("pymlirjit.boundary.pickling", "by_value")]
     done = run(f"""
         import pickle
         kernel = pickle.loads({data!r})
@@ -632,7 +632,7 @@ def test_objects_by_value_name_one_function_the_receiver_looks_up() -> None:
 
 
 def test_an_unknown_kind_of_object_by_value_is_refused_by_name() -> None:
-    from pymlirjit.pickling import by_value
+    from pymlirjit.boundary.pickling import by_value
 
     with pytest.raises(pickle.UnpicklingError, match=r"'widget'.*another version"):
         by_value("widget", "a-token")

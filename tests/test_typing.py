@@ -12,7 +12,7 @@ import pytest
 import pymlirjit
 import pymlirjit.typing as annotations
 from pymlirjit import Session, callback
-from pymlirjit.types import to_type
+from pymlirjit.boundary.types import to_type
 from pymlirjit.typing import complex128, f32, i1, i32
 from tests.conftest import skip_unless_ndarray_is_generic_with_defaults
 

@@ -1,0 +1,115 @@
+"""``pymlirjit check FILE.py``: compile every kernel a Python file defines, for CI.
+
+The file is imported as a module (not as ``__main__``: its ``if __name__ == "__main__"``
+block does not run); every :class:`~pymlirjit.kernel.Kernel` it defines at module level
+is compiled now, rather than on its first call. One line per kernel: ``ok`` or the
+error, on the Python line where the MLIR went wrong
+(``@mlir_kernel 'axpy' (model.py:42:17): use of undeclared SSA value name``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .loading import _on_sys_path
+from .values import CLIError
+
+__all__ = ["add_check_parser", "check_command", "module_kernels"]
+
+
+def add_check_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """The ``check`` subcommand's parser."""
+    check = commands.add_parser(
+        "check", parents=[common], help="compile every kernel of a Python file (for CI)",
+        description="Import FILE.py and compile every @mlir_kernel it defines at module "
+                    "level; print one line per kernel and each error at its Python line. "
+                    "Exit code 1 if any kernel fails.")
+    check.add_argument("file", metavar="FILE.py", help="the Python file defining kernels")
+
+
+def _import(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise CLIError(f"no such file: {path}")
+    name = "_pymlirjit_check_" + re.sub(r"\W", "_", path.stem)
+    # Absolute: the kernels' locations stay right if the file changes directory.
+    spec = importlib.util.spec_from_file_location(name, path.resolve())
+    if spec is None or spec.loader is None:
+        raise CLIError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: dataclasses and pickling look it up
+    try:
+        with _on_sys_path(str(path.resolve().parent)):
+            spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise CLIError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def module_kernels(module: ModuleType) -> list[Any]:
+    """The kernels ``module`` defines at module level (not those it imports), once each,
+    in definition order."""
+    from ..kernel import Kernel
+
+    found: dict[int, Any] = {}
+    for value in vars(module).values():
+        if isinstance(value, Kernel) and id(value) not in found and (
+                value.__wrapped__ is None or value.__module__ == module.__name__):
+            found[id(value)] = value
+    return list(found.values())
+
+
+def _where(kernel: Any) -> str:
+    from ..boundary.sourcelines import short_path
+
+    site = kernel.__dict__.get("_site")
+    return "" if site is None else f" ({short_path(site.filename)}:{site.line})"
+
+
+def _report(kernel: Any, error: Exception) -> list[str]:
+    from ..errors import MLIRError
+
+    if isinstance(error, MLIRError):
+        return [error.summary.replace("\n", "\n  "),
+                *("  " + str(d).replace("\n", "\n  ") for d in error.diagnostics[1:])]
+    text = str(error)
+    prefix = f"@mlir_kernel {kernel.name!r}: "
+    text = text[len(prefix):] if text.startswith(prefix) else text
+    return [f"@mlir_kernel {kernel.name!r}{_where(kernel)}: {type(error).__name__}: {text}"]
+
+
+def check_command(args: argparse.Namespace) -> None:
+    """``pymlirjit check``: compile each kernel of the file; fail if any does not."""
+    path = Path(args.file)
+    kernels = module_kernels(_import(path))
+    failed = generic = 0
+    for kernel in kernels:
+        aliases = getattr(kernel, "aliases", ())
+        if aliases and not kernel.signatures:  # a generic kernel: nothing bound yet
+            names = ", ".join(f"!{a}" for a in aliases)
+            print(f"@mlir_kernel {kernel.name!r}{_where(kernel)}: generic over {names}: "
+                  f"compiled per binding at call time (check one with "
+                  f"kernel.specialize(...).compile())", flush=True)
+            generic += 1
+            continue
+        try:
+            kernel.compile()
+        except Exception as error:
+            failed += 1
+            print("\n".join(_report(kernel, error)), flush=True)
+        else:
+            print(f"@mlir_kernel {kernel.name!r}{_where(kernel)}: ok", flush=True)
+    count = f"{len(kernels)} kernel{'' if len(kernels) == 1 else 's'}"
+    if failed:
+        raise CLIError(f"{path}: {failed} of {count} failed to compile")
+    compiled = len(kernels) - generic
+    done = f"{compiled} kernel{'' if compiled == 1 else 's'} compiled"
+    left = f", {generic} generic (bound at call time)" if generic else ""
+    print(f"{path}: {done}{left}" if kernels else
+          f"{path}: no @mlir_kernel defined at module level", flush=True)

@@ -1,0 +1,499 @@
+"""The ``pymlirjit`` command line: like ``mlir-runner``, with externs written in Python.
+
+``pymlirjit run FILE.mlir [ARG ...]``
+    JIT-compiles the file and calls its entry function (``--entry``, default ``main``)
+    with arguments parsed by the entry's MLIR signature (scalars from text, memrefs and
+    tensors from ``.npy`` files), then prints its results. ``--callbacks`` imports a
+    ``.py`` file or a module and links every ``@callback`` it defines; ``--shared-libs``
+    links runtime libraries such as ``libmlir_c_runner_utils.so``.
+``pymlirjit lower FILE.mlir [--emit=mlir|llvm|asm]``
+    prints the module lowered to the LLVM dialect (what ``mlir-runner`` accepts), or its
+    optimized LLVM IR or host assembly.
+``pymlirjit cache [--clear]``
+    shows (or empties) the disk cache that ``run --cache`` uses.
+``pymlirjit check FILE.py``
+    imports the file and compiles every ``@mlir_kernel`` it defines at module level,
+    printing each error at its Python line (for CI; exit code 1 if any fails).
+``pymlirjit demo``, ``pymlirjit --version``.
+
+Every failure ends the command with exit code 1 and one line on stderr,
+``pymlirjit: error: <message>``; ``--traceback`` adds the Python traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..boundary import ffi
+from ..boundary.sourcelines import read_mlir_file
+from ..codegen.checks import ERROR_MODELS
+from ..lowering.llvmoptions import set_llvm_options, split_runner_options
+from .check import add_check_parser, check_command
+from .loading import load_callbacks, resolve_shared_libs
+from .values import (
+    CLIError,
+    check_outputs,
+    format_result,
+    parse_arguments,
+    save_outputs,
+    split_results,
+)
+
+__all__ = ["CLIError", "build_parser", "error_message", "main", "parse_args"]
+
+_PROG = "pymlirjit"
+
+
+# -- the parser ---------------------------------------------------------------------------
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .._version import __version__
+
+    parts = [f"pymlirjit {__version__}"]
+    for package in ("xtc-mlir-python-bindings", "llvmlite", "numpy"):
+        try:
+            parts.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            parts.append(f"{package} (not installed)")
+    return ", ".join(parts)
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--traceback", action="store_true",
+                        help="on error, also print the Python traceback")
+    return common
+
+
+def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    run = commands.add_parser(
+        "run", parents=[common], help="JIT-compile an MLIR file and call its entry function",
+        description="JIT-compile FILE.mlir, call its entry function with ARGs parsed by its "
+                    "MLIR signature (numbers and true/false for scalars, .npy files for "
+                    "memrefs and tensors) and print the results.")
+    run.add_argument("file", metavar="FILE.mlir", help="the MLIR module to run")
+    run.add_argument("args", nargs="*", metavar="ARG", help="arguments of the entry function")
+    run.add_argument("-e", "--entry", default="main", metavar="NAME",
+                     help="the function to call (default: main)")
+    run.add_argument("--callbacks", action="append", default=[], metavar="PATH_OR_MODULE",
+                     help="a .py file or module whose @callback functions are linked "
+                          "(repeatable)")
+    run.add_argument("-entry-point-result", "--entry-point-result", dest="entry_result",
+                     choices=("void", "i32", "i64", "f32"), metavar="TYPE",
+                     help="mlir-runner's check of the entry's result type: void, i32, i64 "
+                          "or f32 (printed as mlir-runner prints it)")
+    run.add_argument("--shared-libs", "-shared-libs", action="append", default=[], metavar="LIB",
+                     help="a shared library to link: a path or an MLIR runtime library name "
+                          "such as libmlir_c_runner_utils.so (repeatable, or comma-separated)")
+    run.add_argument("--pipeline", metavar="STR",
+                     help="the pass pipeline lowering to the LLVM dialect (default: "
+                          "pymlirjit's)")
+    run.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
+                     metavar="N", help="LLVM optimization level, 0 to 3 (default: 2; "
+                                       "-O0 to -O3 or --O0 to --O3 as in mlir-runner)")
+    run.add_argument("--fastmath", action="store_true",
+                     help="fast-math flags on float ops (reductions vectorize)")
+    run.add_argument("-dump-object-file", "--dump-object-file", action="store_true",
+                     help="as mlir-runner: write the JIT-compiled object code to "
+                          "-object-filename (default: FILE.mlir.o)")
+    run.add_argument("-object-filename", "--object-filename", default="", metavar="FILE.o",
+                     help="where -dump-object-file writes")
+    run.add_argument("--parallel", action="store_true",
+                     help="parallel loops on several threads (PYMLIRJIT_NUM_THREADS caps them)")
+    run.add_argument("--boundscheck", action="store_true",
+                     help="out-of-bounds memref accesses raise IndexError")
+    run.add_argument("--error-model", choices=ERROR_MODELS, default="python",
+                     help="integer division by zero: an error (python, the default) or 0 "
+                          "(numpy)")
+    run.add_argument("-o", "--output", action="append", default=[], metavar="FILE.npy",
+                     help="save the array result instead of printing it (repeat for "
+                          "several array results)")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="print no result (errors still go to stderr)")
+    run.add_argument("--time", action="store_true",
+                     help="report compile (parse+lower+JIT) and run times on stderr")
+    run.add_argument("--cache", action="store_true",
+                     help="keep the machine code in the disk cache ($PYMLIRJIT_CACHE_DIR, "
+                          "else ~/.cache/pymlirjit): later runs of an unchanged file load "
+                          "it instead of compiling")
+
+
+def _add_lower_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    lower = commands.add_parser(
+        "lower", parents=[common], help="print an MLIR file lowered to the LLVM dialect",
+        description="Print FILE.mlir after the pass pipeline, in the LLVM dialect "
+                    "(the input mlir-runner and mlir-translate expect).")
+    lower.add_argument("file", metavar="FILE.mlir", help="the MLIR module to lower")
+    lower.add_argument("--pipeline", metavar="STR",
+                       help="the pass pipeline (default: pymlirjit's)")
+    lower.add_argument("--emit", choices=("mlir", "llvm", "asm"), default="mlir",
+                       help="print the LLVM dialect (mlir, the default), the LLVM IR after "
+                            "LLVM's optimizations (llvm) or the host's assembly (asm)")
+    lower.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
+                       metavar="N", help="LLVM optimization level for --emit=llvm|asm, 0 to 3 "
+                                         "(default: 2)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``pymlirjit`` command."""
+    parser = argparse.ArgumentParser(  # raw text: argparse would wrap the --version line
+        prog=_PROG, description="Run MLIR from Python and call Python from MLIR.",
+        formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--version", action="version", version=_versions())
+    commands = parser.add_subparsers(dest="command", required=True)
+    common = _common_options()
+    _add_run_parser(commands, common)
+    _add_lower_parser(commands, common)
+    add_check_parser(commands, common)
+    commands.add_parser("demo", parents=[common],
+                        help="run the callback round trip (MLIR calling Python)")
+    cache = commands.add_parser(
+        "cache", parents=[common], help="show (or --clear) the disk cache of `run --cache`",
+        description="Show the disk cache that `pymlirjit run --cache` and "
+                    "mlir_kernel(cache=True) use ($PYMLIRJIT_CACHE_DIR, else "
+                    "~/.cache/pymlirjit): its folder, modules and size.")
+    cache.add_argument("--clear", action="store_true",
+                       help="delete the cached modules (only files the cache wrote)")
+    return parser
+
+
+def _looks_like_number(text: str) -> bool:
+    for parse in (complex, lambda s: int(s, 0)):
+        try:
+            parse(text)
+        except ValueError:
+            continue
+        return True
+    return False
+
+
+def _claim_leftover_arguments(args: argparse.Namespace, leftovers: Sequence[str]) -> list[str]:
+    """Append to ``args.args`` the ARGs argparse left over: those after an option or
+    after ``--``, and negative numbers such as ``-1e5``. Return the unknown options."""
+    unknown: list[str] = []
+    after_dashes = False
+    for item in leftovers:
+        if item == "--" and not after_dashes:
+            after_dashes = True
+        elif after_dashes or not item.startswith("-") or _looks_like_number(item):
+            args.args.append(item)
+        else:
+            unknown.append(item)
+    return unknown
+
+
+def _runner_spellings(argv: Sequence[str]) -> list[str]:
+    """``argv`` with mlir-runner's double-dash ``--O0``..``--O3`` (LLVM's option parser
+    takes one dash or two) spelled ``-O0``..``-O3``; ARGs after ``--`` are left alone."""
+    spelled: list[str] = []
+    for i, item in enumerate(argv):
+        if item == "--":
+            return spelled + list(argv[i:])
+        spelled.append(item[1:] if re.fullmatch(r"--O[0-3]", item) else item)
+    return spelled
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``run`` takes its ARGs before, between or after options."""
+    parser = build_parser()
+    words = _runner_spellings(sys.argv[1:] if argv is None else argv)
+    llvm: list[str] = []
+    if words[:1] == ["run"]:  # mlir-runner takes LLVM's options (-enable-matrix) as well
+        run = next(a.choices["run"] for a in parser._actions
+                   if isinstance(a, argparse._SubParsersAction))
+        words, llvm = split_runner_options(words, run._option_string_actions)
+    args, leftovers = parser.parse_known_args(words)
+    if args.command == "run":
+        leftovers = _claim_leftover_arguments(args, leftovers)
+        args.llvm_options = llvm
+    if leftovers:
+        parser.error(f"unrecognized arguments: {' '.join(leftovers)}")
+    return args
+
+
+# -- reporting ------------------------------------------------------------------------------
+
+_FILE_LOCATION = re.compile(r'^loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)\)$')
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _location(location: str) -> str:
+    """``loc("f.mlir":3:5)`` as ``f.mlir:3:5``; other locations as MLIR prints them."""
+    match = _FILE_LOCATION.match(location)
+    if match:
+        return f"{match['file']}:{match['line']}:{match['col']}"
+    return "" if location == "loc(unknown)" else location
+
+
+def _mlir_error_message(error: Any) -> str:
+    if not error.diagnostics:
+        return str(error)
+    first = error.diagnostics[0]
+    where = _location(first.location)
+    text = f"{where}: {first.message}" if where else f"{error.summary}: {first.message}"
+    more = len(error.diagnostics) - 1
+    if more:
+        text += f" (+{more} more diagnostic{'s' if more > 1 else ''}; see --traceback)"
+    return text
+
+
+def error_message(error: BaseException) -> str:
+    """The one-line message the command prints for ``error``."""
+    from ..errors import MLIRError, PyMLIRJitError
+
+    if isinstance(error, MLIRError):
+        text = _mlir_error_message(error)
+    elif isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.strerror}: {error.filename}"
+    elif isinstance(error, (CLIError, PyMLIRJitError, OSError)):
+        text = str(error)
+    else:
+        text = f"{type(error).__name__}: {error}"
+    for note in getattr(error, "__notes__", ()):
+        text += f" ({note})"
+    return _one_line(text)
+
+
+def _flush_stdout() -> None:
+    """Flush Python's and C's stdout, so output of compiled code and of Python stays in order."""
+    sys.stdout.flush()
+    with contextlib.suppress(OSError, AttributeError):
+        ffi.fflush(None)
+
+
+class _Clock:
+    """Times the phases of a command and, when enabled, reports them on stderr."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def _say(self, text: str) -> None:
+        if self.enabled:
+            print(f"{_PROG}: {text}", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def phase(self, starting: str, done: str) -> Iterator[list[str]]:
+        """Report ``starting...`` now and ``done: <ms>`` when the block ends (the block
+        may replace ``done``: it gets ``[done]``)."""
+        self._say(f"{starting}...")
+        start = time.perf_counter()
+        label = [done]
+        yield label
+        self._say(f"{label[0]}: {(time.perf_counter() - start) * 1e3:.3f} ms")
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+def _require_file(name: str) -> Path:
+    path = Path(name)
+    if path.is_dir():
+        raise CLIError(f"{name} is a folder, not a file")
+    if not path.is_file():
+        raise CLIError(f"no such file: {name}")
+    return path
+
+
+def _entry_function(module: Any, entry: str, filename: str) -> Any:
+    function = module.functions.get(entry)
+    if function is None and entry in module.uncallable:
+        raise CLIError(f"{filename}: {module.uncallable[entry].reason}")
+    if function is None:
+        names = ", ".join("@" + n for n in sorted(module.functions)) or "none"
+        raise CLIError(f"{filename} defines no public function @{entry} (--entry); "
+                       f"it has: {names}")
+    return function
+
+
+def _check_entry_result(expected: str | None, function: Any, filename: str) -> None:
+    """mlir-runner's ``-entry-point-result``: the entry has no parameters and returns
+    nothing (``void``) or one scalar of the type named."""
+    if expected is None:
+        return
+    signature = function.signature
+    actual = " ".join(str(t) for t in signature.results) or "void"
+    if signature.params or actual != expected:
+        raise CLIError(f"{filename}: -entry-point-result={expected} expects @{function.name} "
+                       f"to take nothing and return {expected}; it is {signature}")
+
+
+def _compile(args: argparse.Namespace, path: Path, callbacks: Sequence[Any],
+             ) -> tuple[Any, bool]:
+    """The compiled module, and whether it was loaded from the disk cache."""
+    from ..errors import LinkError
+    from ..runtime.cache import default_cache_dir
+    from ..runtime.module import runtime_library_hint
+    from ..session import Session
+
+    shared_libs = resolve_shared_libs(args.shared_libs)
+    try:
+        set_llvm_options(getattr(args, "llvm_options", ()))
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    session = Session(cache_dir=default_cache_dir() if args.cache else None)
+    try:
+        module = session.compile(path, pipeline=args.pipeline, opt_level=args.opt_level,
+                                 shared_libs=shared_libs, callbacks=callbacks,
+                                 fastmath=args.fastmath, parallel=args.parallel,
+                                 boundscheck=args.boundscheck,
+                                 error_model=args.error_model)
+        return module, session.disk_cache is not None and session.disk_cache.hits > 0
+    except LinkError as exc:
+        if not exc.missing:
+            raise
+        names = ", ".join("@" + n for n in exc.missing)
+        it = "them" if len(exc.missing) > 1 else "it"
+        hint = runtime_library_hint(exc.missing)
+        raise CLIError(f"{path}: nothing defines {names}: define {it} with @callback in a "
+                       f"--callbacks file, or pass the --shared-libs that defines "
+                       f"{it}{hint}") from exc
+
+
+def run_command(args: argparse.Namespace) -> None:
+    """``pymlirjit run``: compile, parse the arguments, call the entry, print results."""
+    path = _require_file(args.file)
+    clock = _Clock(args.time)
+    callbacks: list[Any] = []
+    if args.callbacks:
+        with clock.phase("importing callbacks", "callbacks"):
+            callbacks = load_callbacks(args.callbacks)
+    with clock.phase(f"compiling {path}", "compile (parse+lower+JIT)") as label:
+        module, loaded = _compile(args, path, callbacks)
+        if loaded:
+            label[0] = "load from the disk cache"
+    function = _entry_function(module, args.entry, str(path))
+    _check_entry_result(args.entry_result, function, str(path))
+    values = parse_arguments(args.args, function)
+    check_outputs(args.output, function)
+    _flush_stdout()
+    try:
+        with clock.phase(f"running @{function.name}", "run"):
+            value = function(*values)
+    finally:
+        _flush_stdout()
+    if args.dump_object_file:
+        _dump_object_file(module, args.object_filename or f"{args.file}.o", str(path))
+    result_types = function.signature.results
+    results = split_results(value, len(result_types))
+    save_outputs(args.output, results)
+    from ..boundary.types import ScalarType
+
+    runner_f32 = args.entry_result == "f32" or (
+        # mlir-runner's default is -entry-point-result=f32: such an entry prints as there.
+        args.entry_result is None and not function.signature.params
+        and [str(t) for t in result_types] == ["f32"])
+    saved = len(args.output)
+    for result, mlir_type in zip(results, result_types):
+        if args.quiet:
+            break
+        if saved and not isinstance(mlir_type, ScalarType):
+            saved -= 1  # in its --output file: not printed as well
+            continue
+        if runner_f32:
+            print(f"{result:e}")  # as mlir-runner (LLVM's raw_ostream) prints a float
+        else:
+            print(format_result(result, mlir_type))
+
+
+def _dump_object_file(module: Any, filename: str, source: str) -> None:
+    """mlir-runner's -dump-object-file: the object code MLIR's JIT generated."""
+    dump = getattr(module.engine, "dump_to_object_file", None)
+    if dump is None:  # loaded from the disk cache: no JIT engine made this code
+        raise CLIError(f"{source}: -dump-object-file needs a module compiled in this run "
+                       f"(not loaded by --cache)")
+    Path(filename).write_bytes(b"")  # LLVM would only print that it cannot write there
+    dump(filename)
+
+
+def lower_command(args: argparse.Namespace) -> None:
+    """``pymlirjit lower``: print the module after the pipeline, in the LLVM dialect,
+    or (``--emit``) its optimized LLVM IR or host assembly."""
+    from ..lowering.pipeline import lower, new_context, parse_module
+    from ..runtime.llvmir import assembly, llvm_ir
+
+    path = _require_file(args.file)
+    text = read_mlir_file(path)
+    lowered = str(lower(parse_module(text, new_context(), str(path)), args.pipeline,
+                        str(path)))
+    if args.emit == "llvm":
+        lowered = llvm_ir(lowered, args.opt_level)
+    elif args.emit == "asm":
+        lowered = assembly(lowered, args.opt_level)
+    print(lowered)
+
+
+def demo_command(args: argparse.Namespace) -> None:
+    """``pymlirjit demo``: the callback round trip."""
+    from .demo import run_demo
+
+    run_demo()
+
+
+def cache_command(args: argparse.Namespace) -> None:
+    """``pymlirjit cache``: the default disk cache's folder, modules and size."""
+    from ..runtime.cache import DiskCache, default_cache_dir
+
+    cache = DiskCache(default_cache_dir())
+    count, size = cache.entries(), cache.size_bytes()
+    modules = f"{count} module{'' if count == 1 else 's'} ({size / 1024:.1f} KiB)"
+    if args.clear:
+        refused = cache.clearable()
+        if refused is not None:
+            raise CLIError(f"{cache.directory}: nothing removed: {refused.detail}")
+        cache.clear()  # this cache's entries only: never other files of the folder
+        print(f"{cache.directory}: removed {modules}")
+    else:
+        print(f"{cache.directory}: {modules}")
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "run": run_command,
+    "lower": lower_command,
+    "demo": demo_command,
+    "cache": cache_command,
+    "check": check_command,
+}
+
+
+def _fail(message: str, show_traceback: bool) -> int:
+    _flush_stdout()
+    if show_traceback:
+        traceback.print_exc()
+    print(f"{_PROG}: error: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pymlirjit`` command; returns the exit code (argparse exits
+    with 2 itself on a usage error)."""
+    args = parse_args(argv)
+    try:
+        _COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        _fail("interrupted", args.traceback)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`pymlirjit demo | head`): stop quietly, as cat does.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as error:
+        return _fail(error_message(error), args.traceback)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The optimizing passes: fast-math flags, and linalg tiled and vectorized for the host.
+
+Two independent steps run on a parsed module before the lowering pipeline:
+
+- :func:`set_fastmath` marks every floating-point ``arith`` and ``math`` operation with
+  ``#arith.fastmath<fast>`` (numba's ``fastmath=True``): LLVM may then reassociate, so
+  floating-point reductions vectorize, and contract multiply-adds into FMAs.
+- :func:`tile_and_vectorize` (:mod:`pymlirjit.codegen.linalg_schedules`) makes ``linalg.matmul``,
+  ``linalg.batch_matmul`` and 2-D convolutions on memrefs fast: f32/f64 matmuls become
+  generated microkernels whose register blocks are loop-carried vectors, batch matmuls
+  and convolutions become such matmuls on views (:mod:`pymlirjit.codegen.linalg_rewrites`); the
+  other matmuls go through transform-dialect scripts (:data:`MATMUL_SCHEDULE`, run by
+  ``transform-interpreter``: tiled for the cache, then into 8x32 register tiles whose
+  accumulator lives in a stack buffer, so LLVM can keep it in vector registers, a buffer
+  of the caller might alias the inputs), vectorized into FMAs of the host's widest
+  vectors; edges of odd sizes are masked. :data:`VECTOR_LOWERING` are the passes that
+  lower what they leave.
+
+>>> from pymlirjit.lowering.pipeline import new_context, parse_module
+>>> m = parse_module('''func.func @f(%a: f64, %b: f64) -> f64 {
+...   %r = arith.addf %a, %b : f64
+...   return %r : f64
+... }''', new_context())
+>>> set_fastmath(m)
+1
+>>> "fastmath<fast>" in str(m)
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .linalg_schedules import (
+    BATCH_MATMUL_SCHEDULE,
+    MATMUL_SCHEDULE,
+    PARALLEL_MATMUL_SCHEDULE,
+    has_tileable_ops,
+    run_schedule,
+    tile_and_vectorize,
+)
+from .linalg_tensors import prepare_tensors
+
+__all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
+           "VECTOR_LOWERING", "has_tileable_ops", "optimize", "run_schedule",
+           "set_fastmath", "tile_and_vectorize", "with_vector_lowering"]
+
+#: Lower what the schedule leaves (vector transfers, masks, ``ub.poison``): inserted in
+#: the default pipeline before its scf and arith lowerings.
+VECTOR_LOWERING = {
+    "convert-scf-to-cf": "func.func(convert-vector-to-scf{full-unroll=true})",
+    "convert-arith-to-llvm": "convert-vector-to-llvm,convert-ub-to-llvm",
+}
+
+
+def set_fastmath(module: Any) -> int:
+    """Put ``#arith.fastmath<fast>`` on every ``arith`` and ``math`` op of ``module``
+    that takes fast-math flags (the float ones); return how many ops were marked."""
+    from mlir import ir
+
+    with module.context:
+        fast = ir.Attribute.parse("#arith.fastmath<fast>")
+    marked = 0
+
+    def visit(op: Any) -> Any:
+        nonlocal marked
+        if op.name.startswith(("arith.", "math.")) and _takes_fastmath(type(op.opview)):
+            op.attributes["fastmath"] = fast
+            marked += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return marked
+
+
+def _takes_fastmath(opview: type) -> bool:
+    return isinstance(getattr(opview, "fastmath", None), property)
+
+
+def with_vector_lowering(pipeline: str) -> str:
+    """``pipeline`` (normalized) with :data:`VECTOR_LOWERING` inserted, unless it
+    lowers the vector dialect already."""
+    if "convert-vector-to-llvm" in pipeline:
+        return pipeline
+    for before, passes in VECTOR_LOWERING.items():
+        pipeline = pipeline.replace("," + before, f",{passes},{before}", 1)
+    return pipeline
+
+
+def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<source>",
+             parallel: bool = False) -> bool:
+    """Apply the optimizations asked for to ``module`` (parsed, not lowered); return
+    whether the lowering pipeline needs :func:`with_vector_lowering`."""
+    if fastmath:
+        set_fastmath(module)
+    if not tile:
+        return False
+    prepare_tensors(module, filename)
+    return tile_and_vectorize(module, filename, parallel)

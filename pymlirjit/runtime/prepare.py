@@ -1,0 +1,463 @@
+"""MLIR preparation: what a session does to a module before lowering it.
+
+:func:`prepare` parses the source, links each private declaration to the callback it
+resolves to, marks public functions and callback declarations with
+``llvm.emit_c_interface``, adds the ABI shims some types need, refuses reserved symbol
+names and makes tensor arguments read-only; it returns a :class:`PreparedModule`.
+:func:`lower` then runs the pipeline of the :class:`CompileOptions`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..boundary import ffi
+from ..boundary.abi import (
+    CIFACE_PREFIX,
+    RESERVED_PREFIX,
+    boundary_abi,
+    callback_shim,
+    callback_shim_symbol,
+    ciface_symbol,
+    defined_function_symbol,
+    entry_shim_symbol,
+    kernel_shim,
+)
+from ..boundary.callback import Callback
+from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
+from ..boundary.signature import Signature, as_signature, from_func_op
+from ..boundary.types import ScalarType, TensorType, i32, i64
+from ..codegen.checks import insert_checks
+from ..codegen.optimize import optimize, with_vector_lowering
+from ..codegen.options import CompileOptions
+from ..codegen.parallel import parallel_hooks, with_parallel_loops
+from ..codegen.vectormath import use_vector_library
+from ..errors import Diagnostic, MLIRError, SignatureError
+from ..lowering.deepinput import shallow
+from ..lowering.packs import BUFFERIZATION, decompose_packs
+from ..lowering.pipeline import lower as lower_module
+from ..lowering.pipeline import (
+    new_context,
+    parse_module,
+    runtime_library,
+)
+from .externs import LinkedExtern
+
+__all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "built_text", "lower",
+           "prepare"]
+
+
+
+@dataclass
+class PreparedModule:
+    """A parsed module ready to lower (:func:`lower` lowers ``module`` in place).
+
+    ``signatures`` maps each public function to its signature and C-ABI entry name;
+    ``linked`` each declaration linked to a callback (by name); ``registrations`` each
+    runtime symbol the compiled code calls to its callback; ``declared`` lists every
+    private declaration. ``uncallable`` maps each public function Python cannot call
+    (its types cannot cross, or it has no C interface once lowered) to why: it stays
+    in the module for the code that calls it. ``context`` owns ``module`` and must
+    outlive it.
+    """
+
+    context: Any
+    module: Any
+    filename: str
+    signatures: dict[str, tuple[Signature, str]]
+    linked: dict[str, Callback]
+    registrations: dict[str, Callback]
+    declared: tuple[str, ...]
+    uncallable: dict[str, str] = field(default_factory=dict)
+    runtime_libs: tuple[str, ...] = ()
+    source: str = ""  # the text's checks.source_id (messages of checks carry it)
+    #: Runtime symbols defined by native code (:mod:`pymlirjit.runtime.externs`), by symbol.
+    externs: dict[str, LinkedExtern] = field(default_factory=dict)
+    #: Parsed from text :func:`~pymlirjit.lowering.deepinput.shallow` enough to lower on the
+    #: caller's thread.
+    shallow: bool = False
+
+    def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
+        """The libraries the code links: ``options``' and the runtime libraries the
+        lowered module needs (:attr:`runtime_libs`)."""
+        return options.shared_libs + tuple(
+            lib for lib in self.runtime_libs if lib not in options.shared_libs)
+
+
+def built_text(source: Any) -> str:
+    """The MLIR text of a module built in Python: an ``mlir.ir.Module``, an
+    ``mlir.ir.Operation`` (or an op view such as a ``func.FuncOp``), or a zero-argument
+    callable returning one, called once inside a fresh context of its own (with an
+    unknown location) so that it may build without one. The text is what pymlirjit
+    compiles and caches: the module itself is never kept."""
+    from mlir import ir
+
+    built = source
+    if callable(source) and not isinstance(source, (ir.Module, ir.Operation, ir.OpView)):
+        with new_context(), ir.Location.unknown():
+            built = source()
+            return _text_of(built, f"the source callable {_describe(source)} returned")
+    return _text_of(built, "source")
+
+
+def _text_of(built: Any, what: str) -> str:
+    from mlir import ir
+
+    if isinstance(built, ir.Module):
+        return str(built.operation)
+    if isinstance(built, (ir.Operation, ir.OpView)):
+        return str(built)
+    raise TypeError(f"{what} must be MLIR text, a pathlib.Path, an mlir.ir.Module, an "
+                    f"mlir.ir.Operation or a zero-argument callable returning one; got "
+                    f"{type(built).__name__}")
+
+
+def _describe(source: Any) -> str:
+    return getattr(source, "__qualname__", None) or type(source).__name__
+
+
+#: The dialects loaded in a compile's context from the start: those whose ops pymlirjit
+#: creates from Python while compiling (checks, optimize, vectormath), which would be
+#: unregistered ops if created before their dialect loads. Parsing and passes load the
+#: others as needed (loading every dialect would cost several ms per compile).
+COMPILE_DIALECTS = ("builtin", "func", "arith", "math", "scf", "cf", "memref", "vector",
+                    "llvm", "ub")
+
+
+def prepare(text: str, options: CompileOptions,
+            resolve: Callable[[str], Callback | LinkedExtern | None],
+            filename: str = "<source>") -> PreparedModule:
+    """Parse ``text`` and prepare it for ``options``; ``resolve(name)`` gives the callback
+    a private declaration ``@name`` links to (``None``: left to shared libraries or the
+    process). Raises :class:`MLIRError` for bad MLIR or reserved names and
+    :class:`~pymlirjit.errors.SignatureError` if a callback disagrees with its
+    declaration."""
+    from mlir import ir
+
+    del options  # nothing in the preparation depends on them yet (room for fastmath)
+    context = new_context(COMPILE_DIALECTS)
+    is_shallow = shallow(text)
+    module = parse_module(text, context, filename, is_shallow)
+    _check_reserved_names(module, filename)
+    public_names = _rename_definitions_named_like_c_functions(module)
+    unit = ir.UnitAttr.get(context)
+    signatures: dict[str, tuple[Signature, str]] = {}
+    linked: dict[str, Callback] = {}
+    registrations: dict[str, Callback] = {}
+    declared: list[str] = []
+    shims: list[str] = []
+    uncallable: dict[str, str] = {}
+    externs: dict[str, LinkedExtern] = {}
+    with context, ir.Location.unknown():
+        for op in list(module.body.operations):
+            kind = op.operation.name
+            if kind not in ("func.func", "llvm.func"):
+                continue
+            symbol_name = ir.StringAttr(op.attributes["sym_name"]).value
+            name = public_names.get(symbol_name, symbol_name)  # the name Python knows
+            is_declaration = len(op.regions[0].blocks) == 0
+            if is_declaration:
+                declared.append(name)
+                cb = resolve(name)
+                if cb is None:  # left to shared libraries or the process, as written:
+                    continue    # its types are the linker's business, not Python's
+                signature = _signature(op)
+                if isinstance(cb, LinkedExtern):
+                    cb.signature.check_matches(signature, f"extern @{name}",
+                                               f"its target ({cb.what or 'native code'})",
+                                               "its MLIR declaration", annotated=False)
+                else:
+                    cb.signature.check_matches(signature, f"callback @{name}",
+                                               "its Python annotations",
+                                               "its MLIR declaration")
+                    linked[name] = cb
+                registered: dict[str, Any] = (externs if isinstance(cb, LinkedExtern)
+                                              else registrations)
+                if kind == "llvm.func":  # called by its plain C symbol
+                    if boundary_abi(signature).needs_shim:
+                        raise SignatureError(
+                            f"callback @{name}: an llvm.func declaration is called with "
+                            f"the plain C ABI, which cannot pass {signature}; declare it "
+                            f"with func.func instead")
+                    registered[name] = cb
+                    continue
+                if boundary_abi(signature).needs_shim:
+                    symbol = callback_shim_symbol(name)
+                    shims.append(callback_shim(name, symbol, signature))
+                    op.operation.erase()
+                else:
+                    symbol = name
+                    op.attributes["llvm.emit_c_interface"] = unit
+                registered[ciface_symbol(symbol)] = cb
+            elif _is_public(op) and not name.startswith("_mlir_"):
+                try:
+                    signature = _signature(op)
+                    abi = boundary_abi(signature)
+                except (SignatureError, TypeError, ValueError) as exc:
+                    # Not a reason to refuse the module: other code may call it.
+                    uncallable[name] = f"@{name} cannot be called from Python: {exc}"
+                    continue
+                if kind == "llvm.func":
+                    if abi.needs_shim or not _all_scalars(signature):
+                        uncallable[name] = (
+                            f"@{name} cannot be called from Python: an llvm.func is "
+                            f"called with the plain C ABI, which cannot pass {signature}")
+                    else:  # lower() gives it a C interface
+                        signatures[name] = (signature, name)
+                    continue
+                op.attributes["llvm.emit_c_interface"] = unit
+                _make_tensor_arguments_read_only(op, signature)
+                entry = symbol_name
+                if abi.needs_shim:
+                    entry = entry_shim_symbol(name)
+                    shims.append(kernel_shim(symbol_name, entry, signature))
+                signatures[name] = (signature, entry)
+        if shims:
+            shim_module = parse_module("\n".join(shims), context, "<pymlirjit shims>")
+            for op in list(shim_module.body.operations):
+                shim_name = ir.StringAttr(op.attributes["sym_name"]).value
+                if shim_name in signatures or shim_name in public_names:
+                    # the kernel's declaration: defined already
+                    continue
+                op.operation.detach_from_parent()
+                module.body.append(op)
+    return PreparedModule(context, module, filename, signatures, linked, registrations,
+                          tuple(declared), uncallable, source=source_id(text),
+                          externs=externs, shallow=is_shallow)
+
+
+def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
+    """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
+    returns ``prepared``."""
+    def optimize_first(module: Any, pipeline: str) -> str:
+        vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
+                           filename=prepared.filename, parallel=options.parallel_loops)
+        if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
+            use_vector_library(module)
+        if options.parallel_loops:
+            pipeline = with_parallel_loops(pipeline, options.threads)
+        return with_vector_lowering(pipeline) if vectors else pipeline
+
+    inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
+
+    def add_checks(module: Any) -> None:
+        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
+                                      filename=prepared.filename, source=prepared.source,
+                                      error_model=options.error_model))
+
+    hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
+    # Checks go in before parallel loops are outlined as tasks (a failure then names the
+    # kernel, not the outlined function), else where memref accesses and scf still exist.
+    at = "async-parallel-for" if options.parallel_loops else "convert-scf-to-cf"
+    hooks[at] = _in_order(add_checks, hooks.get(at))
+    hooks[BUFFERIZATION] = _in_order(lambda module: decompose_packs(module, prepared.filename),
+                                     hooks.get(BUFFERIZATION))
+
+    def keep(name: str) -> bool:  # a declaration linked to Python or native code
+        return name in prepared.registrations or name in prepared.externs
+
+    lower_module(prepared.module, options.pipeline, prepared.filename,
+                 optimize_first if options.fastmath or options.tiles_linalg
+                 or options.parallel_loops else None, hooks, keep, prepared.shallow)
+    if any(inserted):  # they record failures through a built-in callback
+        prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
+            builtin_callbacks()[FAIL_SYMBOL])
+    _add_c_interfaces(prepared)
+    prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
+    return prepared
+
+
+def _in_order(*hooks: Callable[[Any], object] | None) -> Callable[[Any], None]:
+    """One pipeline hook running ``hooks`` (those not ``None``) in order."""
+    def run(module: Any) -> None:
+        for hook in hooks:
+            if hook is not None:
+                hook(module)
+    return run
+
+
+@functools.cache
+def builtin_callbacks() -> dict[str, Callback]:
+    """The callbacks a lowered module may link without declaring them, by name: the one
+    checked code calls to raise (see :mod:`pymlirjit.codegen.checks`)."""
+    # Its signature built from types, not parsed: parsing needs an MLIR context (~10 ms),
+    # which a module loaded from the disk cache otherwise never makes.
+    signature = Signature.of([i32, i64, i64, i64, i64], [])
+    return {FAIL_SYMBOL: Callback(raise_failure, signature, name=FAIL_SYMBOL)}
+
+
+#: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
+#: the lowering of the async dialect calls MLIR's async runtime.
+_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime"}
+
+
+def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
+    from mlir import ir
+
+    needed = []
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        for prefix, library in _AUTOMATIC_LIBRARIES.items():
+            path = runtime_library(library)
+            if name.startswith(prefix) and path not in needed:
+                needed.append(path)
+    return tuple(needed)
+
+
+def _is_public(op: Any) -> bool:
+    from mlir import ir
+
+    attributes = op.attributes
+    if ("sym_visibility" in attributes
+            and ir.StringAttr(attributes["sym_visibility"]).value == "private"):
+        return False
+    linkage = str(attributes["linkage"]) if "linkage" in attributes else ""
+    return not any(word in linkage for word in ("internal", "private"))
+
+
+_LLVM_FUNCTION_TYPE = re.compile(r"^!llvm\.func<(?P<result>.+?) \((?P<params>.*)\)>$")
+
+
+def _signature(op: Any) -> Signature:
+    """The signature of a ``func.func`` or an ``llvm.func``; SignatureError naming the
+    type that cannot cross the Python boundary."""
+    from mlir import ir
+
+    if op.operation.name == "func.func":
+        return from_func_op(op)
+    name = ir.StringAttr(op.attributes["sym_name"]).value
+    text = str(ir.TypeAttr(op.attributes["function_type"]).value)
+    match = _LLVM_FUNCTION_TYPE.match(text)
+    if match is None or "..." in match["params"]:
+        raise SignatureError(f"@{name}: {text} (variadic) cannot cross the Python boundary")
+    result = "" if match["result"] == "void" else match["result"]
+    try:
+        return as_signature(f"({match['params']}) -> ({result})")
+    except SignatureError:
+        raise SignatureError(f"@{name}: {text} cannot cross the Python boundary (an "
+                             f"llvm.func is called by the plain C ABI: scalars only)"
+                             ) from None
+
+
+def _all_scalars(signature: Signature) -> bool:
+    return all(isinstance(t, ScalarType)
+               for t in (*signature.param_types, *signature.results))
+
+
+def _add_c_interfaces(prepared: PreparedModule) -> None:
+    """Give each entry without a C interface after lowering (an ``llvm.func`` given as
+    such, or a function of a bare-pointer pipeline) one where its types are scalars,
+    which the plain C ABI passes alike; the others become uncallable from Python."""
+    from mlir import ir
+
+    defined = set()
+    for op in prepared.module.body.operations:
+        if op.operation.name == "llvm.func" and len(op.regions[0].blocks) > 0:
+            defined.add(ir.StringAttr(op.attributes["sym_name"]).value)
+    wrappers: list[str] = []
+    for name, (signature, entry) in list(prepared.signatures.items()):
+        if ciface_symbol(entry) in defined:
+            continue
+        if entry in defined and _all_scalars(signature) and len(signature.results) <= 1:
+            wrappers.extend(_c_interface(entry, signature))
+            continue
+        del prepared.signatures[name]
+        prepared.uncallable[name] = (
+            f"@{name} cannot be called from Python: the pipeline gave it no C interface "
+            f"(@{ciface_symbol(entry)}), as with the bare-pointer memref calling "
+            f"convention, and the plain C ABI cannot pass {signature}")
+    if wrappers:
+        extra = parse_module("\n".join(wrappers), prepared.context, "<pymlirjit shims>")
+        with prepared.context:
+            for op in list(extra.body.operations):
+                if not ir.StringAttr(op.attributes["sym_name"]).value.startswith(
+                        CIFACE_PREFIX):
+                    continue  # the entry's declaration, there for the verifier
+                op.operation.detach_from_parent()
+                prepared.module.body.append(op)
+
+
+def _c_interface(entry: str, signature: Signature) -> tuple[str, str]:
+    """An ``llvm.func @_mlir_ciface_<entry>`` calling ``@entry`` with the same scalars,
+    and the declaration of ``@entry`` it needs to verify alone."""
+    def llvm(t: Any) -> str:
+        return "i64" if t.mlir == "index" else str(t.mlir)  # index lowered to i64 here
+
+    params = [llvm(t) for t in signature.param_types]
+    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(params))
+    values = ", ".join(f"%a{i}" for i in range(len(params)))
+    result = llvm(signature.results[0]) if signature.results else "()"
+    call_type = f"({', '.join(params)}) -> {result}"
+    returns = f" -> {result}" if signature.results else ""
+    declaration = f"llvm.func @{entry}({', '.join(params)}){returns}"
+    if signature.results:
+        return declaration, (
+            f"llvm.func @{CIFACE_PREFIX}{entry}({args}) -> {result} {{\n"
+            f"  %r = llvm.call @{entry}({values}) : {call_type}\n"
+            f"  llvm.return %r : {result}\n}}")
+    return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
+                         f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")
+
+
+def _rename_definitions_named_like_c_functions(module: Any) -> dict[str, str]:
+    """Rename each ``func.func`` defined in ``module`` whose name the process already
+    exports (``@exp``, ``@malloc``, ...): lowering passes call those C functions by name
+    (``math.exp`` becomes a call to ``@exp``, ``memref.alloc`` one to ``@malloc``) and
+    would call the module's own function instead. Returns new symbol -> name given."""
+    from mlir import ir
+
+    renamed: dict[str, str] = {}
+    for op in module.body.operations:
+        if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if ffi.process_exports(name):
+            symbol = defined_function_symbol(name)
+            ir.SymbolTable.replace_all_symbol_uses(name, symbol, module.operation)
+            ir.SymbolTable.set_symbol_name(op, symbol)
+            renamed[symbol] = name
+    return renamed
+
+
+def _check_reserved_names(module: Any, filename: str) -> None:
+    """Refuse symbols named like pymlirjit's shims: the session would call a function
+    defined by the user with a shim's ABI."""
+    from mlir import ir
+
+    found = []
+    for op in module.body.operations:
+        attributes = op.operation.attributes
+        if "sym_name" not in attributes:
+            continue
+        name = ir.StringAttr(attributes["sym_name"]).value
+        if name.startswith(RESERVED_PREFIX):
+            found.append(Diagnostic(
+                "error", f"@{name}: symbols starting with {RESERVED_PREFIX!r} are reserved "
+                f"for pymlirjit's own functions; rename it", str(op.location),
+            ).renamed_source(filename))
+    if found:
+        raise MLIRError("reserved symbol names", found)
+
+
+def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:
+    """Tell bufferization not to write into tensor arguments: they alias the caller's
+    numpy arrays, and a tensor is a value."""
+    from mlir import ir
+
+    if not any(isinstance(t, TensorType) for t in signature.param_types):
+        return
+    existing = (list(ir.ArrayAttr(op.attributes["arg_attrs"])) if "arg_attrs" in op.attributes
+                else [ir.DictAttr.get({})] * len(signature.params))
+    updated = []
+    for t, attrs in zip(signature.param_types, existing):
+        entries = {named.name: named.attr for named in ir.DictAttr(attrs)}
+        if isinstance(t, TensorType):
+            entries["bufferization.writable"] = ir.BoolAttr.get(False)
+        updated.append(ir.DictAttr.get(entries))
+    op.attributes["arg_attrs"] = ir.ArrayAttr.get(updated)

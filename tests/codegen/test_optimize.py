@@ -1,0 +1,91 @@
+"""The optimizing passes: fast-math flags; where the linalg rewrites and schedules
+(tests/test_linalg_rewrites.py, tests/test_linalg_schedules.py) enter the pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pymlirjit import Session, mlir_kernel
+from pymlirjit.codegen.optimize import set_fastmath, with_vector_lowering
+from pymlirjit.lowering.pipeline import (
+    DEFAULT_PIPELINE,
+    new_context,
+    normalize_pipeline,
+    parse_module,
+)
+from pymlirjit.runtime.prepare import CompileOptions
+
+DOT = """
+func.func @dot(%a: memref<?xf64>, %b: memref<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  %zero = arith.constant 0.0 : f64
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64>
+    %y = memref.load %b[%i] : memref<?xf64>
+    %p = arith.mulf %x, %y : f64
+    %t = arith.addf %acc, %p : f64
+    scf.yield %t : f64
+  }
+  return %s : f64
+}
+"""
+
+def test_user_pipeline_is_run_as_written() -> None:
+    options = CompileOptions.make([*DEFAULT_PIPELINE, "canonicalize"], opt_level=3)
+    assert not options.tiles_linalg
+    assert CompileOptions.make(opt_level=3).tiles_linalg
+    assert not CompileOptions.make(opt_level=2).tiles_linalg
+
+
+def test_vector_lowering_is_inserted_once() -> None:
+    text = with_vector_lowering(normalize_pipeline(None))
+    assert text.count("convert-vector-to-llvm") == 1
+    assert text.index("convert-vector-to-scf") < text.index("convert-scf-to-cf")
+    assert with_vector_lowering(text) == text
+
+
+def test_set_fastmath_marks_float_ops_only() -> None:
+    module = parse_module("""
+    func.func @f(%a: f32, %b: f32, %i: i32) -> (f32, i32, i1) {
+      %s = arith.addf %a, %b : f32
+      %e = math.exp %s : f32
+      %j = arith.addi %i, %i : i32
+      %q = arith.cmpf olt, %a, %b : f32
+      return %e, %j, %q : f32, i32, i1
+    }""", new_context())
+    assert set_fastmath(module) == 3
+    text = str(module)
+    assert text.count("fastmath<fast>") == 3
+    assert "arith.addi %arg2, %arg2 : i32\n" in text
+    module.operation.verify()
+
+
+def test_fastmath_dot_matches_numpy(session: Session) -> None:
+    @mlir_kernel(source=DOT, fastmath=True, session=session)
+    def dot(a: np.ndarray, b: np.ndarray) -> float: ...
+
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 7, 1001):
+        a, b = rng.standard_normal(n), rng.standard_normal(n)
+        assert dot(a, b) == pytest.approx(float(a @ b), rel=1e-12, abs=1e-12)
+    dot.compile()
+    assert "fastmathFlags = #llvm.fastmath<fast>" in dot.lowered_mlir
+
+
+def test_fastmath_is_part_of_the_cache_key(session: Session) -> None:
+    assert session.compile(DOT) is not session.compile(DOT, fastmath=True)
+    assert session.compile(DOT) is session.compile(DOT, fastmath=False)
+    assert CompileOptions.make(fastmath=True).pipeline_key != CompileOptions.make().pipeline_key
+
+
+def test_fastmath_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="fastmath"):
+        CompileOptions.make(fastmath=1)  # type: ignore[arg-type]
+
+
+def test_session_fastmath_default() -> None:
+    assert Session(fastmath=True).options.fastmath
+    assert not Session().options.fastmath
