@@ -30,6 +30,7 @@ from typing import Any, SupportsIndex, get_args, get_origin
 from .boundary.abi import symbol_references
 from .boundary.cprototype import function_pointer
 from .boundary.failures import register_source
+from .boundary.pickling import StandInStub, by_value, importable, interned, pickle_token, rebuilds
 from .boundary.signature import Signature, annotations_of, argument_label, check_annotation
 from .boundary.sourcelines import definition_site, located_mlir_error, read_mlir_file
 from .boundary.vectorcall import NativeCallable, clear_entry, set_entry
@@ -37,7 +38,6 @@ from .callbacks import Callback, Invalidated, default_registry
 from .codegen.options import CompileOptions, OptionOverrides
 from .errors import MLIRError, SignatureError
 from .generic import GenericDispatch, describe, free_aliases
-from .boundary.pickling import StandInStub, by_value, importable, interned, pickle_token, rebuilds
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
 from .runtime.function import CompiledFunction
 from .runtime.prepare import built_text

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
 from .boundary.abi import symbol_references
+from .boundary.pickling import by_value, interned, loads_parts, pickle_token, rebuilds
 from .boundary.sourcelines import read_mlir_file
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry
 from .codegen.options import CompileOptions
 from .errors import LinkError
 from .lowering.pipeline import runtime_library
-from .boundary.pickling import by_value, interned, loads_parts, pickle_token, rebuilds
 from .runtime.asyncruntime import claim_task_pool
 from .runtime.cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
 from .runtime.externs import Linkable, LinkedExtern, listed_callbacks

@@ -20,6 +20,17 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, SupportsIndex
 
 from ..errors import SignatureError
+from .abi import BoundaryABI, boundary_abi, native_callback_supported
+from .callframe import call_machinery, culprit_token, record_current
+from .convert import from_c, result_scalar, to_c, to_memory
+from .memref import (
+    UnrankedDescriptor,
+    array_from_descriptor,
+    array_from_unranked,
+    descriptor_type,
+    fill_descriptor_with_copy,
+    result_array,
+)
 from .pickling import (
     by_value,
     function_by_value,
@@ -31,17 +42,6 @@ from .pickling import (
     pickled_once,
     rebuilds,
     scalar_type,
-)
-from .abi import BoundaryABI, boundary_abi, native_callback_supported
-from .callframe import call_machinery, culprit_token, record_current
-from .convert import from_c, result_scalar, to_c, to_memory
-from .memref import (
-    UnrankedDescriptor,
-    array_from_descriptor,
-    array_from_unranked,
-    descriptor_type,
-    fill_descriptor_with_copy,
-    result_array,
 )
 from .signature import Parameter, Signature, as_signature, function_name
 from .sourcelines import located_type_error

@@ -52,7 +52,7 @@ def test_fflush_puts_c_output_before_later_python_output() -> None:
     result = _run(
         "import ctypes, os, sys\n"
         f"sys.path.insert(0, {str(FFI_PATH.parent.parent)!r})\n"
-        "from pymlirjit import ffi\n"
+        "from pymlirjit.boundary import ffi\n"
         "ctypes.CDLL(None).printf(b'from C\\n')\n"
         "ffi.fflush(None)\n"
         "os.write(1, b'from Python\\n')\n")
@@ -145,7 +145,7 @@ def test_dlclose_unloads_a_library_loaded_once(tmp_path: Path) -> None:
     result = _run(
         "import ctypes, sys\n"
         f"sys.path.insert(0, {str(FFI_PATH.parent.parent)!r})\n"
-        "from pymlirjit import ffi\n"
+        "from pymlirjit.boundary import ffi\n"
         f"library = ctypes.CDLL({str(library)!r})\n"
         "print(library.ffi_probe())\n"
         "print('libffi_probe' in open('/proc/self/maps').read())\n"

@@ -96,6 +96,9 @@ func.func @table() -> memref<3xf64> {
 }
 """
 
+#: where the Python path of a call runs (runtime/function.py)
+FUNCTION_PY = os.path.join("pymlirjit", "runtime", "function.py")
+
 
 def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
     """``call()``'s result, and how many calls the Python path (function.py's
@@ -106,7 +109,7 @@ def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
         nonlocal calls
         code = frame.f_code  # type: ignore[attr-defined]
         if (event == "call" and code.co_name == "__call__"
-                and code.co_filename.endswith(os.path.join("pymlirjit", "function.py"))):
+                and code.co_filename.endswith(FUNCTION_PY)):
             calls += 1
 
     sys.setprofile(profile)
@@ -406,10 +409,11 @@ def test_array_results_from_several_threads(shapes: object) -> None:
 # f16/bf16 results (no ctypes entry, no Python code of pymlirjit's on the way).
 
 def callbacks_py_calls(call: Callable[[], object]) -> tuple[object, int]:
-    """``call()``'s result, and how many Python frames of callbacks.py and convert.py
-    (a ctypes entry's and the converters' code) ran during it."""
+    """``call()``'s result, and how many Python frames of boundary/callback.py and
+    boundary/convert.py (a ctypes entry's and the converters' code) ran during it."""
     calls = 0
-    files = tuple(os.path.join("pymlirjit", f) for f in ("callbacks.py", "convert.py"))
+    files = tuple(os.path.join("pymlirjit", "boundary", f)
+                  for f in ("callback.py", "convert.py"))
 
     def profile(frame: object, event: str, arg: object) -> None:
         nonlocal calls

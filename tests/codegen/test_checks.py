@@ -26,6 +26,9 @@ from pymlirjit.runtime.prepare import CompileOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: where the Python path of a call runs (runtime/function.py)
+FUNCTION_PY = os.path.join("pymlirjit", "runtime", "function.py")
+
 
 def run_isolated(code: str, cwd: Path | None = None, **values: object) -> list[list[str]]:
     """Run ``code`` in a fresh interpreter, with ``values`` as its globals (by repr); it
@@ -734,7 +737,7 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
             def profile(frame, event, arg):
                 code = frame.f_code
                 if (event == "call" and code.co_name == "__call__"
-                        and code.co_filename.endswith(os.path.join("pymlirjit", "function.py"))):
+                        and code.co_filename.endswith(FUNCTION_PY)):
                     calls.append(1)
             sys.setprofile(profile)
             try:

@@ -54,7 +54,7 @@ def test_a_bad_option_raises_and_sets_nothing(option: str, message: str) -> None
 
 def test_options_are_set_once_and_a_conflict_raises() -> None:
     done = _python("""
-        from pymlirjit import llvmoptions
+        from pymlirjit.lowering import llvmoptions
         llvmoptions.set_llvm_options(["-enable-matrix", "-matrix-default-layout=row-major"])
         llvmoptions.set_llvm_options(["-enable-matrix"])  # the same again: nothing to do
         try:
@@ -72,7 +72,8 @@ def test_matrix_intrinsics_compile_without_the_option() -> None:
     # Without matrix lowering LLVM's code generator ends the process on these.
     done = _python('''
         import numpy as np
-        from pymlirjit import mlir_kernel, llvmoptions
+        from pymlirjit import mlir_kernel
+        from pymlirjit.lowering import llvmoptions
 
         @mlir_kernel(source="""
         func.func @flip(%m: memref<6xf64>) {
