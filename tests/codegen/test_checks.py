@@ -26,8 +26,6 @@ from pymlirjit.runtime.prepare import CompileOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: where the Python path of a call runs (runtime/function.py)
-FUNCTION_PY = os.path.join("pymlirjit", "runtime", "function.py")
 
 
 def run_isolated(code: str, cwd: Path | None = None, **values: object) -> list[list[str]]:
@@ -737,7 +735,8 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
             def profile(frame, event, arg):
                 code = frame.f_code
                 if (event == "call" and code.co_name == "__call__"
-                        and code.co_filename.endswith(FUNCTION_PY)):
+                        and code.co_filename.endswith(
+                            os.path.join("pymlirjit", "runtime", "function.py"))):
                     calls.append(1)
             sys.setprofile(profile)
             try:
