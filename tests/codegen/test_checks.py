@@ -27,7 +27,6 @@ from pymlirjit.runtime.prepare import CompileOptions
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
 def run_isolated(code: str, cwd: Path | None = None, **values: object) -> list[list[str]]:
     """Run ``code`` in a fresh interpreter, with ``values`` as its globals (by repr); it
     reports with ``say(...)`` (one JSON list per line) and must exit cleanly."""
