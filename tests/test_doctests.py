@@ -7,8 +7,9 @@ import importlib
 
 import pytest
 
-MODULES = ["types", "signature", "callbacks", "pipeline", "engine", "session", "kernel", "ufunc",
-           "typing", "cprototype", "externs"]
+MODULES = ["types", "boundary.types", "boundary.signature", "callbacks", "lowering.pipeline",
+           "runtime.engine", "session", "kernel", "ufunc", "typing", "boundary.cprototype",
+           "runtime.externs"]
 
 
 @pytest.mark.parametrize("name", MODULES)
