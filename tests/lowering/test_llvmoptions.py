@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pymlirjit.cli import commands as cli
+from pymlirjit.cli.arguments import parse_args
 from pymlirjit.lowering import llvmoptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +34,9 @@ def test_split_takes_unknown_single_dash_long_options_only() -> None:
 
 def test_cli_does_not_read_an_llvm_option_as_dash_e() -> None:
     # argparse alone reads -enable-matrix as "-e nable-matrix": the entry would change.
-    args = cli.parse_args(["run", "f.mlir", "-e", "entry", "-enable-matrix", "-O0"])
+    args = parse_args(["run", "f.mlir", "-e", "entry", "-enable-matrix", "-O0"])
     assert (args.entry, args.llvm_options, args.opt_level) == ("entry", ["-enable-matrix"], 0)
-    assert cli.parse_args(["run", "f.mlir", "-1"]).llvm_options == []
+    assert parse_args(["run", "f.mlir", "-1"]).llvm_options == []
 
 
 @pytest.mark.parametrize(("option", "message"), [
@@ -54,7 +54,7 @@ def test_a_bad_option_raises_and_sets_nothing(option: str, message: str) -> None
 
 def test_options_are_set_once_and_a_conflict_raises() -> None:
     done = _python("""
-        from pymlirjit import llvmoptions
+        from pymlirjit.lowering import llvmoptions
         llvmoptions.set_llvm_options(["-enable-matrix", "-matrix-default-layout=row-major"])
         llvmoptions.set_llvm_options(["-enable-matrix"])  # the same again: nothing to do
         try:
@@ -72,7 +72,8 @@ def test_matrix_intrinsics_compile_without_the_option() -> None:
     # Without matrix lowering LLVM's code generator ends the process on these.
     done = _python('''
         import numpy as np
-        from pymlirjit import mlir_kernel, llvmoptions
+        from pymlirjit import mlir_kernel
+        from pymlirjit.lowering import llvmoptions
 
         @mlir_kernel(source="""
         func.func @flip(%m: memref<6xf64>) {
