@@ -483,7 +483,8 @@ def test_a_signature_naming_no_scalar_type_is_refused_when_unpickled() -> None:
 def test_a_child_forked_while_a_thread_held_the_token_lock_can_pickle() -> None:
     code = """
 import os, pickle, signal, threading
-from pymlirjit import mlir_kernel, pickling
+from pymlirjit import mlir_kernel
+from pymlirjit.boundary import pickling
 kernel = mlir_kernel(source="func.func @f(%x: f64) -> f64 { return %x : f64 }",
                      name="f")(lambda x: None)
 held, release = threading.Event(), threading.Event()
@@ -557,7 +558,7 @@ def test_parts_find_pymlirjit_names_once_and_others_as_pickle_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from pymlirjit import pickling
+    from pymlirjit.boundary import pickling
     from pymlirjit.codegen.options import CompileOptions
 
     options = CompileOptions.make(opt_level=1)
@@ -586,7 +587,7 @@ def test_the_token_table_lets_go_of_objects_that_died() -> None:
     sessions = [Session(opt_level=level) for level in (0, 1, 3)]
     done = run(f"""
         import gc, pickle
-        from pymlirjit import pickling
+        from pymlirjit.boundary import pickling
         pickling.KEPT = 0
         for data in {[pickle.dumps(s) for s in sessions]!r} * 2:
             pickle.loads(data)
