@@ -412,8 +412,8 @@ def test_the_sender_does_not_keep_what_it_pickled(session: Session) -> None:
 
 def test_a_callback_by_value_carries_scalar_types_by_reference() -> None:
     pytest.importorskip("cloudpickle")
-    from pymlirjit.boundary.types import ScalarType
     from pymlirjit.boundary.pickling import function_by_value
+    from pymlirjit.boundary.types import ScalarType
 
     def total(a: MemRef[f64, None], x: f64) -> f64:
         return float(a.sum()) + x
