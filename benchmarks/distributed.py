@@ -102,7 +102,7 @@ def _round_trip_us(obj: Any, number: int, fresh: bool = False) -> tuple[float, f
     """Wall and CPU microseconds per ``pickle.loads(pickle.dumps(obj))``; ``fresh``: as
     a receiver that has not unpickled ``obj`` before (pymlirjit's token tables, and
     numba's dispatcher memo, cleared before each round trip)."""
-    from pymlirjit import pickling as tokens
+    from pymlirjit.boundary import pickling as tokens
 
     if not fresh:
         return _timed_us(lambda: pickle.loads(pickle.dumps(obj)), number)
