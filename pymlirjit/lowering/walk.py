@@ -33,6 +33,9 @@ def operations(root: Any, where: Callable[[Any], bool] | None = None, *,
     first, then rewrite: MLIR's walk must not see the ops it walks replaced or erased.
     An exception raised by ``where`` stops the walk and propagates as itself (MLIR would
     wrap it in a ``RuntimeError`` naming no op)."""
+    if isinstance(names, str):  # `in` would match substrings of the one name
+        raise TypeError(f"operations(names=...) takes a collection of op names, got the "
+                        f"string {names!r} (write {{{names!r}}})")
     from mlir import ir
 
     found: list[Any] = []

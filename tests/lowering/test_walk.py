@@ -50,6 +50,11 @@ def test_names_and_where_both_filter() -> None:
     assert operations(module, names=()) == []
 
 
+def test_names_as_one_string_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"collection of op names, got the string 'scf.for'"):
+        operations(_module(), names="scf.for")
+
+
 def test_limit_stops_the_walk() -> None:
     module = _module()
     seen: list[str] = []
