@@ -21,23 +21,32 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-import pickle
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, SupportsIndex, get_args, get_origin
+from typing import Any, SupportsIndex
 
-from .boundary.abi import symbol_references
 from .boundary.cprototype import function_pointer
 from .boundary.failures import register_source
-from .boundary.pickling import StandInStub, by_value, importable, interned, pickle_token, rebuilds
-from .boundary.signature import Signature, annotations_of, argument_label, check_annotation
+from .boundary.pickling import StandInStub, rebuilds
+from .boundary.signature import Signature
 from .boundary.sourcelines import definition_site, located_mlir_error, read_mlir_file
 from .boundary.vectorcall import NativeCallable, clear_entry, set_entry
-from .callbacks import Callback, Invalidated, default_registry
+from .callbacks import Invalidated, default_registry
 from .codegen.options import CompileOptions, OptionOverrides
 from .errors import MLIRError, SignatureError
 from .generic import GenericDispatch, describe, free_aliases
+from .kernelpickling import (
+    copied_state,
+    rebuilt_bound,
+    rebuilt_generic,
+    rebuilt_kernel,
+    reduce_bound,
+    reduce_generic,
+    reduce_kernel,
+)
+from .kernelstub import check_stub
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
 from .runtime.function import CompiledFunction
 from .runtime.prepare import built_text
@@ -134,7 +143,7 @@ class Kernel(NativeCallable):
             if self.release_gil in (None, function.release_gil):
                 function.ensure_native()  # shared by the copies below: built once
             if stub is not None:
-                _check_stub(stub, function.signature, self.name)
+                check_stub(stub, function.signature, self.name)
                 names = list(inspect.signature(stub).parameters)
                 function = function.with_options(stub.__name__, names, self.release_gil)
             elif self.release_gil is not None:
@@ -194,12 +203,7 @@ class Kernel(NativeCallable):
         return self.compile()(*args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
-        # A copy shares no compiled function: it compiles (or hits the session's cache)
-        # on its first call, and so subscribes to invalidation itself.
-        state = {**self.__dict__, "_compiled": None, "_module": None, "_retired": [],
-                 "_options": None, "_ctypes": None}
-        state.pop("_dependents", None)  # nothing links the copy yet
-        return state
+        return copied_state(self)
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """Pickle by reference (module and qualified name) when importable, else by
@@ -207,26 +211,7 @@ class Kernel(NativeCallable):
         the stub's names and the callbacks the kernel links (by reference, or by value
         through cloudpickle). Unpickled, it compiles on first call, from the disk cache
         when one is configured; unpickled twice in a process, it is one kernel."""
-        if importable(self):
-            return self.__qualname__
-        parts = self.__dict__.get("_pickled_parts")
-        if parts is None:  # made once: what never changes, pickled (unpickled if needed)
-            stub = self.__wrapped__  # builtins only: nothing for the receiver to import
-            stand_in = None if stub is None else (stub.__name__, self.__qualname__,
-                self.__module__, self.__doc__, tuple(inspect.signature(stub).parameters))
-            text, given = self.mlir, self._overrides.given()
-            fixed = pickle.dumps((text, self.name, given, self._cache, stand_in))
-            parts = self.__dict__["_pickled_parts"] = (
-                fixed, sorted(symbol_references(text)))
-        fixed, symbols = parts
-        session = self.session
-        callbacks = list(self._callbacks)
-        for name in symbols:
-            cb = session.find_callback(name, self._callbacks)
-            if cb is not None and cb not in callbacks:
-                callbacks.append(cb)  # linked by name here: shipped (then linked) explicitly
-        return by_value, ("kernel", pickle_token(self), fixed, tuple(callbacks),
-                          self._session, self.release_gil)
+        return reduce_kernel(self)
 
     def __copy__(self) -> Kernel:
         # A copy (unlike an unpickled kernel) is a kernel of its own, compiling itself.
@@ -346,9 +331,7 @@ class GenericKernel(GenericDispatch, Kernel):
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """By reference when importable, else by value: its template, a kernel of the
         unbound source (pickled by value: the text, options and callbacks)."""
-        if importable(self):
-            return self.__qualname__
-        return by_value, ("generic", pickle_token(self), self._template)
+        return reduce_generic(self, self._template)
 
 
 class BoundKernel(Kernel):
@@ -367,23 +350,11 @@ class BoundKernel(Kernel):
                             f"{exc.summary}", exc.diagnostics) from exc
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-        return by_value, ("bound", self.generic, self.binding)
+        return reduce_bound(self.generic, self.binding)
 
     def __repr__(self) -> str:
         state = "compiled" if self._compiled is not None else "not compiled yet"
         return f"<mlir_kernel @{self.name} [{describe(self.binding)}] ({state})>"
-
-
-@rebuilds("bound")
-def _bound_by_value(generic: GenericKernel, binding: dict[str, str]) -> Kernel:
-    return generic.specialize(**binding)  # type: ignore[no-any-return]
-
-
-@rebuilds("generic")
-def _generic_by_value(token: str, template: Kernel) -> GenericKernel:
-    def make() -> GenericKernel:
-        return GenericKernel(template, template.mlir)
-    return interned(token, make)  # type: ignore[no-any-return]
 
 
 def _generic_or_kernel(template: Kernel) -> Kernel:
@@ -402,48 +373,10 @@ def _generic_or_kernel(template: Kernel) -> Kernel:
     return GenericKernel(template, text) if free_aliases(text) else template
 
 
-@rebuilds("kernel")
-def _kernel_by_value(token: str, fixed: bytes, callbacks: tuple[Callback, ...],
-                     session: Session | None, release_gil: bool | None) -> Kernel:
-    def make() -> Kernel:
-        source, name, overrides, cache, stub = pickle.loads(fixed)
-        return Kernel(stub and StandInStub(*stub), source, name, callbacks=callbacks,
-                      session=session, release_gil=release_gil, cache=cache, **overrides)
-    return interned(token, make)  # type: ignore[no-any-return]
-
-
-def _check_stub(stub: Callable[..., Any], signature: Signature, name: str) -> None:
-    """Check the stub's annotations, where present, against the MLIR signature."""
-    try:
-        hints = annotations_of(stub)
-    except Exception as exc:
-        raise SignatureError(f"@mlir_kernel {name!r}: cannot evaluate the stub's "
-                             f"annotations: {exc}") from exc
-    params = list(inspect.signature(stub).parameters)
-    if len(params) != len(signature.params):
-        raise SignatureError(f"@mlir_kernel {name!r}: the stub takes {len(params)} parameters, "
-                             f"@{name} in MLIR takes {len(signature.params)} "
-                             f"({signature.mlir})")
-    for i, (param, actual) in enumerate(zip(params, signature.param_types)):
-        if param in hints:
-            check_annotation(hints[param], actual,
-                             f"@mlir_kernel {name!r}: {argument_label(i, param)}",
-                             f"@{name} is {signature.mlir}")
-    if "return" in hints:
-        annotation = hints["return"]
-        if annotation is None or annotation is type(None):
-            expected: tuple[Any, ...] = ()
-        elif get_origin(annotation) is tuple:
-            expected = get_args(annotation)
-        else:
-            expected = (annotation,)
-        if len(expected) != len(signature.results):
-            raise SignatureError(f"@mlir_kernel {name!r}: the stub returns {len(expected)} "
-                                 f"values, @{name} in MLIR returns {len(signature.results)} "
-                                 f"({signature.mlir})")
-        for i, (want, got) in enumerate(zip(expected, signature.results)):
-            check_annotation(want, got, f"@mlir_kernel {name!r}: result #{i}",
-                             f"@{name} is {signature.mlir}")
+# How each kind of kernel pickled by value is made again (kernelpickling, with the class).
+rebuilds("kernel")(functools.partial(rebuilt_kernel, Kernel))
+rebuilds("generic")(functools.partial(rebuilt_generic, GenericKernel))
+rebuilds("bound")(rebuilt_bound)
 
 
 def mlir_kernel(*, source: str | Path | Any, name: str | None = None,

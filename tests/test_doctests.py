@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["types", "boundary.types", "boundary.signature", "callbacks", "lowering.pipeline",
            "runtime.engine", "session", "kernel", "ufunc", "typing", "boundary.cprototype",
-           "runtime.externs"]
+           "runtime.externs", "lowering.walk"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..lowering.walk import operations
 from .microkernels import LANES, MicrokernelShape, host_shape, microkernel
 
 __all__ = ["CONVOLUTIONS", "batch_matmuls_to_matmuls", "convolutions_to_matmuls",
@@ -53,14 +54,8 @@ def matmuls_to_microkernels(module: Any, parallel: bool = False,
     replaced."""
     from mlir import ir
 
-    chosen: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name == "linalg.matmul" and on_memrefs(op) and _microkernel_fits(op):
-            chosen.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    chosen = operations(module, lambda op: on_memrefs(op) and _microkernel_fits(op),
+                        names={"linalg.matmul"})
     names = _symbols(module)
     with module.context:
         for op in chosen:
@@ -137,15 +132,8 @@ def batch_matmuls_to_matmuls(module: Any) -> int:
     many were replaced."""
     from mlir import ir
 
-    chosen: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name == "linalg.batch_matmul" and on_memrefs(op) and \
-                _plain_float_memrefs(op) and _default_maps(op):
-            chosen.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    chosen = operations(module, lambda op: on_memrefs(op) and _plain_float_memrefs(op)
+                        and _default_maps(op), names={"linalg.batch_matmul"})
     names = _symbols(module)
     with module.context:
         for op in chosen:
@@ -230,14 +218,8 @@ def convolutions_to_matmuls(module: Any) -> int:
     ``_CONV_AS_MATMULS``); return how many were replaced."""
     from mlir import ir
 
-    convs: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name in CONVOLUTIONS and on_memrefs(op) and _plain_float_memrefs(op):
-            convs.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    convs = operations(module, lambda op: on_memrefs(op) and _plain_float_memrefs(op),
+                       names=CONVOLUTIONS)
     names = _symbols(module)
     with module.context:
         for op in convs:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import MLIRError
 from ..lowering.pipeline import _run_passes
+from ..lowering.walk import operations
 from .linalg_rewrites import (
     CONVOLUTIONS,
     batch_matmuls_to_matmuls,
@@ -116,18 +117,8 @@ _MARK = "transform.with_named_sequence"
 
 def _tileable(module: Any) -> set[str]:
     """The names of the ops on memrefs that the schedules handle, found in ``module``."""
-    from mlir import ir
-
     handled = {"linalg.matmul", "linalg.batch_matmul", *CONVOLUTIONS}
-    found: set[str] = set()
-
-    def visit(op: Any) -> Any:
-        if op.name in handled and on_memrefs(op):
-            found.add(op.name)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    return {op.name for op in operations(module, on_memrefs, names=handled)}
 
 
 def has_tileable_ops(module: Any) -> bool:
@@ -224,16 +215,7 @@ def hoist_allocas_out_of_loops(module: Any) -> int:
     needs its own); return how many moved. An alloca in a loop takes new stack on every
     iteration, freed only when the function returns: the register tiles' buffers of a
     1024^3 matmul overflowed an 8 MB stack."""
-    from mlir import ir
-
-    allocas: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name == "memref.alloca" and not list(op.operands):
-            allocas.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    allocas = operations(module, lambda op: not list(op.operands), names={"memref.alloca"})
     moved = 0
     for alloca in allocas:
         outermost, parent = None, alloca.parent

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..lowering.pipeline import DEFAULT_PIPELINE, _run_passes, _uses_sparse_tensors
+from ..lowering.walk import operations
 from .linalg_rewrites import CONVOLUTIONS
 from .linalg_schedules import or_restore, run_schedule
 
@@ -71,17 +72,8 @@ def _is_elementwise(op: Any) -> bool:
 
 
 def _count(module: Any, wanted: Any) -> int:
-    from mlir import ir
-
-    found = 0
-
-    def visit(op: Any) -> Any:
-        nonlocal found
-        found += bool(op.name.startswith("linalg.") and _on_tensors(op) and wanted(op))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    return len(operations(module, lambda op: op.name.startswith("linalg.")
+                          and _on_tensors(op) and bool(wanted(op))))
 
 
 def fuse_elementwise(module: Any, filename: str = "<source>") -> bool:

@@ -38,7 +38,8 @@ class MicrokernelShape:
 
 #: Shapes by CPU family. ``zen``: AMD Zen 4 runs AVX-512 on two 256-bit pipes; 8x2
 #: (16 accumulators), B packed 512 deep (a 64 KB buffer: against B read in place,
-#: 0.74-0.88x the time at 1024^3 and 2048^3, the same at 512^3; docs/performance.md).
+#: 0.74-0.88x the time at 1024^3 and 2048^3, the same at 512^3;
+#: benchmarks/results/2026-12-04-amd-epyc-zen4.md).
 #: ``intel``: two 512-bit FMA ports of 4 cycles' latency want at least 8 independent
 #: accumulators, and more FMAs per load (12x2: 24 accumulators, 14 loads per 24 FMAs).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256)}
@@ -191,7 +192,8 @@ def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
     would add one: their loop is outlined into a function of the whole chunk). The
     caller used to do the masked panel after the loop, as the serial order does, which
     left the threads unequal shares: 509^3 f32 on 2 cores ran at 1.75x serial, now
-    2.02x (512^3, no masked panel: 1.96x either way; docs/performance.md)."""
+    2.02x (512^3, no masked panel: 1.96x either way;
+    benchmarks/results/2026-12-03-parallel.md)."""
     out += ["  %nc = arith.ceildivui %n, %width : index",
             "  %np = arith.muli %nc, %width : index",
             "  scf.parallel (%j) = (%c0) to (%np) step (%width) {",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..lowering.walk import operations
 from .linalg_schedules import (
     BATCH_MATMUL_SCHEDULE,
     MATMUL_SCHEDULE,
@@ -60,17 +61,11 @@ def set_fastmath(module: Any) -> int:
 
     with module.context:
         fast = ir.Attribute.parse("#arith.fastmath<fast>")
-    marked = 0
-
-    def visit(op: Any) -> Any:
-        nonlocal marked
-        if op.name.startswith(("arith.", "math.")) and _takes_fastmath(type(op.opview)):
-            op.attributes["fastmath"] = fast
-            marked += 1
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return marked
+    marked = operations(module, lambda op: op.name.startswith(("arith.", "math."))
+                        and _takes_fastmath(type(op.opview)))
+    for op in marked:
+        op.attributes["fastmath"] = fast
+    return len(marked)
 
 
 def _takes_fastmath(opview: type) -> bool:

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..lowering.walk import operations
+
 __all__ = ["CHUNKS_PER_THREAD", "THREADS_VARIABLE", "clamp_upper_bounds", "parallel_hooks",
            "serialize_nested_parallel_loops", "split_for_threads", "thread_count",
            "with_parallel_loops"]
@@ -96,16 +98,8 @@ def split_for_threads(module: Any, threads: int) -> int:
     ``async-parallel-for`` then makes one task per thread, so that no more than
     ``threads`` threads run one loop; the loops inside become sequential
     (:func:`serialize_nested_parallel_loops`)."""
-    from mlir import ir
-
-    outermost: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name == "scf.parallel" and not op.results and not _inside_parallel(op):
-            outermost.append(op.opview)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    outermost = [op.opview for op in operations(
+        module, lambda op: not op.results and not _inside_parallel(op), names={"scf.parallel"})]
     with module.context:
         for loop in outermost:
             _split(loop, threads)
@@ -198,17 +192,10 @@ def serialize_nested_parallel_loops(module: Any) -> int:
     that waits for tasks of its own (an inner parallel loop) holds a worker while it
     waits, and with every worker waiting nothing runs (a deadlock); the outer loop
     alone already gives every thread work."""
-    from mlir import ir
     from mlir.dialects import scf
 
-    nested: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name == "scf.parallel" and not op.results and _inside_parallel(op):
-            nested.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    nested = operations(module, lambda op: not op.results and _inside_parallel(op),
+                        names={"scf.parallel"})
     with module.context:
         for op in reversed(nested):  # innermost first: each body moves once
             _parallel_to_for(op.opview, scf)
@@ -222,14 +209,7 @@ def clamp_upper_bounds(module: Any) -> None:
     from mlir import ir
     from mlir.dialects import arith
 
-    loops: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name == "scf.parallel":
-            loops.append(op.opview)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    loops = [op.opview for op in operations(module, names={"scf.parallel"})]
     with module.context:
         for loop in loops:
             rank = len(loop.lowerBound)

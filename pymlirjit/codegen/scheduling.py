@@ -6,6 +6,8 @@ from __future__ import annotations
 import platform
 from typing import Any
 
+from ..lowering.walk import operations
+
 __all__ = ["SPIN_TICKS", "task_scheduling"]
 
 #: The async runtime's functions whose calls :func:`task_scheduling` redirects, and to what.
@@ -200,16 +202,12 @@ def task_scheduling(module: Any, spin_ticks: int = SPIN_TICKS) -> bool:
     the process that loads it (:func:`pymlirjit.runtime.asyncruntime.claim_task_pool`)."""
     from mlir import ir
 
-    calls: list[tuple[Any, str]] = []
+    def callee(op: Any) -> str:
+        return str(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
 
-    def visit(op: Any) -> Any:
-        if op.name == "llvm.call" and "callee" in op.attributes:
-            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
-            if callee in _REDIRECTED:
-                calls.append((op, _REDIRECTED[callee]))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    calls = [(op, _REDIRECTED[callee(op)]) for op in operations(
+        module, lambda op: "callee" in op.attributes and callee(op) in _REDIRECTED,
+        names={"llvm.call"})]
     if not any(target == _REDIRECTED["mlirAsyncRuntimeExecute"] for _, target in calls):
         return False
     declared = {ir.StringAttr(op.attributes["sym_name"]).value

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..lowering.walk import operations
 from .inlinemath import INLINE as _INLINE
 from .inlinemath import cpu_flags as _cpu_flags
 
@@ -144,14 +145,7 @@ class _Rewriter:
         self.wide_callers: list[Any] = []  # functions to prefer 512-bit vectors in
 
     def run(self) -> int:
-        ops: list[Any] = []
-
-        def visit(op: Any) -> Any:
-            if op.name in FUNCTIONS:
-                ops.append(op)
-            return self.ir.WalkResult.ADVANCE
-
-        self.module.operation.walk(visit)
+        ops = operations(self.module, names=FUNCTIONS)
         count = 0
         with self.module.context, self.ir.Location.unknown():
             for op in ops:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Diagnostic, MLIRError
+from .walk import operations
 
 __all__ = ["Lowered", "check_lowered", "check_no_stack_results", "check_no_sub_byte_access"]
 
@@ -20,20 +21,18 @@ def check_no_sub_byte_access(module: Any, filename: str) -> None:
     on loads and stores of integers narrower than a byte (such as i1)."""
     from mlir import ir
 
-    found: list[Diagnostic] = []
+    def element(op: Any) -> Any:
+        return ir.MemRefType(op.operands[_MEMORY_ACCESSES[op.name]].type).element_type
 
-    def visit(op: Any) -> Any:
-        operand = _MEMORY_ACCESSES.get(op.name)
-        if operand is not None and len(found) < 5:
-            element = ir.MemRefType(op.operands[operand].type).element_type
-            if isinstance(element, ir.IntegerType) and element.width < 8:
-                found.append(Diagnostic(
-                    "error", f"'{op.name}' of {element} cannot be lowered by MLIR 22 (its "
-                    f"memref lowering aborts on elements narrower than a byte); use i8 and "
-                    f"arith.trunci/arith.extui", str(op.location)).renamed_source(filename))
-        return ir.WalkResult.ADVANCE
+    def sub_byte(op: Any) -> bool:
+        accessed = element(op)
+        return isinstance(accessed, ir.IntegerType) and accessed.width < 8
 
-    module.operation.walk(visit)
+    found = [Diagnostic(
+        "error", f"'{op.name}' of {element(op)} cannot be lowered by MLIR 22 (its "
+        f"memref lowering aborts on elements narrower than a byte); use i8 and "
+        f"arith.trunci/arith.extui", str(op.location)).renamed_source(filename)
+        for op in operations(module, sub_byte, names=_MEMORY_ACCESSES, limit=5)]
     if found:
         raise MLIRError("unsupported memory access", found)
 

@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from .transformscripts import apply_script
+from .walk import operations
 
 __all__ = ["BUFFERIZATION", "PACK_OPS", "decompose_packs"]
 
@@ -66,13 +67,8 @@ def decompose_packs(module: Any, filename: str = "<source>") -> int:
     from mlir import ir
 
     by_rank: dict[int, list[Any]] = defaultdict(list)
-
-    def visit(op: Any) -> Any:
-        if op.name in PACK_OPS:
-            by_rank[_domain_rank(op)].append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    for op in operations(module, names=PACK_OPS):
+        by_rank[_domain_rank(op)].append(op)
     if not by_rank:
         return 0
     with module.context:

@@ -19,6 +19,7 @@ from typing import Any
 from ..boundary import ffi
 from ..errors import Diagnostic, MLIRError
 from .checks import check_no_sub_byte_access
+from .walk import operations
 
 __all__ = ["GUARDED", "check_before"]
 
@@ -44,20 +45,14 @@ def check_before(module: Any, stage: str, filename: str) -> None:
         return
     from mlir import ir
 
-    found: list[Diagnostic] = []
+    def on_shapes(op: Any) -> bool:
+        return not isinstance(op.results[0].type, (ir.FloatType, ir.IndexType, ir.IntegerType))
 
-    def visit(op: Any) -> Any:
-        if op.name == "math.fma" and len(found) < 5:
-            shaped = op.results[0].type
-            if not isinstance(shaped, (ir.FloatType, ir.IndexType, ir.IntegerType)):
-                found.append(Diagnostic(
-                    "error", f"'math.fma' on {shaped} cannot go through {_APFLOAT} in MLIR 22 "
-                    f"(it aborts on vectors and tensors); lower it first (convert-math-to-llvm "
-                    f"for types LLVM has, or unroll the vector)",
-                    str(op.location)).renamed_source(filename))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    found = [Diagnostic(
+        "error", f"'math.fma' on {op.results[0].type} cannot go through {_APFLOAT} in MLIR 22 "
+        f"(it aborts on vectors and tensors); lower it first (convert-math-to-llvm "
+        f"for types LLVM has, or unroll the vector)", str(op.location)).renamed_source(filename)
+        for op in operations(module, on_shapes, names={"math.fma"}, limit=5)]
     if found:
         raise MLIRError("unsupported math.fma", found)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .walk import operations
+
 __all__ = ["VECTOR_LOWERING", "deferred_to_vectorizing", "vectorize_sub_byte_accesses"]
 
 #: Passes that lower memrefs to the LLVM dialect.
@@ -36,16 +38,7 @@ def vectorize_sub_byte_accesses(module: Any, stages: Sequence[str]) -> int:
     qualify (as ``vector.load`` needs); the others are left as they are."""
     if not stages or not _starts_with_memref_lowering(stages[0]):
         return 0
-    from mlir import ir
-
-    found: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name in ("memref.load", "memref.store") and _qualifies(op):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    found = operations(module, _qualifies, names=("memref.load", "memref.store"))
     for op in found:
         _rewrite(op)
     return len(found)

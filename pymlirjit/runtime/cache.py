@@ -1,49 +1,31 @@
 """The on-disk compile cache: machine code of compiled modules, reused across processes.
 
-An entry holds the machine code of a module and what is needed to use it without MLIR:
-the functions' signatures and C-ABI entry names, the callback symbols it calls, and
-the lowered MLIR (for inspection). The code is one of two kinds:
-
-- ``shared``: a shared library with the module's code, its native entry points and
-  its callback trampolines (see :mod:`pymlirjit.runtime.sharedlib`). Loading it is a
-  ``dlopen``: no MLIR, no LLVM, no code generation.
-- ``object``: the object file MLIR's ExecutionEngine produced, where no shared library
-  can be linked (no C compiler). llvmlite links it when loaded
-  (:class:`pymlirjit.runtime.objectfile.ObjectEngine`), and the native entry points are generated
-  again.
-
 Storage only: a :class:`CacheStore` is what a session asks (load, save, clear);
 :class:`NullCache` keeps nothing, :class:`DiskCache` keeps entries in a private folder.
-The key covers everything that changes the machine code or its meaning: the source,
-pipeline, opt level and shared libraries, the signatures of the callbacks it may link,
-the versions of pymlirjit, MLIR, llvmlite, Python and numpy, and the host CPU. The key
-is public (anyone can compute it), so it is not what makes an entry trustworthy: the
-folder must be this user's and private, each entry a regular file of this user, and
-an HMAC under the folder's secret key covers every byte of the entry and its key.
-Entries are written atomically (temporary file, then rename); any entry that fails a
-check is a miss (logged, counted by reason), never loaded, never a crash.
+What an entry holds, its key and its encoding are :mod:`pymlirjit.runtime.cacheentry`'s
+(:class:`CachedModule`, :func:`entry_key`, re-exported here). The key is public (anyone can
+compute it), so it is not what makes an entry trustworthy: the folder must be this
+user's and private, each entry a regular file of this user, and an HMAC under the
+folder's secret key covers every byte of the entry and its key. Entries are written
+atomically (temporary file, then rename); any entry that fails a check is a miss
+(logged, counted by reason), never loaded, never a crash.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
-import json
 import logging
 import os
 import re
 import stat
-import struct
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .._version import build_environment
-from ..boundary.signature import Signature, decode_signature, encode_signature
+from .cacheentry import CachedModule, decode_entry, encode_entry, entry_key
 from .privatefiles import (
     TEMPORARY_PREFIX,
     Refused,
@@ -57,9 +39,6 @@ from .privatefiles import (
 __all__ = ["REASONS", "CacheStore", "CachedModule", "DiskCache", "NullCache", "Rejection",
            "default_cache_dir", "entry_key"]
 
-_FORMAT = 9  # 9: trampolines check float results (8: parallel loops share chunks)
-_KINDS = ("shared", "object")
-
 
 def default_cache_dir() -> Path:
     """``$PYMLIRJIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pymlirjit`` (``~/.cache``)."""
@@ -68,33 +47,6 @@ def default_cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "pymlirjit"
-
-
-@dataclass(frozen=True)
-class CachedModule:
-    """A cache entry: the machine code and its description.
-
-    ``kind`` is ``"shared"`` or ``"object"`` (see the module's documentation);
-    ``slots``, ``native_entries`` and ``guards`` describe a shared library's native
-    code (see :class:`pymlirjit.runtime.sharedlib.NativeCode`). The shared libraries given to
-    the compile are not part of an entry: they are an input of its key, and the loader
-    takes them from its own options; the MLIR runtime libraries the code needs, by file
-    name (found in MLIR's folder). ``initializers`` run the global constructors.
-    """
-
-    kind: str
-    code: bytes
-    functions: dict[str, tuple[Signature, str]]  # name -> (signature, entry symbol)
-    callbacks: dict[str, str]  # runtime symbol -> callback name
-    declared: tuple[str, ...]  # the module's private declarations
-    needed: tuple[str, ...]  # external symbols the code calls
-    lowered_mlir: str
-    slots: tuple[str, ...] = ()
-    native_entries: dict[str, str] = field(default_factory=dict)  # function -> symbol
-    guards: dict[str, str] = field(default_factory=dict)  # function -> its guard's symbol
-    runtime_libs: tuple[str, ...] = ()  # file names of MLIR runtime libraries
-    uncallable: dict[str, str] = field(default_factory=dict)  # function -> why
-    initializers: tuple[str, ...] = ()  # symbols to call once loaded
 
 
 #: Why a store refused an entry, or refused its folder (``CacheInfo.rejected`` counts
@@ -204,20 +156,6 @@ class NullCache:
         return 0
 
 
-def entry_key(source: str, pipeline: str, opt_level: int, shared_libs: Iterable[str],
-              callbacks: Iterable[tuple[str, str]]) -> str:
-    """The entry name for a module (64 hex digits); ``callbacks`` are (name, MLIR
-    signature) pairs. Computable by anyone: what makes an entry trustworthy is its MAC,
-    not its name."""
-    digest = hashlib.sha256()
-    parts = [f"format={_FORMAT}", *build_environment(), source, pipeline, str(opt_level),
-             *shared_libs, *(f"{name}:{signature}" for name, signature in sorted(callbacks))]
-    for part in parts:
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
 class DiskCache:
     """A private folder of compiled modules, each an authenticated file ``<key>.entry``.
 
@@ -257,7 +195,7 @@ class DiskCache:
             return opened
         try:
             data = read_private(self.directory / _entry_name(key), group_may_read=True)
-            entry = _decode_entry(data, key, opened)
+            entry = decode_entry(data, key, opened)
         except FileNotFoundError:
             with self._lock:
                 self.misses += 1
@@ -281,7 +219,7 @@ class DiskCache:
         path = self.directory / _entry_name(key)
         try:
             entry = make_entry()
-            write_atomically(path, _encode_entry(entry, key, opened))
+            write_atomically(path, encode_entry(entry, key, opened))
         except OSError as exc:
             # Said once as a warning: a full disk must not flood the log at each compile.
             level = logging.DEBUG if self._write_failed else logging.WARNING
@@ -402,69 +340,12 @@ _MARKER_FILE = "CACHEDIR.TAG"  # https://bford.info/cachedir/: backup tools skip
 _MARKER = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
            b"# This folder is a cache of compiled modules made by pymlirjit.\n"
            b"# `pymlirjit cache --clear` removes its entries (<64 hex digits>.entry) only.\n")
-_MAGIC = b"pymlirjit-entry\n"
-_HEADER = struct.Struct("<16sQ")  # magic, length of the JSON description
-_MAC_SIZE = 32
-_FILE_NAME = re.compile(r"lib[\w.+-]+\.so[\d.]*")
 
 
 def _entry_name(key: str) -> str:
     if not _KEY.fullmatch(key):
         raise ValueError(f"a disk cache key is 64 hex digits, got {key!r}")
     return key + _ENTRY_SUFFIX
-
-
-def _mac(secret: bytes, key: str, body: bytes | memoryview) -> bytes:
-    # The key is inside the MAC: an authentic entry copied under another name is refused.
-    mac = hmac.new(secret, f"pymlirjit-entry:{_FORMAT}:{key}\0".encode(), hashlib.sha256)
-    mac.update(body)
-    return mac.digest()
-
-
-def _encode_entry(entry: CachedModule, key: str, secret: bytes) -> bytes:
-    meta = {"format": _FORMAT, "key": key, "kind": entry.kind,
-            "functions": {name: [encode_signature(signature), symbol]
-                          for name, (signature, symbol) in entry.functions.items()},
-            "callbacks": entry.callbacks, "declared": list(entry.declared),
-            "needed": list(entry.needed), "lowered_mlir": entry.lowered_mlir,
-            "slots": list(entry.slots), "native_entries": entry.native_entries,
-            "guards": entry.guards, "runtime_libs": list(entry.runtime_libs),
-            "uncallable": entry.uncallable, "initializers": list(entry.initializers)}
-    description = json.dumps(meta).encode()
-    body = _HEADER.pack(_MAGIC, len(description)) + description + entry.code
-    return body + _mac(secret, key, body)
-
-
-def _decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
-    view = memoryview(data)
-    if len(view) < _HEADER.size + _MAC_SIZE or bytes(view[:len(_MAGIC)]) != _MAGIC:
-        raise Refused("format", "not a cache entry of this pymlirjit version")
-    body = view[:-_MAC_SIZE]
-    # Nothing of the entry is decoded before it is known to be this key's, written here.
-    if not hmac.compare_digest(_mac(secret, key, body), bytes(view[-_MAC_SIZE:])):
-        raise Refused("digest", "its MAC does not match its key and content (planted, "
-                                 "changed, truncated, or written for another key)")
-    try:
-        _, size = _HEADER.unpack_from(view)
-        start = _HEADER.size
-        if start + size > len(body):
-            raise ValueError("its description runs past its end")
-        meta = json.loads(bytes(view[start:start + size]))
-        if meta["format"] != _FORMAT or meta["key"] != key or meta["kind"] not in _KINDS:
-            raise ValueError("another format, key or kind of code")
-        runtime_libs = tuple(meta["runtime_libs"])  # found by name, never at a path:
-        if not all(_FILE_NAME.fullmatch(name) for name in runtime_libs):
-            raise ValueError(f"runtime libraries are file names, got {runtime_libs!r}")
-        return CachedModule(
-            meta["kind"], bytes(body[start + size:]),
-            {name: (decode_signature(signature), symbol)
-             for name, (signature, symbol) in meta["functions"].items()},
-            dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
-            meta["lowered_mlir"], tuple(meta["slots"]), dict(meta["native_entries"]),
-            dict(meta["guards"]), runtime_libs, dict(meta["uncallable"]),
-            tuple(meta["initializers"]))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc
 
 
 def _secret(folder: Path) -> bytes:

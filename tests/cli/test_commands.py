@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pymlirjit.cli import commands as cli
+from pymlirjit.cli.arguments import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -356,12 +357,12 @@ def test_docs_shell_examples_run(tmp_path: Path) -> None:
     (["run", "f.mlir", "1", "--", "--time"], ["1", "--time"]),
 ])
 def test_arguments_may_come_anywhere(argv: list[str], expected: list[str]) -> None:
-    assert cli.parse_args(argv).args == expected
+    assert parse_args(argv).args == expected
 
 
 def test_unknown_option_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as exit_info:
-        cli.parse_args(["run", "f.mlir", "--no-such-option"])
+        parse_args(["run", "f.mlir", "--no-such-option"])
     assert exit_info.value.code == 2
 
 
@@ -432,9 +433,9 @@ def test_llvm_dialect_file_runs_with_mlir_runner_spellings() -> None:
 def test_double_dash_opt_level_is_mlir_runners_spelling() -> None:
     """mlir-runner (LLVM's option parser) takes --O3 as well as -O3; after `--` it is an
     argument like any other."""
-    assert cli.parse_args(["run", "f.mlir", "--O3"]).opt_level == 3
-    assert cli.parse_args(["run", "f.mlir", "--O0", "-e", "g"]).opt_level == 0
-    args = cli.parse_args(["run", "f.mlir", "--", "--O1"])
+    assert parse_args(["run", "f.mlir", "--O3"]).opt_level == 3
+    assert parse_args(["run", "f.mlir", "--O0", "-e", "g"]).opt_level == 0
+    args = parse_args(["run", "f.mlir", "--", "--O1"])
     assert (args.opt_level, args.args) == (2, ["--O1"])
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pymlirjit.cli import commands as cli
+from pymlirjit.cli.arguments import parse_args
 from pymlirjit.lowering import llvmoptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +34,9 @@ def test_split_takes_unknown_single_dash_long_options_only() -> None:
 
 def test_cli_does_not_read_an_llvm_option_as_dash_e() -> None:
     # argparse alone reads -enable-matrix as "-e nable-matrix": the entry would change.
-    args = cli.parse_args(["run", "f.mlir", "-e", "entry", "-enable-matrix", "-O0"])
+    args = parse_args(["run", "f.mlir", "-e", "entry", "-enable-matrix", "-O0"])
     assert (args.entry, args.llvm_options, args.opt_level) == ("entry", ["-enable-matrix"], 0)
-    assert cli.parse_args(["run", "f.mlir", "-1"]).llvm_options == []
+    assert parse_args(["run", "f.mlir", "-1"]).llvm_options == []
 
 
 @pytest.mark.parametrize(("option", "message"), [

@@ -19,14 +19,13 @@ import pytest
 
 from pymlirjit import Session, callback, f64
 from pymlirjit.boundary.signature import as_signature, decode_signature, encode_signature
-from pymlirjit.runtime.cache import (
-    _HEADER,
+from pymlirjit.runtime.cache import DiskCache, NullCache
+from pymlirjit.runtime.cacheentry import (
+    HEADER,
     CachedModule,
-    DiskCache,
-    NullCache,
-    _decode_entry,
-    _encode_entry,
-    _mac,
+    decode_entry,
+    encode_entry,
+    entry_mac,
 )
 from pymlirjit.runtime.privatefiles import Refused
 from pymlirjit.runtime.sharedlib import c_compiler
@@ -220,7 +219,7 @@ def genuine_entry(cache_dir: Path) -> tuple[Path, str, bytes, CachedModule]:
     (path,) = cache_dir.glob("*.entry")
     key = path.name.removesuffix(".entry")
     secret = (cache_dir / "secret.key").read_bytes()
-    return path, key, secret, _decode_entry(path.read_bytes(), key, secret)
+    return path, key, secret, decode_entry(path.read_bytes(), key, secret)
 
 
 def planted_library(folder: Path, witness: Path) -> Path:
@@ -252,7 +251,7 @@ def test_a_planted_entry_with_a_plain_digest_is_refused_and_never_runs(tmp_path:
     planted = dataclasses.replace(genuine, code=code)
     # What one who can write the folder but not read the secret plants: the format with a
     # plain SHA-256 where the MAC goes, and the previous format's pair of files.
-    body = _encode_entry(planted, key, secret)[:-32]
+    body = encode_entry(planted, key, secret)[:-32]
     path.write_bytes(body + hashlib.sha256(body).digest())
     (cache_dir / f"{key}.so").write_bytes(code)
     (cache_dir / f"{key}.json").write_text(json.dumps(
@@ -261,7 +260,7 @@ def test_a_planted_entry_with_a_plain_digest_is_refused_and_never_runs(tmp_path:
     assert not witness.exists()
     # The MAC is what refused it: the same bytes under the folder's secret do run (and then
     # fail to bind, a rejection too).
-    path.write_bytes(_encode_entry(planted, key, secret))
+    path.write_bytes(encode_entry(planted, key, secret))
     assert run(cache_dir, warning="(unloadable)")[:4] == VALUES
     assert witness.read_text() == "planted code ran\n"
 
@@ -273,18 +272,18 @@ def test_shared_libs_written_into_an_entry_are_never_loaded(tmp_path: Path) -> N
     witness = tmp_path / "witness"
     library = planted_library(tmp_path, witness)
     data = path.read_bytes()
-    _, size = _HEADER.unpack_from(data)
-    meta = json.loads(data[_HEADER.size:_HEADER.size + size])
+    _, size = HEADER.unpack_from(data)
+    meta = json.loads(data[HEADER.size:HEADER.size + size])
     assert "shared_libs" not in meta  # an entry names none: they are inputs of its key
     meta["shared_libs"] = [str(library)]
     description = json.dumps(meta).encode()
-    body = (_HEADER.pack(b"pymlirjit-entry\n", len(description)) + description
-            + data[_HEADER.size + size:-32])
+    body = (HEADER.pack(b"pymlirjit-entry\n", len(description)) + description
+            + data[HEADER.size + size:-32])
     path.write_bytes(body + data[-32:])  # edited, the MAC kept
     assert run(cache_dir, warning="(digest)")[-4:-1] == ["SharedLibrary", "0", "1"]
     assert not witness.exists()
     # Even an entry holding a valid MAC has its shared_libs ignored.
-    path.write_bytes(body + _mac(secret, key, body))
+    path.write_bytes(body + entry_mac(secret, key, body))
     assert run(cache_dir) == [*VALUES, "SharedLibrary", "1", "0", "no-llvm"]
     assert not witness.exists()
 
@@ -511,7 +510,7 @@ def test_an_async_kernel_and_an_uncallable_function_survive_a_fresh_process(
     assert cold[0].split()[:2] == ["42", "True"] and cold[0].split()[3] == "0"
     assert cold[1] == why
     (entry,) = tmp_path.glob("*.entry")
-    meta = _decode_entry(entry.read_bytes(), entry.name.removesuffix(".entry"),
+    meta = decode_entry(entry.read_bytes(), entry.name.removesuffix(".entry"),
                          (tmp_path / "secret.key").read_bytes())
     assert meta.kind == kind
     assert meta.runtime_libs == ("libmlir_async_runtime.so",)  # a name, not a path
@@ -543,7 +542,7 @@ def test_an_entry_naming_a_runtime_library_by_a_path_is_refused(tmp_path: Path) 
     Session(cache_dir=cache_dir).compile(ONE)
     _, key, secret, genuine = genuine_entry(cache_dir)
     for name in ("/tmp/libplanted.so", "../libplanted.so", ""):
-        planted = _encode_entry(dataclasses.replace(genuine, runtime_libs=(name,)), key,
+        planted = encode_entry(dataclasses.replace(genuine, runtime_libs=(name,)), key,
                                 secret)
         with pytest.raises(Refused, match="runtime libraries are file names"):
-            _decode_entry(planted, key, secret)
+            decode_entry(planted, key, secret)

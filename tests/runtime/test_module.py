@@ -8,7 +8,7 @@ import pytest
 
 from pymlirjit import SignatureError, callback, f64
 from pymlirjit.callbacks import Callback, CallbackRegistry
-from pymlirjit.runtime.cache import _KINDS
+from pymlirjit.runtime.cacheentry import KINDS
 from pymlirjit.runtime.engine import ExecutionEngine
 from pymlirjit.runtime.module import (
     LOADERS,
@@ -72,7 +72,7 @@ def test_a_missing_symbol_fails_the_build_with_every_name() -> None:
 
 
 def test_every_artifact_kind_has_a_loader() -> None:
-    assert set(LOADERS) == set(_KINDS)
+    assert set(LOADERS) == set(KINDS)
 
 
 @pytest.mark.parametrize("kind", ["object", "shared"])
