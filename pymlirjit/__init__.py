@@ -16,6 +16,7 @@ from .engine import ExecutionEngine
 from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
 from .externs import Extern, extern
 from .function import CompiledFunction
+from .jit import jit, prange
 from .kernel import Kernel, mlir_kernel
 from .pipeline import DEFAULT_PIPELINE
 from .session import CompiledModule, Session, default_session, runtime_library
@@ -103,9 +104,11 @@ __all__ = [
     "i32",
     "i64",
     "index",
+    "jit",
     "mlir_gufunc",
     "mlir_kernel",
     "mlir_ufunc",
+    "prange",
     "ptr",
     "runtime_library",
 ]

@@ -1,0 +1,219 @@
+"""The emitter: one Python function (specialized for its parameter types) as one
+``func.func`` whose body is a control-flow graph of ``cf`` blocks, every op located at its
+Python line and column. Its parts: :mod:`.emit_base`, :mod:`.emit_ops`,
+:mod:`.emit_arrays`, :mod:`.emit_loops`, :mod:`.emit_calls`, :mod:`.emit_parallel`."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from .calls import mlir_of
+from .emit_arrays import ArraysMixin
+from .emit_base import Value
+from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
+from .emit_loops import LoopsMixin
+from .emit_ops import OpsMixin
+from .emit_parallel import ParallelMixin
+from .jtypes import Array, JType, NoneT, Scalar
+from .syntax import target_names
+
+if TYPE_CHECKING:
+    from .host import Host
+    from .infer import Inference
+from .source import FunctionSource
+
+__all__ = ["Emitter"]
+
+
+class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
+    """Emit one function: :meth:`function` returns its text."""
+
+    def __init__(self, program: Host, source: FunctionSource, info: Inference,
+                 symbol: str, params: tuple[JType, ...], private: bool) -> None:
+        super().__init__(program, source, info)
+        self.symbol, self.params, self.private = symbol, params, private
+        self.loops = []
+        self.nonneg_vars = set()
+        counts: Counter[str] = Counter()
+        for node in ast.walk(source.tree):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    counts.update(target_names(t))
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)):
+                counts.update(target_names(node.target))
+        for arg in source.tree.args.args:
+            counts[arg.arg] += 1
+        self.assignment_counts = dict(counts)
+
+    def function(self) -> str:
+        tree = self.source.tree
+        signature = []
+        for arg, t in zip(tree.args.args, self.params):
+            flat: list[Value] = []
+            for item in flat_types(t):
+                name = f"%{arg.arg}" if not flat and len(flat_types(t)) == 1 else self.fresh()
+                flat.append(Value(name, item))
+                signature.append(f"{name}: {mlir_of(item)}")
+            value, _ = rebuild(t, flat)
+            self.at = arg
+            if arg.arg in self.info.variables:
+                self.store_var(arg.arg, value)
+        self.block(tree.body)
+        if not self.terminated:
+            self.at = tree
+            self.do("func.return")
+        results = ", ".join(mlir_of(t) for t in flat_types(self.info.result))
+        visibility = "private " if self.private else ""
+        head = f"  func.func {visibility}@{self.symbol}({', '.join(signature)})"
+        if results:
+            head += f" -> ({results})"
+        body = "\n".join(line for line in [*self.entry, *self.lines] if line)
+        return f"{head} {{\n{body}\n  }}{self.source.loc(tree)}"
+
+    # -- statements ----------------------------------------------------------------------
+
+    def block(self, stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            if self.terminated:
+                return  # after return, raise, break or continue: never runs
+            self.at = stmt
+            self.stmt(stmt)
+
+    def stmt(self, stmt: ast.stmt) -> None:
+        if isinstance(stmt, ast.Assign):
+            value = self.expr(stmt.value)
+            for target in stmt.targets:
+                self.at = stmt
+                self.assign(target, value)
+        elif isinstance(stmt, ast.AnnAssign):
+            if stmt.value is not None:
+                self.assign(stmt.target, self.expr(stmt.value))
+        elif isinstance(stmt, ast.AugAssign):
+            self.augmented(stmt)
+        elif isinstance(stmt, ast.If):
+            self.if_(stmt)
+        elif isinstance(stmt, ast.For):
+            self.for_(stmt)
+        elif isinstance(stmt, ast.While):
+            self.while_(stmt)
+        elif isinstance(stmt, ast.Break):
+            self.jump(self.loops[-1].exit)
+        elif isinstance(stmt, ast.Continue):
+            self.jump(self.loops[-1].next)
+        elif isinstance(stmt, ast.Return):
+            self.return_(stmt)
+        elif isinstance(stmt, ast.Raise):
+            self.raise_(stmt)
+        elif isinstance(stmt, ast.Assert):
+            self.assertTrue(stmt)
+        elif isinstance(stmt, ast.Expr):
+            if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                self.expr(stmt.value)
+
+    def assign(self, target: ast.expr, value: Value) -> None:
+        if isinstance(target, ast.Name):
+            self.store_var(target.id, value)
+        elif isinstance(target, ast.Tuple):
+            for item, v in zip(target.elts, value.items):
+                self.assign(item, v)
+        elif isinstance(target, ast.Subscript):
+            self.store_element(target, value)
+
+    def augmented(self, stmt: ast.AugAssign) -> None:
+        target = stmt.target
+        result = self.info.types[stmt]
+        value = self.expr(stmt.value)
+        if isinstance(target, ast.Name):
+            current = self.load_var(target.id)
+            self.at = stmt
+            self.store_var(target.id, self.binop(stmt.op, current, value, result, stmt.value))
+        else:
+            assert isinstance(target, ast.Subscript)
+            current = self.load_element(target)
+            self.at = stmt
+            self.store_element(target, self.binop(stmt.op, current, value, result, stmt.value))
+
+    def if_(self, stmt: ast.If) -> None:
+        from .emit_base import Join
+        cond = self.truth(self.expr(stmt.test))
+        then, other = self.label(), self.label()
+        merge = Join(self.label())
+        self.branch(cond, then, other)
+        before = dict(self.arrays)
+        self.start(then)
+        self.block(stmt.body)
+        self.jump(merge)
+        self.arrays = dict(before)
+        self.start(other)
+        self.block(stmt.orelse)
+        self.jump(merge)
+        self.enter(merge)
+
+    def return_(self, stmt: ast.Return) -> None:
+        result = self.info.result
+        if stmt.value is None or isinstance(result, NoneT):
+            if stmt.value is not None:
+                self.expr(stmt.value)
+            self.at = stmt
+            self.do("func.return")
+        else:
+            value = self.convert(self.expr(stmt.value), result)
+            flat = flatten_values(value)
+            self.at = stmt
+            self.do(f"func.return {', '.join(v.ssa for v in flat)} : "
+                    f"{', '.join(mlir_of(v.type) for v in flat)}")
+        self.terminated = True
+
+    # -- expressions ---------------------------------------------------------------------
+
+    def expr(self, node: ast.expr) -> Value:
+        saved = self.at
+        self.at = node
+        try:
+            return self._expr(node)
+        finally:
+            self.at = saved
+
+    def _expr(self, node: ast.expr) -> Value:
+        t = self.info.types.get(node)
+        if node in self.info.constants:
+            value = self.info.constants[node]
+            assert isinstance(t, Scalar)
+            return self.const(value.item() if hasattr(value, "item") else value, t)
+        if isinstance(node, ast.Constant):
+            assert isinstance(t, Scalar)
+            return self.const(node.value, t)
+        if isinstance(node, ast.Name):
+            return self.load_var(node.id)
+        assert t is not None
+        if isinstance(node, ast.Attribute):
+            base = self.expr(node.value)
+            assert isinstance(base.type, Array)
+            if node.attr == "shape":
+                return self.shape(base)
+            if node.attr == "ndim":
+                return self.const(base.type.ndim, t)  # type: ignore[arg-type]
+            if node.attr == "size":
+                return self.size(base)
+            return self.flat(base)
+        if isinstance(node, ast.Subscript):
+            return self.load_element(node)
+        if isinstance(node, ast.BinOp):
+            left, right = self.expr(node.left), self.expr(node.right)
+            return self.binop(node.op, left, right, t, node.right)
+        if isinstance(node, ast.UnaryOp):
+            return self.unary(node, self.expr(node.operand), t)
+        if isinstance(node, ast.Compare):
+            return self.chained(node)
+        if isinstance(node, ast.BoolOp):
+            return self.short_circuit(node, t)
+        if isinstance(node, ast.IfExp):
+            return self.conditional(node, t)
+        if isinstance(node, ast.Tuple):
+            return Value("", t, tuple(self.expr(e) for e in node.elts))
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        raise self.error(node, f"{type(node).__name__} is not supported")
+

@@ -1,0 +1,316 @@
+"""``@jit``: a plain Python function compiled to MLIR, as numba's ``@njit``.
+
+>>> import numpy as np
+>>> @jit
+... def total(x):
+...     s = 0.0
+...     for v in x:
+...         s += v
+...     return s
+>>> total(np.arange(5.0))
+10.0
+>>> total.signatures
+[('memref<?xf64>',)]
+
+Each combination of argument types (an array's dtype, rank and contiguity; a scalar's
+Python or numpy type) compiles once into an ordinary :class:`~pymlirjit.kernel.Kernel`
+over the generated MLIR text (:mod:`pymlirjit.frontend`), so sessions, caching, checked
+mode, callbacks and pickling work as for ``@mlir_kernel``. See docs/jit.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, SupportsIndex, get_args, get_origin
+
+import numpy as np
+
+from . import types as pytypes
+from .callbacks import Callback
+from .errors import MLIRError
+from .frontend import JitSyntaxError, JitTypeError, Specialization, specialize
+from .frontend.jtypes import BOOL, WEAK_BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, Scalar, from_dtype
+from .kernel import Kernel
+from .pickling import StandInStub, importable
+from .session import Session
+
+__all__ = ["JitFunction", "JitSyntaxError", "JitTypeError", "jit", "prange"]
+
+
+def prange(*args: SupportsIndex) -> range:
+    """``range`` that ``@jit(parallel=True)`` runs in parallel (numba's ``prange``)."""
+    return range(*args)
+
+
+_PYTHON = {int: WEAK_INT, float: WEAK_FLOAT, bool: WEAK_BOOL}
+
+
+def _key(value: Any) -> Any:
+    """What a call's specialization depends on, per argument (cheap: every call)."""
+    t = type(value)
+    if t is np.ndarray:
+        return (value.dtype, value.ndim, value.flags.c_contiguous)
+    return t
+
+
+def _jtype(key: Any, value: Any, name: str) -> JType:
+    if isinstance(key, tuple):
+        dtype, ndim, contiguous = key
+        if ndim == 0:
+            raise TypeError(f"argument {name!r}: 0-d arrays are not supported; pass a scalar")
+        if dtype == np.bool_:
+            raise TypeError(f"argument {name!r}: arrays of bool are not supported yet; "
+                            f"pass a.view(np.uint8)")
+        try:
+            return Array(from_dtype(dtype), ndim, contiguous)
+        except TypeError as exc:
+            raise TypeError(f"argument {name!r}: {exc}") from None
+    if key in _PYTHON:
+        return _PYTHON[key]
+    if isinstance(value, np.ndarray):  # a subclass
+        return _jtype(_key(np.asarray(value)), value, name)
+    if isinstance(value, (np.bool_, np.integer, np.floating)):
+        return from_dtype(value.dtype)
+    if isinstance(value, bool):
+        return WEAK_BOOL
+    if isinstance(value, int):
+        return WEAK_INT
+    if isinstance(value, float):
+        return WEAK_FLOAT
+    raise TypeError(f"argument {name!r}: @jit functions take numbers and numpy arrays, "
+                    f"got {type(value).__name__}")
+
+
+def _constrained(annotation: Any, actual: JType, name: str, fname: str) -> JType:
+    """``actual`` as the annotation allows (TypeError naming the parameter if not)."""
+    what = f"@jit {fname!r}: argument {name!r}"
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return actual
+    if annotation in (int, float, bool):
+        if isinstance(actual, Scalar):
+            if annotation is bool and actual.kind == "bool":
+                return actual
+            if annotation is int and actual.kind in ("int", "uint", "bool"):
+                return WEAK_INT if actual.kind == "bool" else actual
+            if annotation is float and actual.kind != "bool":
+                return actual if actual.kind == "float" else WEAK_FLOAT
+        raise TypeError(f"{what} is annotated {annotation.__name__}, got {actual}")
+    if annotation is np.ndarray or get_origin(annotation) is np.ndarray:
+        args = get_args(get_args(annotation)[1]) if len(get_args(annotation)) > 1 else ()
+        if not isinstance(actual, Array):
+            raise TypeError(f"{what} is annotated an array, got {actual}")
+        if args and args[0] is not Any and from_dtype(args[0]) != actual.dtype:
+            raise TypeError(f"{what} is annotated an array of {np.dtype(args[0])}, got {actual}")
+        return actual
+    try:
+        wanted = pytypes.to_type(annotation)
+    except TypeError:
+        return actual  # documentation only
+    if isinstance(wanted, pytypes.ScalarType):
+        exact = from_dtype(wanted.dtype) if wanted.mlir != "index" else Scalar("int", 64)
+        if not isinstance(actual, Scalar) or (actual.kind == "float") != (exact.kind == "float"):
+            raise TypeError(f"{what} is annotated {wanted.mlir}, got {actual}")
+        return exact
+    if isinstance(wanted, pytypes.MemRefType):
+        if not isinstance(actual, Array) or actual.ndim != wanted.rank or \
+                actual.dtype != from_dtype(wanted.element.dtype):
+            raise TypeError(f"{what} is annotated {wanted.mlir}, got {actual}")
+        return actual
+    return actual
+
+
+def _eager(annotation: Any) -> JType | None:
+    """The parameter type an annotation fixes without a value (for .compile())."""
+    if annotation in (int, float, bool):
+        return {int: WEAK_INT, float: WEAK_FLOAT, bool: BOOL}[annotation]
+    try:
+        wanted = pytypes.to_type(annotation)
+    except TypeError:
+        return None
+    if isinstance(wanted, pytypes.ScalarType):
+        return from_dtype(wanted.dtype) if wanted.mlir != "index" else Scalar("int", 64)
+    if isinstance(wanted, pytypes.MemRefType):
+        return Array(from_dtype(wanted.element.dtype), wanted.rank, wanted.strides is None)
+    return None
+
+
+class JitFunction:
+    """A ``@jit`` function: call it like the Python function. Attributes: ``py_func``
+    (the Python function), :attr:`signatures`, :meth:`inspect_mlir`, :meth:`compile`."""
+
+    def __init__(self, py_func: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.py_func = py_func
+        functools.update_wrapper(self, py_func)
+        self._options = options
+        self._kernels: dict[tuple[Any, ...], Kernel] = {}
+        self._specs: dict[tuple[JType, ...], tuple[Kernel, Specialization]] = {}
+        self._lock = threading.RLock()
+        signature = inspect.signature(py_func)
+        self._params = list(signature.parameters.values())
+        self._names = [p.name for p in self._params]
+        self._signature = signature
+        self._hints: dict[str, Any] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != len(self._names):
+            args = self._bind(args, kwargs)
+        key = tuple(map(_key, args))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._kernel_for(key, args)
+        return kernel(*args)
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"@jit {self.__name__!r}: {exc}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments[n] for n in self._names)
+
+    def _annotations(self) -> dict[str, Any]:
+        if self._hints is None:
+            try:
+                import typing
+                hints = typing.get_type_hints(self.py_func)
+            except Exception:
+                hints = dict(getattr(self.py_func, "__annotations__", {}))
+            self._hints = hints
+        return self._hints
+
+    def _kernel_for(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> Kernel:
+        hints = self._annotations()
+        params = tuple(_constrained(hints.get(n, inspect.Parameter.empty),
+                                    _jtype(k, v, n), n, self.__name__)
+                       for n, k, v in zip(self._names, key, args))
+        kernel = self._compile_types(params)
+        self._kernels[key] = kernel
+        return kernel
+
+    def _compile_types(self, params: tuple[JType, ...]) -> Kernel:
+        with self._lock:  # one compilation per specialization, whatever the threads
+            found = self._specs.get(params)
+            if found is not None:
+                return found[0]
+            options = self._options
+            spec = specialize(self.py_func, params, parallel=bool(options.get("parallel")))
+            callbacks = [c.existing if c.existing is not None else
+                         Callback(c.function, c.signature, name=c.name)  # type: ignore[arg-type]
+                         for c in spec.callbacks]
+            stub = StandInStub(self.__name__, self.__qualname__, self.__module__, self.__doc__,
+                               tuple(self._names))
+            kernel = Kernel(stub, spec.text, spec.name, callbacks=callbacks,
+                            **{k: v for k, v in options.items() if v is not None})
+            try:
+                kernel.compile()
+            except MLIRError as exc:
+                raise MLIRError(f"@jit {self.__name__!r} for {params}: {exc.summary}",
+                                exc.diagnostics) from exc
+            self._specs[params] = (kernel, spec)
+            return kernel
+
+    def compile(self) -> Kernel:
+        """Compile now for the types the parameters' annotations fix (``int``, ``float``,
+        ``f32``, ``MemRef[f64, None]``...); TypeError if one is missing or open."""
+        hints = self._annotations()
+        params = []
+        for name in self._names:
+            t = _eager(hints.get(name, inspect.Parameter.empty))
+            if t is None:
+                raise TypeError(f"@jit {self.__name__!r}: compile() needs an exact "
+                                f"annotation on parameter {name!r} (int, float, f32, "
+                                f"MemRef[f64, None]...)")
+            params.append(t)
+        return self._compile_types(tuple(params))
+
+    @property
+    def signatures(self) -> list[tuple[str, ...]]:
+        """The compiled specializations' MLIR parameter types, in compile order."""
+        return [tuple(spec.text.split("\n", 2)[1] and _params_of(spec)) for _, spec in
+                self._specs.values()]
+
+    def inspect_mlir(self, signature: Sequence[str] | None = None) -> str:
+        """The generated MLIR of one specialization (the only or last one by default;
+        ``signature``: one of :attr:`signatures`)."""
+        return self._pick(signature)[1].text
+
+    def inspect_llvm(self, signature: Sequence[str] | None = None) -> str:
+        return self._pick(signature)[0].inspect_llvm()
+
+    def inspect_asm(self, signature: Sequence[str] | None = None) -> str:
+        return self._pick(signature)[0].inspect_asm()
+
+    def kernel(self, signature: Sequence[str] | None = None) -> Kernel:
+        """The :class:`~pymlirjit.kernel.Kernel` of one specialization."""
+        return self._pick(signature)[0]
+
+    def _pick(self, signature: Sequence[str] | None) -> tuple[Kernel, Specialization]:
+        if not self._specs:
+            raise TypeError(f"@jit {self.__name__!r} has no specialization yet: call it "
+                            f"(or compile() it) first")
+        if signature is None:
+            return list(self._specs.values())[-1]
+        for kernel, spec in self._specs.values():
+            if _params_of(spec) == tuple(signature):
+                return kernel, spec
+        raise KeyError(f"@jit {self.__name__!r} has no specialization {tuple(signature)}; "
+                       f"it has {self.signatures}")
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        if importable(self):
+            return self.__qualname__
+        return (_rebuild, (self.py_func, self._options))
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<@jit {self.__qualname__} ({len(self._specs)} specializations)>"
+
+
+def _params_of(spec: Specialization) -> tuple[str, ...]:
+    from .frontend.calls import mlir_of
+    return tuple(mlir_of(p) for p in spec.params)
+
+
+def _rebuild(py_func: Callable[..., Any], options: dict[str, Any]) -> JitFunction:
+    return JitFunction(py_func, options)
+
+
+def jit(function: Callable[..., Any] | None = None, *, parallel: bool | None = None,
+        fastmath: bool | None = None, boundscheck: bool | None = None,
+        cache: bool | None = None, session: Session | None = None,
+        opt_level: int | None = None, error_model: str | None = None,
+        pipeline: str | Sequence[str] | None = None,
+        callbacks: Iterable[Any] | None = None, release_gil: bool | None = None,
+        nopython: bool = True, nogil: bool = False) -> Any:
+    """Compile a plain Python function to MLIR on its first call with each combination of
+    argument types, as numba's ``@njit`` does; the options are ``@mlir_kernel``'s
+    (``nopython``/``nogil`` are accepted for numba code and change nothing).
+
+    >>> @jit(fastmath=True)
+    ... def dot(a, b):
+    ...     s = 0.0
+    ...     for i in range(len(a)):
+    ...         s += a[i] * b[i]
+    ...     return s
+    >>> dot(np.ones(3), np.arange(3.0))
+    3.0
+    """
+    options = {"parallel": parallel, "fastmath": fastmath, "boundscheck": boundscheck,
+               "cache": cache, "session": session, "opt_level": opt_level,
+               "error_model": error_model, "pipeline": pipeline,
+               "release_gil": release_gil}
+    del nopython, nogil, callbacks
+
+    def decorate(f: Callable[..., Any]) -> JitFunction:
+        if not inspect.isfunction(f):
+            f = getattr(f, "py_func", f)  # a numba dispatcher: its Python function
+        if not inspect.isfunction(f):
+            raise TypeError(f"@jit decorates a Python function, got {type(f).__name__}")
+        return JitFunction(f, options)
+
+    return decorate(function) if function is not None else decorate
