@@ -145,7 +145,8 @@ class EmitBase:
         name = self.consts.get(key)
         if name is None:
             name = self.consts[key] = self.fresh()
-            self.entry.append(f"    {name} = arith.constant {text} : {t.mlir}")
+            typed = "" if t.kind == "bool" else f" : {t.mlir}"
+            self.entry.append(f"    {name} = arith.constant {text}{typed}")
         return Value(name, t)
 
     def index_const(self, n: int) -> str:

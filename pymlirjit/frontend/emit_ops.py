@@ -75,7 +75,10 @@ class OpsMixin(EmitBase):
         self.branch(is_zero, fail, ok)
         self.start(fail)
         as_int = self.op(f"arith.fptosi {b.ssa} : {b.type.mlir} to i64")
-        self.op(f"arith.divsi {self.const(1, I64).ssa}, {as_int} : i64")
+        quotient = self.op(f"arith.divsi {self.const(1, I64).ssa}, {as_int} : i64")
+        # Stored, so that no pattern erases the division as dead before checked mode
+        # sees it (LLVM drops the store into the unused slot afterwards).
+        self.do(f"memref.store {quotient}, {self.slot(I64)}[] : memref<i64>")
         self.goto(ok)
         self.start(ok)
 
