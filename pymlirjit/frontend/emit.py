@@ -107,7 +107,7 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         elif isinstance(stmt, ast.Raise):
             self.raise_(stmt)
         elif isinstance(stmt, ast.Assert):
-            self.assertTrue(stmt)
+            self.assert_(stmt)
         elif isinstance(stmt, ast.Expr):
             if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
                 self.expr(stmt.value)

@@ -87,10 +87,10 @@ class Program:
                          symbol: str, private: bool) -> tuple[str, JType]:
         from .emit import Emitter
         source = function_source(function)
+        check_subset(source)
         if len(source.tree.args.args) != len(params):
             raise JitTypeError(f"{source.name}() takes {len(source.tree.args.args)} "
                                f"arguments, {len(params)} given", source.where(source.tree))
-        check_subset(source)
         check_defined(source)
         self.stack.append(function)
         try:
