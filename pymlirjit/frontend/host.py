@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from .diagnostics import Where
 from .jtypes import JType
+from .source import FunctionSource
 
 __all__ = ["Host"]
 
@@ -31,6 +32,7 @@ class Host(Protocol):
 
     def raise_callback(self, cls: type, args: tuple[object, ...], where: str) -> str: ...
 
-    def outlined(self, text: str) -> None: ...
+    def compile_source(self, source: FunctionSource, params: tuple[JType, ...], symbol: str,
+                       private: bool, key: Any = None) -> tuple[str, JType]: ...
 
     def fresh_symbol(self, base: str) -> str: ...

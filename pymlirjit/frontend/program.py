@@ -24,7 +24,7 @@ from .defined import check_defined
 from .diagnostics import JitTypeError, Where
 from .infer import Inference
 from .jtypes import JType, NoneT, Scalar, Tuple
-from .source import function_source
+from .source import FunctionSource, function_source
 from .syntax import check_subset
 
 __all__ = ["CallbackSpec", "Program", "Specialization", "specialize"]
@@ -81,25 +81,31 @@ class Program:
         self.stack: list[Any] = []
         self.callbacks: dict[str, CallbackSpec] = {}
         self.symbols: set[str] = set()
-        self.extra: list[str] = []  # outlined bodies (prange)
 
     def compile_function(self, function: Callable[..., Any], params: tuple[JType, ...],
                          symbol: str, private: bool) -> tuple[str, JType]:
-        from .emit import Emitter
         source = function_source(function)
         check_subset(source)
         if len(source.tree.args.args) != len(params):
             raise JitTypeError(f"{source.name}() takes {len(source.tree.args.args)} "
                                f"arguments, {len(params)} given", source.where(source.tree))
-        check_defined(source)
         self.stack.append(function)
         try:
-            info = Inference(self, source, params)
-            info.run()
-            self.done[(function, params)] = (symbol, info.result)
-            text = Emitter(self, source, info, symbol, params, private).function()
+            return self.compile_source(source, params, symbol, private,
+                                       (function, params))
         finally:
             self.stack.pop()
+
+    def compile_source(self, source: FunctionSource, params: tuple[JType, ...], symbol: str,
+                       private: bool, key: Any = None) -> tuple[str, JType]:
+        """Compile ``source`` (a function, or a prange body outlined as one)."""
+        from .emit import Emitter
+        check_defined(source)
+        info = Inference(self, source, params)
+        info.run()
+        if key is not None:
+            self.done[key] = (symbol, info.result)
+        text = Emitter(self, source, info, symbol, params, private).function()
         self.texts.append(text)
         return symbol, info.result
 
@@ -116,9 +122,6 @@ class Program:
             raise error
         symbol = self.fresh_symbol(f"{function.__name__}__{_mangle(params)}")
         return self.compile_function(function, params, symbol, True)
-
-    def outlined(self, text: str) -> None:
-        self.extra.append(text)
 
     def fresh_symbol(self, base: str) -> str:
         symbol = base
@@ -174,7 +177,7 @@ class Program:
     def module(self) -> str:
         decls = [f"  func.func private @{c.name}{c.signature[:c.signature.index(')') + 1]}"
                  f"{_results(c.signature)}" for c in self.callbacks.values()]
-        return "module {\n" + "\n".join([*self.texts, *self.extra, *decls]) + "\n}\n"
+        return "module {\n" + "\n".join([*self.texts, *decls]) + "\n}\n"
 
 
 def _results(signature: str) -> str:
