@@ -29,13 +29,14 @@ from typing import Any, SupportsIndex, get_args, get_origin
 import numpy as np
 
 from . import types as pytypes
-from .callbacks import Callback
+from .callbacks import Callback, default_registry
 from .errors import MLIRError
 from .frontend import JitSyntaxError, JitTypeError, Specialization, specialize
 from .frontend.jtypes import BOOL, WEAK_BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, Scalar, from_dtype
 from .kernel import Kernel
 from .pickling import StandInStub, importable
-from .session import Session
+from .session import Session, default_session
+from .vectorcall import NativeCallable, clear_entry, set_entry
 
 __all__ = ["JitFunction", "JitSyntaxError", "JitTypeError", "jit", "prange"]
 
@@ -137,9 +138,29 @@ def _eager(annotation: Any) -> JType | None:
     return None
 
 
-class JitFunction:
+class _Link(NativeCallable):
+    """One more specialization in the chain of native entries: its entry hands each call
+    it does not take (other argument types) to the next."""
+
+    def __init__(self, after: Callable[..., Any]) -> None:
+        self.after = after
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.after(*args, **kwargs)
+
+
+class JitFunction(NativeCallable):
     """A ``@jit`` function: call it like the Python function. Attributes: ``py_func``
-    (the Python function), :attr:`signatures`, :meth:`inspect_mlir`, :meth:`compile`."""
+    (the Python function), :attr:`signatures`, :meth:`inspect_mlir`, :meth:`compile`.
+
+    Calls go from one specialization's native entry to the next without Python (each
+    takes exactly its argument types: arrays by dtype, rank and layout, scalars by exact
+    type), and to :meth:`dispatch` for new types. Specializations with scalar parameters
+    join the chain once the function has dispatched :attr:`native_after` calls in Python
+    (their type-testing entries cost ~20 ms of code generation), or on :meth:`compile`.
+    """
+
+    native_after = 200
 
     def __init__(self, py_func: Callable[..., Any], options: dict[str, Any]) -> None:
         self.py_func = py_func
@@ -147,21 +168,111 @@ class JitFunction:
         self._options = options
         self._kernels: dict[tuple[Any, ...], Kernel] = {}
         self._specs: dict[tuple[JType, ...], tuple[Kernel, Specialization]] = {}
+        self._keys: dict[tuple[Any, ...], tuple[JType, ...]] = {}
         self._lock = threading.RLock()
         signature = inspect.signature(py_func)
         self._params = list(signature.parameters.values())
         self._names = [p.name for p in self._params]
         self._signature = signature
         self._hints: dict[str, Any] | None = None
+        self._python_calls = 0
+        self._native = False
+        self._links: list[_Link] = []
+        self._linked: list[Any] = []  # the compiled functions the chain enters
+        self._exact: dict[int, tuple[Any, int, object]] = {}  # id(function) -> entry
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def dispatch(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the specialization of these arguments (compiled on first use)."""
         if kwargs or len(args) != len(self._names):
             args = self._bind(args, kwargs)
         key = tuple(map(_key, args))
         kernel = self._kernels.get(key)
-        if kernel is None:
+        if kernel is None or kernel._compiled is None:
             kernel = self._kernel_for(key, args)
+            self._chain()
+        elif not self._native:
+            self._python_calls += 1
+            if self._python_calls >= self.native_after:
+                self._native = True
+                self._chain()
         return kernel(*args)
+
+    __call__ = dispatch
+
+    @property
+    def session(self) -> Session:
+        given: Session | None = self._options.get("session")
+        return given if given is not None else default_session()
+
+    def _chain(self) -> None:
+        """Point the vectorcall slot at each specialization's native entry in turn."""
+        session = self.session
+        with session.lock:
+            session.watch(self)
+            session.callbacks.watch(self)
+            default_registry().watch(self)
+            self._unchain()
+            natives: list[tuple[Any, int]] = []
+            wanted: list[tuple[Any, Any]] = []
+            order = sorted(self._kernels.items(), key=lambda item: not all(
+                not isinstance(k, tuple) or k[2] for k in item[0]))  # contiguous first
+            seen: set[int] = set()
+            for key, kernel in order:
+                function = kernel._compiled
+                if function is None or function.native_entry is None or id(kernel) in seen:
+                    continue
+                seen.add(id(kernel))
+                if any(isinstance(k, type) and issubclass(k, np.ndarray) for k in key):
+                    continue  # an ndarray subclass: the Python path takes it
+                tests = tuple((i, (k,)) for i, k in enumerate(key) if isinstance(k, type))
+                if not tests:
+                    natives.append((function, function.native_entry))
+                elif self._native:
+                    if id(function) not in self._exact:
+                        wanted.append((function, (((tests, ()),),)))
+                    natives.append((function, -1))
+            if wanted:
+                from .callframe import call_machinery
+                from .native import NativeBatch
+
+                batch = NativeBatch()
+                indices = [batch.add_kernel_entry(
+                    f.abi, f._raw_address, call_machinery() if f._links_callbacks else None,
+                    f.release_gil, f.unwind, exact=exact) for f, exact in wanted]
+                addresses, code = batch.compile()
+                for (function, _), index in zip(wanted, indices):
+                    self._exact[id(function)] = (function, addresses[index], code)
+            natives = [(f, a if a != -1 else self._exact[id(f)][1]) for f, a in natives]
+            after: Any = self.dispatch
+            self._dispatch_ref = after  # the entries borrow it: kept alive here
+            links = []
+            for function, entry in reversed(natives[1:]):
+                link = _Link(after)
+                set_entry(link, entry, after, function._python_call.in_flight)
+                links.append(link)
+                after = link
+            self._links = links
+            self._linked = [f for f, _ in natives]
+            if natives:
+                first, entry = natives[0]
+                set_entry(self, entry, after, first._python_call.in_flight)
+
+    def _unchain(self) -> None:
+        clear_entry(self)  # first: no call enters the chain from now on
+        for link in self._links:
+            clear_entry(link)
+        # Functions a call may still run in stay alive (kept with their entries).
+        self._retired = [f for f in [*getattr(self, "_retired", []), *self._linked]
+                         if f.calls_in_flight]
+        self._linked = []
+
+    def invalidate(self) -> None:
+        """Let go of the chain (the session's cache was cleared, or a callback
+        redefined): calls go through :meth:`dispatch`, which compiles again."""
+        with self.session.lock:
+            self._unchain()
+
+    forget = invalidate
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         try:
@@ -182,11 +293,15 @@ class JitFunction:
         return self._hints
 
     def _kernel_for(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> Kernel:
-        hints = self._annotations()
-        params = tuple(_constrained(hints.get(n, inspect.Parameter.empty),
-                                    _jtype(k, v, n), n, self.__name__)
-                       for n, k, v in zip(self._names, key, args))
+        params = self._keys.get(key)
+        if params is None:
+            hints = self._annotations()
+            params = tuple(_constrained(hints.get(n, inspect.Parameter.empty),
+                                        _jtype(k, v, n), n, self.__name__)
+                           for n, k, v in zip(self._names, key, args))
         kernel = self._compile_types(params)
+        kernel.compile()  # again, if invalidated since
+        self._keys[key] = params
         self._kernels[key] = kernel
         return kernel
 
@@ -224,7 +339,10 @@ class JitFunction:
                                 f"annotation on parameter {name!r} (int, float, f32, "
                                 f"MemRef[f64, None]...)")
             params.append(t)
-        return self._compile_types(tuple(params))
+        kernel = self._compile_types(tuple(params))
+        self._native = True
+        self._chain()
+        return kernel
 
     @property
     def signatures(self) -> list[tuple[str, ...]]:
@@ -263,6 +381,9 @@ class JitFunction:
         if importable(self):
             return self.__qualname__
         return (_rebuild, (self.py_func, self._options))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"py_func": self.py_func, "options": self._options}
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else functools.partial(self, obj)

@@ -326,3 +326,19 @@ def test_python_operators() -> None:
     nan = float("nan")
     for a, b in ((nan, 1.0), (1.0, nan), (nan, nan), (-0.0, 0.0)):
         check(nan_order, a, b)
+
+
+def test_native_chain_keeps_argument_types_apart() -> None:
+    fn = jit(add.py_func)
+    arrays = jit(total.py_func)
+    for i in range(fn.native_after + 20):  # past the point the chain tests scalar types
+        assert type(fn(i, 1)) is int and fn(i, 1) == i + 1
+        assert fn(0.5, 1.0) == 1.5
+        assert fn(1, 0.5) == 1.5
+        assert fn(True, True) == 2
+        assert fn(np.int8(100), np.int8(100)) == -56  # an int8 sum wraps as numpy's
+        assert arrays(np.ones(3)) == 3.0 and arrays(np.ones(3, np.float32)) == 3.0
+        assert arrays(np.ones(6)[::2]) == 3.0
+    assert len(fn.signatures) == 5 and len(arrays.signatures) == 3
+    with pytest.raises(TypeError):
+        fn("a", 1)
