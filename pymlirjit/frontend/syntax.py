@@ -104,8 +104,23 @@ def target_names(target: ast.AST) -> Iterable[str]:
             yield from target_names(item)
 
 
-def assigned_names(stmts: Iterable[ast.stmt]) -> set[str]:
-    """Every variable some statement of ``stmts`` (nested ones included) assigns."""
+_assigned: dict[int, tuple[list[ast.stmt], frozenset[str]]] = {}
+
+
+def assigned_names(stmts: list[ast.stmt]) -> frozenset[str]:
+    """Every variable some statement of ``stmts`` (nested ones included) assigns (made
+    once per list of statements: loops ask for theirs several times)."""
+    found = _assigned.get(id(stmts))
+    if found is not None and found[0] is stmts:
+        return found[1]
+    if len(_assigned) > 4096:
+        _assigned.clear()
+    names = frozenset(_assigned_names(stmts))
+    _assigned[id(stmts)] = (stmts, names)
+    return names
+
+
+def _assigned_names(stmts: Iterable[ast.stmt]) -> set[str]:
     found: set[str] = set()
     for stmt in stmts:
         for node in ast.walk(stmt):
