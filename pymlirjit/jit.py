@@ -32,7 +32,8 @@ from . import types as pytypes
 from .callbacks import Callback, default_registry
 from .errors import MLIRError
 from .frontend import JitSyntaxError, JitTypeError, Specialization, specialize
-from .frontend.jtypes import BOOL, WEAK_BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, Scalar, from_dtype
+from .frontend.jtypes import (BOOL, WEAK_BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, Scalar,
+                              Tuple, from_dtype)
 from .kernel import Kernel
 from .pickling import StandInStub, importable
 from .session import Session, default_session
@@ -138,6 +139,32 @@ def _eager(annotation: Any) -> JType | None:
     return None
 
 
+def _is_unsigned(t: JType) -> bool:
+    if isinstance(t, Tuple):
+        return any(_is_unsigned(i) for i in t.items)
+    return (t.dtype if isinstance(t, Array) else t).kind == "uint" if isinstance(
+        t, (Array, Scalar)) else False
+
+
+def _signed(args: tuple[Any, ...], unsigned: tuple[tuple[int, ...], JType]) -> list[Any]:
+    out = list(args)
+    for i in unsigned[0]:
+        value = np.asarray(out[i])
+        signed = value.view(value.dtype.str.replace("u", "i"))
+        out[i] = signed if isinstance(out[i], np.ndarray) else signed[()]
+    return out
+
+
+def _unsigned_result(value: Any, t: JType) -> Any:
+    if isinstance(t, Tuple):
+        return tuple(_unsigned_result(v, i) for v, i in zip(value, t.items))
+    if isinstance(t, Array) and t.dtype.kind == "uint":
+        return value.view(t.dtype.dtype)
+    if isinstance(t, Scalar) and t.kind == "uint":
+        return t.dtype.type(int(value) & ((1 << t.bits) - 1))
+    return value
+
+
 class _Link(NativeCallable):
     """One more specialization in the chain of native entries: its entry hands each call
     it does not take (other argument types) to the next."""
@@ -169,6 +196,8 @@ class JitFunction(NativeCallable):
         self._kernels: dict[tuple[Any, ...], Kernel] = {}
         self._specs: dict[tuple[JType, ...], tuple[Kernel, Specialization]] = {}
         self._keys: dict[tuple[Any, ...], tuple[JType, ...]] = {}
+        # Keys of calls passing or returning unsigned integers: (positions, result type).
+        self._unsigned: dict[tuple[Any, ...], tuple[tuple[int, ...], JType]] = {}
         self._lock = threading.RLock()
         signature = inspect.signature(py_func)
         self._params = list(signature.parameters.values())
@@ -195,6 +224,9 @@ class JitFunction(NativeCallable):
             if self._python_calls >= self.native_after:
                 self._native = True
                 self._chain()
+        unsigned = self._unsigned.get(key)
+        if unsigned is not None:  # the boundary's integers are signed: views both ways
+            return _unsigned_result(kernel(*_signed(args, unsigned)), unsigned[1])
         return kernel(*args)
 
     __call__ = dispatch
@@ -301,6 +333,10 @@ class JitFunction(NativeCallable):
                            for n, k, v in zip(self._names, key, args))
         kernel = self._compile_types(params)
         kernel.compile()  # again, if invalidated since
+        positions = tuple(i for i, p in enumerate(params) if _is_unsigned(p))
+        result = self._specs[params][1].result
+        if positions or _is_unsigned(result):
+            self._unsigned[key] = (positions, result)
         self._keys[key] = params
         self._kernels[key] = kernel
         return kernel
