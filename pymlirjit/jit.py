@@ -32,8 +32,17 @@ from . import types as pytypes
 from .callbacks import Callback, default_registry
 from .errors import MLIRError
 from .frontend import JitSyntaxError, JitTypeError, Specialization, specialize
-from .frontend.jtypes import (BOOL, WEAK_BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, Scalar,
-                              Tuple, from_dtype)
+from .frontend.jtypes import (
+    BOOL,
+    WEAK_BOOL,
+    WEAK_FLOAT,
+    WEAK_INT,
+    Array,
+    JType,
+    Scalar,
+    Tuple,
+    from_dtype,
+)
 from .kernel import Kernel
 from .pickling import StandInStub, importable
 from .session import Session, default_session
@@ -188,6 +197,8 @@ class JitFunction(NativeCallable):
     """
 
     native_after = 200
+    __name__: str
+    __qualname__: str
 
     def __init__(self, py_func: Callable[..., Any], options: dict[str, Any]) -> None:
         self.py_func = py_func

@@ -28,7 +28,7 @@ def check_defined(source: FunctionSource) -> None:
 
 
 class _Walker:
-    def __init__(self, source: FunctionSource, local: set[str]) -> None:
+    def __init__(self, source: FunctionSource, local: frozenset[str]) -> None:
         self.source = source
         self.local = local
 

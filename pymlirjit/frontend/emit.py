@@ -107,10 +107,10 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         elif isinstance(stmt, ast.Raise):
             self.raise_(stmt)
         elif isinstance(stmt, ast.Assert):
-            self.assert_(stmt)
-        elif isinstance(stmt, ast.Expr):
-            if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-                self.expr(stmt.value)
+            self.assertion(stmt)
+        elif isinstance(stmt, ast.Expr) and not (isinstance(stmt.value, ast.Constant)
+                                                 and isinstance(stmt.value.value, str)):
+            self.expr(stmt.value)
 
     def assign(self, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
@@ -183,7 +183,7 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             assert isinstance(t, Scalar)
             return self.const(value.item() if hasattr(value, "item") else value, t)
         if isinstance(node, ast.Constant):
-            assert isinstance(t, Scalar)
+            assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float))
             return self.const(node.value, t)
         if isinstance(node, ast.Name):
             return self.load_var(node.id)

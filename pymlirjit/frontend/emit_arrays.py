@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from .emit_base import EmitBase, Value
-from .jtypes import WEAK_INT, Array, JType, Scalar, Tuple
+from .jtypes import WEAK_INT, Array, JType, Scalar, Tuple, literal_int
 
 __all__ = ["ArraysMixin"]
 
@@ -47,10 +47,8 @@ class ArraysMixin(EmitBase):
             if isinstance(node.op, ast.Mod):
                 return self.nonneg(node.right)
             return self.nonneg(node.left) and self.nonneg(node.right)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id == "len":
-            return True
-        return False
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id == "len"
 
     def index_into(self, a: Value, d: int, node: ast.expr) -> str:
         """The ``index`` of ``node`` on dimension ``d`` of ``a``, negative ones wrapped."""
@@ -68,10 +66,8 @@ class ArraysMixin(EmitBase):
     def load_element(self, node: ast.Subscript) -> Value:
         base = self.expr(node.value)
         if isinstance(base.type, Tuple):
-            index = self.info.types  # tuple items are typed; pick by the literal
-            del index
-            value = node.slice
-            n = value.value if isinstance(value, ast.Constant) else -value.operand.value  # type: ignore[attr-defined]
+            n = literal_int(node.slice)  # checked by the inference
+            assert n is not None
             return base.items[n]
         assert isinstance(base.type, Array)
         indices = self.indices(node)
@@ -124,7 +120,8 @@ class ArraysMixin(EmitBase):
                                           and step_node.value > 0):
             raise self.error(step_node, "slice steps must be positive integer literals",
                              "negative or computed steps are not supported yet")
-        step = step_node.value if isinstance(step_node, ast.Constant) else 1
+        step = literal_int(step_node) if step_node is not None else 1
+        assert step is not None
         n = self.dim(a, d)
         zero = self.index_const(0)
 

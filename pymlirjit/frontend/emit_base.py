@@ -202,9 +202,9 @@ class EmitBase:
             return v
         if isinstance(t, Scalar) and isinstance(to, Scalar):
             return Value(self._scalar_cast(v.ssa, t, to), to)
-        if isinstance(t, Array) and isinstance(to, Array):
-            if t.dtype == to.dtype and t.ndim == to.ndim and not to.contiguous:
-                return Value(self.op(f"memref.cast {v.ssa} : {t.mlir} to {to.mlir}"), to)
+        if isinstance(t, Array) and isinstance(to, Array) and t.dtype == to.dtype \
+                and t.ndim == to.ndim and not to.contiguous:
+            return Value(self.op(f"memref.cast {v.ssa} : {t.mlir} to {to.mlir}"), to)
         if isinstance(t, Tuple) and isinstance(to, Tuple) and len(t.items) == len(to.items):
             items = tuple(self.convert(i, it) for i, it in zip(v.items, to.items))
             return Value("", to, items)
@@ -307,8 +307,8 @@ class EmitBase:
             casts, self.lines = self.lines, saved
             # One element of the list: the indices other joins keep stay valid.
             self.lines[where] = "\n".join([*casts, f"    cf.br ^{join.label}{_args(args)}"])
-        params = ", ".join(f"{merged[n].ssa}: {merged[n].type.mlir}" for n in carried
-                           if isinstance(merged[n].type, Array))
+        params = ", ".join(f"{v.ssa}: {v.type.mlir}" for v in (merged[n] for n in carried)
+                           if isinstance(v.type, Array))
         self.lines.append(f"  ^{join.label}({params}):" if params else f"  ^{join.label}:")
         self.arrays = merged
         self.terminated = False

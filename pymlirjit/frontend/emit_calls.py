@@ -5,6 +5,7 @@ callbacks into Python (``@callback``, automatic ones, ``print``), and ``raise``.
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from .calls import Callee, ForeignCall, mlir_of
 from .emit_base import EmitBase, Value
@@ -73,8 +74,7 @@ class CallsMixin(EmitBase):
         for a, p in zip(args, params):
             flat += flatten_values(self.convert(a, p))
         results = flat_types(result)
-        types = ", ".join(str(v.type.mlir) for v in flat  # type: ignore[union-attr]
-                          if isinstance(v.type, (Scalar, Array)))
+        types = ", ".join(mlir_of(v.type) for v in flat)
         outs = ", ".join(mlir_of(t) for t in results)
         text = f"func.call @{symbol}({', '.join(v.ssa for v in flat)}) : ({types}) -> ({outs})"
         if not results:
@@ -168,7 +168,7 @@ class CallsMixin(EmitBase):
                 v = self.expr(a)
                 parts.append(None)
                 values.append(v)
-        options = {k.arg: k.value.value for k in node.keywords
+        options: dict[str | None, Any] = {k.arg: k.value.value for k in node.keywords
                    if isinstance(k.value, ast.Constant) and k.arg in ("sep", "end")}
         types = tuple(v.type for v in values)
         symbol = self.program.print_callback(tuple(parts), types, options)
@@ -190,7 +190,7 @@ class CallsMixin(EmitBase):
         args = tuple(a.value for a in exc.args) if isinstance(exc, ast.Call) else ()  # type: ignore[attr-defined]
         self.raise_python(cls, args)
 
-    def assert_(self, stmt: ast.Assert) -> None:
+    def assertion(self, stmt: ast.Assert) -> None:
         cond = self.truth(self.expr(stmt.test))
         message = stmt.msg.value if isinstance(stmt.msg, ast.Constant) else ""
         escaped = str(message).replace("\\", "\\\\").replace('"', '\\"')

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .emit_base import EmitBase, Join, Value
-from .jtypes import I64, WEAK_INT, Array, Tuple
+from .jtypes import I64, WEAK_INT, Array, JType, Tuple
 from .syntax import assigned_names
 
 __all__ = ["LoopsMixin"]
@@ -103,7 +103,7 @@ class LoopsMixin(EmitBase):
             raise self.error(self.at, f"cannot iterate over {a.type}")
         return self.op(f"arith.index_cast {self.dim(a, 0)} : index to i64")
 
-    def element_type(self, a: Value) -> Array | object:
+    def element_type(self, a: Value) -> JType:
         assert isinstance(a.type, Array)
         return a.type.dtype if a.type.ndim == 1 else Array(a.type.dtype, a.type.ndim - 1, False)
 

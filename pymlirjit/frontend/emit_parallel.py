@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
+from typing import Any
 
 from .calls import mlir_of
 from .emit_base import EmitBase, Value
 from .emit_calls import flatten_values
-from .jtypes import WEAK_INT, Array, JType, NoneT, Scalar, Tuple
+from .jtypes import WEAK_INT, JType, Scalar
 from .syntax import assigned_names
 
 __all__ = ["CHUNKS", "ParallelMixin"]
@@ -41,9 +43,9 @@ class ParallelMixin(EmitBase):
             step = node.value
         if not isinstance(stmt.target, ast.Name):
             return False
-        for node in _top_level(stmt.body):
-            if isinstance(node, (ast.Break, ast.Return)):
-                raise self.error(node, f"{type(node).__name__.lower()} inside a prange loop "
+        for inner in _top_level(stmt.body):
+            if isinstance(inner, (ast.Break, ast.Return)):
+                raise self.error(inner, f"{type(inner).__name__.lower()} inside a prange loop "
                                  f"is not supported", "use range() for a loop that stops "
                                  "early")
         reductions = _reductions(stmt.body)
@@ -89,17 +91,18 @@ class ParallelMixin(EmitBase):
             result = ast.Name(names[0], ast.Load())
         else:
             result = ast.Tuple([ast.Name(n, ast.Load()) for n in names], ast.Load())
-        body = [_Continues(result).visit(s) for s in stmt.body]
+        body: list[ast.stmt] = [_Continues(result).visit(s) for s in stmt.body]
         ret = ast.Return(result)
         tail = stmt.body[-1]
         for node in (ret, *(ast.walk(result) if result is not None else ())):
             ast.copy_location(node, tail)
         params = [stmt.target.id, *captured, *names]
+        extra: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
         fdef = ast.FunctionDef(
             name=f"{self.source.name}_prange", body=[*body, ret], decorator_list=[],
             args=ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in params],
                                kwonlyargs=[], kw_defaults=[], defaults=[]),
-            returns=None, type_params=[])
+            returns=None, **extra)
         ast.copy_location(fdef, stmt)
         for a in fdef.args.args:
             ast.copy_location(a, stmt)
@@ -134,7 +137,7 @@ class ParallelMixin(EmitBase):
         chunks = self.op(f"arith.minsi {n}, {self.index_const(CHUNKS)} : index")
         per = self.op(f"arith.ceildivsi {n}, " + self.op(
             f"arith.maxsi {chunks}, {c1} : index") + " : index")
-        partials = [self.op(f"memref.alloc({chunks}) : memref<?x{t}>") for t in m]
+        partials = [self.op(f"memref.alloc({chunks}) : memref<?x{mt}>") for mt in m]
         c, k = f"%pc{self.counter}", f"%pk{self.counter}"
         self.lines.append(f"    scf.parallel ({c}) = ({c0}) to ({chunks}) step ({c1}) {{")
         k0 = self.op(f"arith.muli {c}, {per} : index")
@@ -154,12 +157,12 @@ class ParallelMixin(EmitBase):
         self.lines.append(f"        scf.yield {', '.join(outs)} : {', '.join(m)}")
         self.lines.append("      }")
         got = [loop] if len(names) == 1 else [f"{loop}#{j}" for j in range(len(names))]
-        for p, g, t in zip(partials, got, m):
-            self.do(f"memref.store {g}, {p}[{c}] : memref<?x{t}>")
+        for p, g, mt in zip(partials, got, m):
+            self.do(f"memref.store {g}, {p}[{c}] : memref<?x{mt}>")
         self.lines.append("      scf.reduce")
         self.lines.append(f"    }}{self.source.loc(stmt)}")
         # Combined in chunk order, into the value before the loop.
-        for name, kind, t, p in zip(names, (kinds[x] for x in names), scalars, partials):
+        for name, kind, rt, p in zip(names, (kinds[x] for x in names), scalars, partials):
             acc = self.load_var(name)
             done, body, head = self.label(), self.label(), self.label()
             counter = self.slot(Scalar("int", 64))
@@ -172,14 +175,14 @@ class ParallelMixin(EmitBase):
             more = self.op(f"arith.cmpi slt, {ji}, {chunks} : index")
             self.branch(more, body, done)
             self.start(body)
-            part = Value(self.op(f"memref.load {p}[{ji}] : memref<?x{t.mlir}>"), t)
+            part = Value(self.op(f"memref.load {p}[{ji}] : memref<?x{rt.mlir}>"), rt)
             current = self.load_var(name)
-            self.store_var(name, self._combine(kind, current, part, t))
+            self.store_var(name, self._combine(kind, current, part, rt))
             nxt = self.op(f"arith.addi {j}, {self.const(1, Scalar('int', 64)).ssa} : i64")
             self.do(f"memref.store {nxt}, {counter}[] : memref<i64>")
             self.goto(head)
             self.start(done)
-            self.do(f"memref.dealloc {p} : memref<?x{t.mlir}>")
+            self.do(f"memref.dealloc {p} : memref<?x{rt.mlir}>")
             del acc
 
     def _combine(self, kind: str, a: Value, b: Value, t: Scalar) -> Value:

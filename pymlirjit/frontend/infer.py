@@ -28,6 +28,7 @@ from .jtypes import (
     Scalar,
     Tuple,
     from_dtype,
+    literal_int,
     promote,
     unify,
 )
@@ -156,9 +157,9 @@ class Inference:
             if stmt.msg is not None and not (isinstance(stmt.msg, ast.Constant)
                                              and isinstance(stmt.msg.value, str)):
                 raise self.error(stmt.msg, "an assert's message must be a string literal")
-        elif isinstance(stmt, ast.Expr):
-            if not (isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
-                self.expr(stmt.value)
+        elif isinstance(stmt, ast.Expr) and not (isinstance(stmt.value, ast.Constant)
+                                                 and isinstance(stmt.value.value, str)):
+            self.expr(stmt.value)
 
     def raise_(self, stmt: ast.Raise) -> None:
         exc = stmt.exc
@@ -321,22 +322,22 @@ class Inference:
             a, b = self.expr(node.left), self.expr(node.right)
             return None if a is None or b is None else self.binop(node.op, a, b, node)
         if isinstance(node, ast.UnaryOp):
-            t = self.expr(node.operand)
-            if t is None:
+            u = self.expr(node.operand)
+            if u is None:
                 return None
-            if not isinstance(t, Scalar):
-                raise self.error(node, f"unary operators on {t} are not supported",
+            if not isinstance(u, Scalar):
+                raise self.error(node, f"unary operators on {u} are not supported",
                                  "write a loop over its elements")
             if isinstance(node.op, ast.Not):
                 return WEAK_BOOL
-            if isinstance(node.op, ast.Invert) and t.kind == "float":
+            if isinstance(node.op, ast.Invert) and u.kind == "float":
                 raise self.error(node, "~ needs an integer")
-            return WEAK_INT if t.kind == "bool" and not isinstance(node.op, ast.Not) else t
+            return WEAK_INT if u.kind == "bool" and not isinstance(node.op, ast.Not) else u
         if isinstance(node, ast.Compare):
             for operand in [node.left, *node.comparators]:
-                t = self.expr(operand)
-                if t is not None and not isinstance(t, Scalar):
-                    raise self.error(operand, f"comparisons of {t} are not supported",
+                c = self.expr(operand)
+                if c is not None and not isinstance(c, Scalar):
+                    raise self.error(operand, f"comparisons of {c} are not supported",
                                      "compare elements in a loop")
             for op in node.ops:
                 if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
@@ -347,9 +348,9 @@ class Inference:
             if any(t is None for t in types):
                 return None
             result: JType | None = types[0]
-            for t, v in zip(types[1:], node.values[1:]):
-                assert t is not None and result is not None
-                result = unify(result, t)
+            for bt, v in zip(types[1:], node.values[1:]):
+                assert bt is not None and result is not None
+                result = unify(result, bt)
                 if result is None or not isinstance(result, Scalar):
                     raise self.error(v, "the operands of and/or must be numbers of "
                                      "compatible types")
@@ -390,12 +391,8 @@ class Inference:
         if base is None:
             return None
         if isinstance(base, Tuple):
-            index = node.slice
-            value = index.value if isinstance(index, ast.Constant) else None
-            if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub) and \
-                    isinstance(index.operand, ast.Constant):
-                value = -index.operand.value
-            if not isinstance(value, int) or not -len(base.items) <= value < len(base.items):
+            value = literal_int(node.slice)
+            if value is None or not -len(base.items) <= value < len(base.items):
                 raise self.error(node.slice, "a tuple index must be an integer literal in "
                                  "range")
             return base.items[value]

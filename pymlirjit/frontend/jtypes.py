@@ -116,6 +116,18 @@ NONE = NoneT()
 _RANK = {"bool": 0, "int": 1, "uint": 1, "float": 2}
 
 
+def literal_int(node: Any) -> int | None:
+    """The value of an int literal node, ``-`` literals included (None: not one)."""
+    import ast
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) \
+            and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = literal_int(node.operand)
+        return None if inner is None else -inner
+    return None
+
+
 def from_dtype(dtype: Any) -> Scalar:
     """The scalar type of a numpy dtype (TypeError for dtypes the frontend lacks)."""
     dt = np.dtype(dtype)

@@ -164,7 +164,8 @@ class Program:
         return name
 
     def raise_callback(self, cls: type, args: tuple[object, ...], where: str) -> str:
-        name = f"__jit_raise_{cls.__name__}_{_digest(cls.__module__, cls.__qualname__, args, where)}"
+        digest = _digest(cls.__module__, cls.__qualname__, args, where)
+        name = f"__jit_raise_{cls.__name__}_{digest}"
 
         def raiser() -> None:
             error = cls(*args)

@@ -36,26 +36,29 @@ class FunctionSource:
         """The file, line and column of ``node``, with its source line."""
         if node is None or not hasattr(node, "lineno"):
             return None
-        line: int = node.lineno
+        line: int = getattr(node, "lineno", 1)
+        col: int = getattr(node, "col_offset", 0)
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
         end = getattr(node, "end_col_offset", None)
         if getattr(node, "end_lineno", line) != line or end is None:
             end = None
         else:
             end += self.indent
-        return Where(self.filename, line + self.line_offset, node.col_offset + self.indent,
+        return Where(self.filename, line + self.line_offset, col + self.indent,
                      end, text, self.name)
 
     def loc(self, node: ast.AST | None) -> str:
         """``loc("file":L:C)`` of ``node`` (MLIR's columns are 1-based)."""
         if node is None or not hasattr(node, "lineno"):
             return ""
-        key = node.lineno * 100000 + node.col_offset
+        line: int = getattr(node, "lineno", 1)
+        col: int = getattr(node, "col_offset", 0)
+        key = line * 100000 + col
         text = self._locs.get(key)
         if text is None:
             name = self.filename.replace("\\", "\\\\").replace('"', '\\"')
-            text = self._locs[key] = (f' loc("{name}":{node.lineno + self.line_offset}:'
-                                      f'{node.col_offset + self.indent + 1})')
+            text = self._locs[key] = (f' loc("{name}":{line + self.line_offset}:'
+                                      f'{col + self.indent + 1})')
         return text
 
     def unsupported(self, node: ast.AST, what: str, hint: str = "") -> JitSyntaxError:
@@ -76,7 +79,7 @@ def function_source(function: Callable[..., Any]) -> FunctionSource:
     except (OSError, TypeError) as exc:
         raise JitSyntaxError(f"@jit cannot read the source of {function!r}: {exc}", None,
                              "define the function in a file (or a notebook cell)") from None
-    filename = inspect.getsourcefile(function) or getattr(code, "co_filename", "<unknown>")
+    filename = str(inspect.getsourcefile(function) or getattr(code, "co_filename", "<unknown>"))
     text = "".join(lines)
     dedented = textwrap.dedent(text)
     indent = 0

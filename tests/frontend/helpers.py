@@ -44,7 +44,7 @@ def check(f: Any, *args: Any) -> Any:
             f(*mine)
         except type(exc):
             return None
-        raise AssertionError(f"Python raised {exc!r}, the compiled call did not")
+        raise AssertionError(f"Python raised {exc!r}, the compiled call did not") from exc
     got = f(*mine)
     assert same(got, expected), f"{f.__name__}{args}: compiled {got!r}, Python {expected!r}"
     for a, b in zip(mine, theirs):

@@ -146,7 +146,7 @@ def test_threads_compile_each_specialization_once() -> None:
         try:
             barrier.wait()
             results.append(poly(np.arange(4.0), i))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
