@@ -80,9 +80,10 @@ class CallsMixin(EmitBase):
         if not results:
             self.do(text)
             return Value("", result)
-        name = self.op(text)
         if len(results) == 1:
-            return Value(name, result)
+            return Value(self.op(text), result)
+        name = self.fresh()
+        self.lines.append(f"    {name}:{len(results)} = {text}{self.source.loc(self.at)}")
         values = [Value(f"{name}#{i}", t) for i, t in enumerate(results)]
         return rebuild(result, values)[0]
 

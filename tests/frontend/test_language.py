@@ -1,0 +1,201 @@
+"""More of the language, each program compiled and compared with plain Python."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pymlirjit import jit
+
+from .helpers import check
+
+SCALE = 2.5
+LIMIT = np.float32(0.5)
+
+
+@jit
+def pick(x, y, c):
+    if c > 0:
+        a = x
+    else:
+        a = y
+    total = 0.0
+    for v in a:
+        total += v
+    return total
+
+
+@jit
+def swap_in_loop(x, y, n):
+    for _ in range(n):
+        x, y = y, x
+    return x[0] - y[0]
+
+
+def test_arrays_merge_across_branches_and_loops() -> None:
+    x, y = np.arange(3.0), np.ones(2)
+    for c in (1, -1):
+        check(pick, x, y, c)
+    for n in range(4):
+        check(swap_in_loop, x, y, n)
+    check(pick, x, y[::1], 0)
+    check(pick, x, np.ones(6)[::2], 1)  # one contiguous, one strided: a view type
+
+
+def stats(a):
+    lo = a[0]
+    hi = a[0]
+    for v in a:
+        lo = min(lo, v)
+        hi = max(hi, v)
+    return lo, hi
+
+
+def scaled_shape(shape, k):
+    n, m = shape
+    return n * k, m * k
+
+
+@jit
+def uses_tuples(a):
+    lo, hi = stats(a[0])
+    n, m = scaled_shape(a.shape, 2)
+    t = (lo, hi)
+    u = t
+    return u[0] + u[1] + n + m, t[-1]
+
+
+def test_tuple_results_and_tuple_parameters() -> None:
+    check(uses_tuples, np.arange(6.0).reshape(2, 3))
+
+
+@jit
+def uses_globals(x):
+    return x * SCALE + math.pi + LIMIT
+
+
+def test_globals_are_frozen_constants() -> None:
+    check(uses_globals, 2.0)
+    check(uses_globals, np.float32(2.0))
+
+
+def make_closure(k):
+    @jit
+    def inner(x):
+        return x * k
+
+    return inner
+
+
+def test_closures_freeze_their_cells() -> None:
+    assert make_closure(3)(2) == 6
+    assert make_closure(1.5)(2) == 3.0
+
+
+@jit
+def views(a):
+    row = a[1]
+    col = a[:, 2]
+    block = a[1:, ::2]
+    row[0] = -1.0
+    return row, col, block, a[-1, -1], a[1][2]
+
+
+def test_views_share_memory() -> None:
+    a = np.arange(12.0).reshape(3, 4)
+    row, col, block, last, item = views(a)
+    assert a[1, 0] == -1.0 and row[0] == -1.0  # written through the view
+    want = views.py_func(np.arange(12.0).reshape(3, 4))
+    for got, exp in zip((row, col, block, last, item), want):
+        np.testing.assert_array_equal(got, exp)
+
+
+@jit
+def identity(a):
+    return a
+
+
+def test_returning_an_argument_shares_it() -> None:
+    a = np.arange(4.0)
+    b = identity(a)
+    b[0] = 7.0
+    assert a[0] == 7.0
+
+
+@jit
+def make(n, m):
+    z = np.zeros((n, m), np.float32)
+    o = np.ones(n, dtype=np.int32)
+    e = np.empty_like(z)
+    for i in range(n):
+        for j in range(m):
+            e[i, j] = z[i, j] + o[i] * (i + j)
+    return e, o
+
+
+def test_allocations() -> None:
+    e, o = check(make, 3, 4)
+    assert e.dtype == np.float32 and o.dtype == np.int32
+    check(make, 0, 2)
+
+
+@jit
+def while_true(n):
+    i = 0
+    while True:
+        i += 1
+        if i * i > n:
+            break
+    return i
+
+
+@jit
+def nested_returns(a):
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            if a[i, j] < 0:
+                return i * 100 + j
+    return -1
+
+
+def test_loops_and_early_exits() -> None:
+    for n in (0, 5, 99):
+        check(while_true, n)
+    a = np.ones((3, 4))
+    check(nested_returns, a)
+    a[2, 1] = -1
+    check(nested_returns, a)
+
+
+@jit
+def mathy(x, n):
+    return (math.sqrt(x), math.exp(x), math.log(x), math.sin(x), math.floor(x),
+            math.ceil(-x), np.sqrt(x), np.exp(np.float32(x)), abs(-n), math.isnan(x),
+            math.atan2(x, 1.0), math.hypot(x, 2.0), np.minimum(x, 1.0), int(-x), float(n),
+            n ** 2, x ** 0.5, 7 // 2 * 2, -7 % 3, bool(n), round_trip(x))
+
+
+def round_trip(v):
+    return float(int(v * 100)) / 100
+
+
+def test_math_functions() -> None:
+    for x, n in ((2.25, 3), (0.5, -4), (10.0, 0)):
+        got = mathy(x, n)
+        want = mathy.py_func(x, n)
+        for g, w in zip(got, want):
+            assert g == pytest.approx(w, rel=1e-6), (got, want)
+            assert type(g) is type(w) or isinstance(w, np.generic)
+
+
+@jit
+def defaults(a, b=2, c=0.5):
+    return a * b + c
+
+
+def test_defaults_and_keywords() -> None:
+    assert defaults(1) == 2.5
+    assert defaults(1, c=1.0) == 3.0
+    assert defaults(b=3, a=1) == 3.5
