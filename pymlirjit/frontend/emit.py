@@ -133,6 +133,9 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             assert isinstance(target, ast.Subscript)
             current = self.load_element(target)
             self.at = stmt
+            if isinstance(current.type, Array):  # a view: a[1:] += v, element by element
+                self.store_view(current, value, stmt.op, result)
+                return
             self.store_element(target, self.binop(stmt.op, current, value, result, stmt.value))
 
     def if_(self, stmt: ast.If) -> None:

@@ -5,6 +5,7 @@ basic slices as ``memref.subview`` views, element stores, and ``np.empty``/``zer
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from .emit_base import EmitBase, Value
 from .jtypes import WEAK_INT, Array, JType, Scalar, Tuple, literal_int
@@ -82,8 +83,8 @@ class ArraysMixin(EmitBase):
         assert isinstance(base.type, Array)
         indices = self.indices(target)
         if any(isinstance(i, ast.Slice) for i in indices) or len(indices) < base.type.ndim:
-            raise self.error(target, "assigning to a slice is not supported yet",
-                             "write a loop over its elements")
+            self.store_view(self.view(base, indices, target), value)
+            return
         idx = [self.index_into(base, d, i) for d, i in enumerate(indices)]
         v = self.convert(value, base.type.dtype)
         self.do(f"memref.store {v.ssa}, {base.ssa}[{', '.join(idx)}] : {base.type.mlir}")
@@ -111,6 +112,80 @@ class ArraysMixin(EmitBase):
         text = (f"memref.subview {base.ssa}[{', '.join(offsets)}] [{', '.join(sizes)}] "
                 f"[{', '.join(strides)}] : {t.mlir} to {result.mlir}")
         return Value(self.op(text), result)
+
+    def store_view(self, view: Value, value: Value, op: ast.operator | None = None,
+                   result: JType | None = None) -> None:
+        """``view[...] = value`` (or ``op=``): a scalar to every element, or an array of
+        the same shape (copied first, as numpy does, in case the two overlap)."""
+        t = view.type
+        assert isinstance(t, Array)
+        dims = [self.dim(view, d) for d in range(t.ndim)]
+        source, copy = value, None
+        if isinstance(value.type, Array):
+            bad = self.const(False, Scalar("bool", 1)).ssa
+            for d in range(t.ndim):
+                other = self.dim(value, d)
+                differ = self.op(f"arith.cmpi ne, {other}, {dims[d]} : index")
+                bad = self.op(f"arith.ori {bad}, {differ} : i1")
+            fail, ok = self.label(), self.label()
+            self.branch(bad, fail, ok)
+            self.start(fail)
+            self.raise_python(ValueError, ("could not broadcast: the assigned array's shape "
+                                           "differs from the view's",))
+            self.start(ok)
+            copy = Value(self.op(f"memref.alloc({', '.join(dims)}) : "
+                                 f"{Array(value.type.dtype, t.ndim).mlir}"),
+                         Array(value.type.dtype, t.ndim))
+            self.each_element(dims, lambda idx: self._move(value, copy, idx))
+            source = copy
+
+        def assign(idx: list[str]) -> None:
+            rhs = self._at(source, idx) if isinstance(source.type, Array) else source
+            if op is not None:
+                assert result is not None
+                rhs = self.binop(op, self._at(view, idx), rhs, result)
+            rhs = self.convert(rhs, t.dtype)
+            self.do(f"memref.store {rhs.ssa}, {view.ssa}[{', '.join(idx)}] : {t.mlir}")
+
+        self.each_element(dims, assign)
+        if copy is not None:
+            assert isinstance(copy.type, Array)
+            self.do(f"memref.dealloc {copy.ssa} : {copy.type.mlir}")
+
+    def _at(self, a: Value, idx: list[str]) -> Value:
+        assert isinstance(a.type, Array)
+        return Value(self.op(f"memref.load {a.ssa}[{', '.join(idx)}] : {a.type.mlir}"),
+                     a.type.dtype)
+
+    def _move(self, src: Value, dst: Value, idx: list[str]) -> None:
+        assert isinstance(dst.type, Array)
+        v = self._at(src, idx)
+        self.do(f"memref.store {v.ssa}, {dst.ssa}[{', '.join(idx)}] : {dst.type.mlir}")
+
+    def each_element(self, dims: list[str], body: Callable[[list[str]], None]) -> None:
+        """Run ``body(indices)`` for every index of a ``dims``-shaped nest (a CFG)."""
+        def level(d: int, idx: list[str]) -> None:
+            if d == len(dims):
+                body(idx)
+                return
+            counter = self.slot(Scalar("int", 64))
+            self.do(f"memref.store {self.const(0, Scalar('int', 64)).ssa}, {counter}[] : "
+                    f"memref<i64>")
+            head, inner, done = self.label(), self.label(), self.label()
+            self.goto(head)
+            self.start(head)
+            k = self.op(f"memref.load {counter}[] : memref<i64>")
+            ki = self.op(f"arith.index_cast {k} : i64 to index")
+            self.branch(self.op(f"arith.cmpi slt, {ki}, {dims[d]} : index"), inner, done)
+            self.start(inner)
+            level(d + 1, [*idx, ki])
+            k = self.op(f"memref.load {counter}[] : memref<i64>")
+            following = self.op(f"arith.addi {k}, {self.const(1, Scalar('int', 64)).ssa} : i64")
+            self.do(f"memref.store {following}, {counter}[] : memref<i64>")
+            self.goto(head)
+            self.start(done)
+
+        level(0, [])
 
     def slice_bounds(self, a: Value, d: int, s: ast.Slice) -> tuple[str, str, str]:
         """Python's ``slice.indices`` for a positive step: (start, length, step) as index."""

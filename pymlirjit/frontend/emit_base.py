@@ -86,6 +86,10 @@ class EmitBase:
     def compare(self, op: ast.cmpop, a: Value, b: Value) -> str:
         raise NotImplementedError
 
+    def binop(self, op: ast.operator, a: Value, b: Value, result: JType,
+              divisor: ast.expr | None = None) -> Value:
+        raise NotImplementedError
+
     def dim(self, a: Value, d: int) -> str:
         raise NotImplementedError
 

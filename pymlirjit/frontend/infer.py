@@ -129,13 +129,15 @@ class Inference:
             current = self.expr(_as_load(stmt.target))
             if value is None or current is None:
                 return
-            t = self.binop(stmt.op, current, value, stmt)
+            if isinstance(current, Array) and isinstance(stmt.target, ast.Subscript):
+                self._elementwise(current, value, stmt.value)  # a[1:] += v
+                element = value.dtype if isinstance(value, Array) else value
+                t = self.binop(stmt.op, current.dtype, element, stmt)
+            else:
+                t = self.binop(stmt.op, current, value, stmt)
             self.types[stmt] = t
             if isinstance(stmt.target, ast.Name):
                 self.bind(stmt.target, t, stmt)
-            elif not isinstance(current, Scalar):
-                raise self.error(stmt, "augmented assignment of an array view is not "
-                                 "supported", "write a loop over its elements")
         elif isinstance(stmt, ast.If):
             self.test(stmt.test)
             self.block(stmt.body)
@@ -210,14 +212,22 @@ class Inference:
                 self.bind(item, item_type, value)
         elif isinstance(target, ast.Subscript):
             element = self.expr(_as_load(target))
-            if element is not None and not isinstance(element, Scalar):
-                raise self.error(target, "assigning to an array view (a[1:] = ...) is not "
-                                 "supported yet", "write a loop")
-            if not isinstance(t, Scalar):
+            if isinstance(element, Array):
+                self._elementwise(element, t, value)  # a[1:] = v
+            elif not isinstance(t, Scalar):
                 raise self.error(value, f"cannot store {t} into an array element")
         else:
             raise self.error(target, "this assignment target is not supported",
                              "assign to names, tuples of names and array elements")
+
+    def _elementwise(self, view: Array, value: JType, node: ast.AST) -> None:
+        """Check ``view[...] = value``: a scalar, or an array of the view's rank."""
+        if isinstance(value, Array) and value.ndim != view.ndim:
+            raise self.error(node, f"cannot assign a {value.ndim}-d array to a "
+                             f"{view.ndim}-d view", "broadcasting is not supported: "
+                             "give both the same rank, or write a loop")
+        if not isinstance(value, (Scalar, Array)):
+            raise self.error(node, f"cannot assign {value} to an array view")
 
     def loop(self, stmt: ast.For) -> None:
         it = stmt.iter

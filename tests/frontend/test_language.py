@@ -17,7 +17,7 @@ LIMIT = np.float32(0.5)
 
 @jit
 def pick(x, y, c):
-    if c > 0:
+    if c > 0:  # noqa: SIM108 (the statement form is what is tested)
         a = x
     else:
         a = y
@@ -199,3 +199,20 @@ def test_defaults_and_keywords() -> None:
     assert defaults(1) == 2.5
     assert defaults(1, c=1.0) == 3.0
     assert defaults(b=3, a=1) == 3.5
+
+
+@jit
+def slices(x, a):
+    x[1:-1] += 1
+    x[0] = x[-1]
+    a[0, :] = 5
+    a[1:, 1:] *= 2.0
+    a[:, 0] = x[:3]
+    x[1:] = x[:-1]  # overlapping: numpy copies first
+    return x
+
+
+def test_slice_assignment_edges() -> None:
+    check(slices, np.arange(6.0), np.ones((3, 3)))
+    with pytest.raises(ValueError):
+        slices(np.arange(2.0), np.ones((3, 3)))  # x[:3] is shorter than a[:, 0]

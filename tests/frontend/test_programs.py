@@ -252,6 +252,7 @@ def test_normalize_returns_new_arrays() -> None:
 def edges(x):
     first = x[-1]
     x[0] = x[0 - 1] + first
+    x[1:-1] += 1
     inner = x[1:-1]
     for i in range(len(inner)):
         inner[i] += 1.0
