@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, SupportsIndex, get_args, get_origin
@@ -44,7 +45,7 @@ from .frontend.jtypes import (
     from_dtype,
 )
 from .kernel import Kernel
-from .pickling import StandInStub, importable
+from .pickling import StandInStub, function_by_value, importable, loads_parts
 from .session import Session, default_session
 from .vectorcall import NativeCallable, clear_entry, set_entry
 
@@ -425,9 +426,13 @@ class JitFunction(NativeCallable):
                        f"it has {self.signatures}")
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """By reference when importable, else by value: the function (cloudpickle),
+        its file's text (a receiver without the file still compiles it) and the options."""
         if importable(self):
             return self.__qualname__
-        return (_rebuild, (self.py_func, self._options))
+        filename = self.py_func.__code__.co_filename
+        blob = function_by_value(self.py_func, f"@jit {self.__name__!r}")
+        return (_jit_by_value, (blob, filename, linecache.getlines(filename), self._options))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"py_func": self.py_func, "options": self._options}
@@ -444,8 +449,21 @@ def _params_of(spec: Specialization) -> tuple[str, ...]:
     return tuple(mlir_of(p) for p in spec.params)
 
 
-def _rebuild(py_func: Callable[..., Any], options: dict[str, Any]) -> JitFunction:
-    return JitFunction(py_func, options)
+def _jit_by_value(blob: bytes, filename: str, lines: list[str],
+                  options: dict[str, Any]) -> JitFunction:
+    if lines and linecache.getlines(filename) != lines:
+        # The source as the sender had it, where inspect (the frontend) reads it.
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    function = loads_parts(blob)[-1]
+    # By value, its code names no file: name the sender's again (the frontend reads the
+    # source and locates errors and ops there).
+    nameless = function.__code__.co_filename
+    for value in [function, *function.__globals__.values()]:  # its helpers, from its file
+        value = getattr(value, "py_func", value)
+        code = getattr(value, "__code__", None)
+        if inspect.isfunction(value) and code is not None and code.co_filename == nameless:
+            value.__code__ = code.replace(co_filename=filename)
+    return JitFunction(function, options)
 
 
 def jit(function: Callable[..., Any] | None = None, *, parallel: bool | None = None,
