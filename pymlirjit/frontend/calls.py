@@ -72,8 +72,9 @@ def _strong(t: JType) -> JType:
 
 
 def _is_callback(obj: Any) -> bool:
-    return type(obj).__name__ == "Callback" and hasattr(obj, "signature") \
-        and hasattr(obj, "name")
+    """A @callback, an @mlir_kernel kernel or an extern(): linked as declared."""
+    return type(obj).__name__ in ("Callback", "Kernel", "BoundKernel", "Extern") \
+        and hasattr(obj, "signature") and hasattr(obj, "name")
 
 
 def _python_function(obj: Any) -> Any:
@@ -91,8 +92,8 @@ def target_of(program: Host, source: FunctionSource, node: ast.Call, obj: Any,
     if intrinsic is not None:
         return intrinsic
     if _is_callback(obj):
-        sig = obj.signature
-        what = f"callback {obj.name!r}"
+        sig = obj.signature  # a kernel's compiles it
+        what = f"{type(obj).__name__.lower()} {obj.name!r}"
         params = tuple(_from_pytype(t, what) for t in sig.param_types)
         results = [_from_pytype(t, what) for t in sig.results]
         result: JType = NONE if not results else results[0] if len(results) == 1 \

@@ -127,3 +127,19 @@ def test_disk_cache_across_processes(tmp_path: Path) -> None:
         done = run_child(script)
         assert done.returncode == 0 and "OK" in done.stdout, done.stderr
         assert any((tmp_path / "cache").rglob("*")), "nothing written to the cache"
+
+
+def test_clearing_the_session_cache_recompiles() -> None:
+    from pymlirjit import Session
+
+    session = Session()
+
+    @jit(session=session)
+    def twice(v):
+        return v * 2
+
+    for _ in range(twice.native_after + 5):
+        assert twice(3) == 6 and twice(1.5) == 3.0
+    session.clear_cache()
+    assert twice(3) == 6 and twice(1.5) == 3.0
+    assert session.cache_info().size == 2  # both compiled again into the emptied cache

@@ -157,3 +157,26 @@ def test_threads_compile_each_specialization_once() -> None:
     assert not errors
     assert sorted(results) == [0.0, 6.0, 12.0, 18.0]
     assert poly.signatures == [("memref<?xf64>", "i64")]
+
+
+def test_mlir_kernels_and_externs_are_called_as_declared() -> None:
+    import ctypes
+
+    from pymlirjit import extern, mlir_kernel
+
+    @mlir_kernel(source="""
+    func.func @mlir_twice(%x: f64) -> f64 {
+      %two = arith.constant 2.0 : f64
+      %r = arith.mulf %x, %two : f64
+      return %r : f64
+    }""")
+    def mlir_twice(x: float) -> float: ...
+
+    libm = ctypes.CDLL(None)
+    cbrt = extern("cbrt", libm.cbrt, "(f64) -> f64")
+
+    @jit
+    def use(v):
+        return mlir_twice(v) + cbrt(v)
+
+    assert use(8.0) == 18.0
