@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -103,6 +104,9 @@ class EmitBase:
         raise NotImplementedError
 
     def allocate(self, node: ast.Call, like: bool, fill: str, t: JType) -> Value:
+        raise NotImplementedError
+
+    def each_element(self, dims: list[str], body: Callable[[list[str]], None]) -> None:
         raise NotImplementedError
 
     def parallel_for(self, stmt: ast.For) -> bool:

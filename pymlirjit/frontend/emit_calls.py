@@ -61,6 +61,9 @@ class CallsMixin(EmitBase):
         if isinstance(target, Intrinsic):
             if target.kind == "print":
                 return self.print_(node)
+            if target.kind == "reduce":
+                arg = node.args[0] if node.args else node.func.value  # type: ignore[attr-defined]
+                return self.reduce(self.expr(arg), target.op, result)
             return self.intrinsic(target, [self.expr(a) for a in node.args], result)
         args = [self.expr(a) for a in node.args]
         if isinstance(target, Callee):
@@ -158,6 +161,59 @@ class CallsMixin(EmitBase):
                                      f"{t.mlir}"), t)
             return best
         raise self.error(self.at, f"{op} is not supported here")
+
+    def reduce(self, a: Value, op: str, t: JType) -> Value:
+        """``a.sum()`` & co over every element, in order (numpy sums floats pairwise:
+        the last bits may differ); min/max of an empty array raise ValueError."""
+        arr = a.type
+        assert isinstance(arr, Array) and isinstance(t, Scalar)
+        dims = [self.dim(a, d) for d in range(arr.ndim)]
+        acc = self.slot(t)
+        wide = t  # mean: a float type already (numpy: f64 for integer arrays)
+        if op in ("min", "max"):
+            count = self.const(1, Scalar("int", 64)).ssa
+            for d in dims:
+                n = self.op(f"arith.index_cast {d} : index to i64")
+                count = self.op(f"arith.muli {count}, {n} : i64")
+            empty = self.op(f"arith.cmpi eq, {count}, {self.const(0, Scalar('int', 64)).ssa}"
+                            f" : i64")
+            fail, ok = self.label(), self.label()
+            self.branch(empty, fail, ok)
+            self.start(fail)
+            self.raise_python(ValueError, (f"zero-size array to reduction operation {op}imum "
+                                           f"which has no identity",))
+            self.start(ok)
+            zeros = ", ".join(self.index_const(0) for _ in dims)
+            first = self.op(f"memref.load {a.ssa}[{zeros}] : {arr.mlir}")
+            init = self.convert(Value(first, arr.dtype), t).ssa
+        else:
+            init = self.const(1 if op == "prod" else 0, wide).ssa
+        self.do(f"memref.store {init}, {acc}[] : memref<{wide.mlir}>")
+        name = {"sum": "add", "mean": "add", "prod": "mul"}.get(op, op)
+
+        def step(idx: list[str]) -> None:
+            v = self.convert(Value(self.op(f"memref.load {a.ssa}[{', '.join(idx)}] : "
+                                           f"{arr.mlir}"), arr.dtype), wide)
+            cur = self.op(f"memref.load {acc}[] : memref<{wide.mlir}>")
+            if wide.kind == "float":
+                fname = {"add": "addf", "mul": "mulf", "min": "minimumf", "max": "maximumf"}
+            else:
+                letter = "u" if wide.kind == "uint" else "s"
+                fname = {"add": "addi", "mul": "muli", "min": f"min{letter}i",
+                         "max": f"max{letter}i"}
+            new = self.op(f"arith.{fname[name]} {cur}, {v.ssa} : {wide.mlir}")
+            self.do(f"memref.store {new}, {acc}[] : memref<{wide.mlir}>")
+
+        self.each_element(dims, step)
+        total = Value(self.op(f"memref.load {acc}[] : memref<{wide.mlir}>"), wide)
+        if op != "mean":
+            return total
+        count = self.const(1.0, wide).ssa
+        for d in dims:
+            n = self.op(f"arith.index_cast {d} : index to i64")
+            count = self.op(f"arith.mulf {count}, "
+                            f"{self.op(f'arith.sitofp {n} : i64 to {wide.mlir}')} : {wide.mlir}")
+        return Value(self.op(f"arith.divf {total.ssa}, {count} : {wide.mlir}"), wide)
 
     def print_(self, node: ast.Call) -> Value:
         parts: list[str | None] = []

@@ -13,13 +13,45 @@ from .jtypes import F64, NONE, Array, JType, NoneT, Scalar, Tuple
 __all__ = ["type_call"]
 
 
+REDUCTIONS = ("sum", "prod", "min", "max", "mean")
+
+
+def reduction_type(dtype: Scalar, op: str) -> Scalar:
+    """numpy's result type of ``a.op()`` for an array of ``dtype``."""
+    if op in ("min", "max"):
+        return dtype
+    if op == "mean":
+        return dtype if dtype.kind == "float" else F64
+    if dtype.kind == "float":
+        return dtype
+    return Scalar("uint" if dtype.kind == "uint" else "int", 64)
+
+
 def type_call(self: Any, node: ast.Call) -> JType | None:
     func = self._static_or_none(node.func)
+    if func is None and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in REDUCTIONS and not node.args:  # a.sum(), a.max(), ...
+        base = self.expr(node.func.value)
+        if base is None:
+            return None
+        if isinstance(base, Array):
+            self.targets[node] = Intrinsic("reduce", node.func.attr)
+            return reduction_type(base.dtype, node.func.attr)
+    intrinsic = find(func) if func is not None else None
+    if intrinsic is not None and intrinsic.kind == "reduce":
+        if len(node.args) != 1:
+            raise self.error(node, "takes one array here (no axis=)")
+        base = self.expr(node.args[0])
+        if base is None:
+            return None
+        if not isinstance(base, Array):
+            raise self.error(node.args[0], f"needs an array, got {base}")
+        self.targets[node] = intrinsic
+        return reduction_type(base.dtype, intrinsic.op)
     if func is None:
         raise self.error(node.func, "only functions known at compile time can be called",
-                         "methods of arrays are not supported yet; call numpy's "
-                         "function (np.sqrt(x)), or a @jit function")
-    intrinsic = find(func)
+                         "of array methods, sum/prod/min/max/mean are supported; call "
+                         "numpy's function (np.sqrt(x)), or a @jit function")
     if intrinsic is not None and intrinsic.kind in ("alloc", "alloc_like"):
         return _alloc(self, node, intrinsic, fill_of(func))
     if intrinsic is not None and intrinsic.kind == "print":

@@ -89,6 +89,11 @@ _add([builtins.range], "iter", "range")
 _add([builtins.enumerate], "iter", "enumerate")
 _add([builtins.zip], "iter", "zip")
 _add([np.empty, np.zeros, np.ones], "alloc", "")
+_add([np.sum], "reduce", "sum")
+_add([np.prod], "reduce", "prod")
+_add([np.min, np.amin], "reduce", "min")
+_add([np.max, np.amax], "reduce", "max")
+_add([np.mean], "reduce", "mean")
 _add([np.empty_like, np.zeros_like, np.ones_like], "alloc_like", "")
 for _t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
            np.uint8, np.uint16, np.uint32, np.uint64, np.bool_):

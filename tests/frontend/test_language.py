@@ -216,3 +216,19 @@ def test_slice_assignment_edges() -> None:
     check(slices, np.arange(6.0), np.ones((3, 3)))
     with pytest.raises(ValueError):
         slices(np.arange(2.0), np.ones((3, 3)))  # x[:3] is shorter than a[:, 0]
+
+
+@jit
+def reductions(a, b):
+    return (a.sum(), a.min(), a.max(), a.mean(), np.sum(b), np.prod(b), np.max(b), b.mean(),
+            a[1:].sum())
+
+
+def test_array_reductions() -> None:
+    a = np.array([[3.0, -1.0, 4.5], [1.0, 5.0, -9.0]])
+    b = np.array([2, 3, 4], dtype=np.int32)
+    got, want = reductions(a, b), reductions.py_func(a, b)
+    for g, w in zip(got, want):
+        assert g == pytest.approx(w) and type(g) in (int, float, bool)
+    with pytest.raises(ValueError, match="zero-size"):
+        reductions(np.zeros((0, 3)), b)
