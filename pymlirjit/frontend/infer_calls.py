@@ -96,6 +96,9 @@ def _alloc(self: Any, node: ast.Call, intrinsic: Intrinsic, fill: str) -> JType 
         if dtype is None:
             raise self.error(dtype_node, "dtype must be a numpy type known at compile "
                              "time (np.float32, float, 'int64')")
+    if dtype is not None and dtype.kind == "bool":
+        raise self.error(dtype_node, "arrays of bool are not supported yet",
+                         "use np.uint8 (0 and 1)")
     if intrinsic.kind == "alloc_like":
         if not isinstance(first, Array):
             raise self.error(node.args[0], f"needs an array, got {first}")

@@ -163,10 +163,7 @@ def unify(a: JType, b: JType) -> JType | None:
     if isinstance(a, Scalar) and isinstance(b, Scalar):
         if a.kind == "bool" and b.kind == "bool":
             return BOOL
-        if a.kind == "bool" or b.kind == "bool":
-            return None
-        result = promote(a, b)
-        return result
+        return promote(a, b)  # a bool with a number: the number's type (as numba)
     if isinstance(a, Array) and isinstance(b, Array):
         if a.dtype == b.dtype and a.ndim == b.ndim:
             return Array(a.dtype, a.ndim, a.contiguous and b.contiguous)
