@@ -25,24 +25,24 @@ import inspect
 import linecache
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, SupportsIndex, get_args, get_origin
+from typing import Any, SupportsIndex
 
 import numpy as np
 
-from . import types as pytypes
 from .callbacks import Callback, default_registry
 from .errors import MLIRError
 from .frontend import JitSyntaxError, JitTypeError, Specialization, specialize
+from .frontend.arguments import (
+    constrained,
+    converted,
+    eager,
+    jtype_of,
+    key_of,
+    signed,
+    unsigned_result,
+)
 from .frontend.jtypes import (
-    BOOL,
-    WEAK_BOOL,
-    WEAK_FLOAT,
-    WEAK_INT,
-    Array,
     JType,
-    Scalar,
-    Tuple,
-    from_dtype,
 )
 from .kernel import Kernel
 from .pickling import StandInStub, function_by_value, importable, loads_parts
@@ -55,124 +55,6 @@ __all__ = ["JitFunction", "JitSyntaxError", "JitTypeError", "jit", "prange"]
 def prange(*args: SupportsIndex) -> range:
     """``range`` that ``@jit(parallel=True)`` runs in parallel (numba's ``prange``)."""
     return range(*args)
-
-
-_PYTHON = {int: WEAK_INT, float: WEAK_FLOAT, bool: WEAK_BOOL}
-
-
-def _key(value: Any) -> Any:
-    """What a call's specialization depends on, per argument (cheap: every call)."""
-    t = type(value)
-    if t is np.ndarray:
-        return (value.dtype, value.ndim, value.flags.c_contiguous)
-    return t
-
-
-def _jtype(key: Any, value: Any, name: str) -> JType:
-    if isinstance(key, tuple):
-        dtype, ndim, contiguous = key
-        if ndim == 0:
-            raise TypeError(f"argument {name!r}: 0-d arrays are not supported; pass a scalar")
-        if dtype == np.bool_:
-            raise TypeError(f"argument {name!r}: arrays of bool are not supported yet; "
-                            f"pass a.view(np.uint8)")
-        try:
-            return Array(from_dtype(dtype), ndim, contiguous)
-        except TypeError as exc:
-            raise TypeError(f"argument {name!r}: {exc}") from None
-    if key in _PYTHON:
-        return _PYTHON[key]
-    if isinstance(value, np.ndarray):  # a subclass
-        return _jtype(_key(np.asarray(value)), value, name)
-    if isinstance(value, (np.bool_, np.integer, np.floating)):
-        return from_dtype(value.dtype)
-    if isinstance(value, bool):
-        return WEAK_BOOL
-    if isinstance(value, int):
-        return WEAK_INT
-    if isinstance(value, float):
-        return WEAK_FLOAT
-    raise TypeError(f"argument {name!r}: @jit functions take numbers and numpy arrays, "
-                    f"got {type(value).__name__}")
-
-
-def _constrained(annotation: Any, actual: JType, name: str, fname: str) -> JType:
-    """``actual`` as the annotation allows (TypeError naming the parameter if not)."""
-    what = f"@jit {fname!r}: argument {name!r}"
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return actual
-    if annotation in (int, float, bool):
-        if isinstance(actual, Scalar):
-            if annotation is bool and actual.kind == "bool":
-                return actual
-            if annotation is int and actual.kind in ("int", "uint", "bool"):
-                return WEAK_INT if actual.kind == "bool" else actual
-            if annotation is float and actual.kind != "bool":
-                return actual if actual.kind == "float" else WEAK_FLOAT
-        raise TypeError(f"{what} is annotated {annotation.__name__}, got {actual}")
-    if annotation is np.ndarray or get_origin(annotation) is np.ndarray:
-        args = get_args(get_args(annotation)[1]) if len(get_args(annotation)) > 1 else ()
-        if not isinstance(actual, Array):
-            raise TypeError(f"{what} is annotated an array, got {actual}")
-        if args and args[0] is not Any and from_dtype(args[0]) != actual.dtype:
-            raise TypeError(f"{what} is annotated an array of {np.dtype(args[0])}, got {actual}")
-        return actual
-    try:
-        wanted = pytypes.to_type(annotation)
-    except TypeError:
-        return actual  # documentation only
-    if isinstance(wanted, pytypes.ScalarType):
-        exact = from_dtype(wanted.dtype) if wanted.mlir != "index" else Scalar("int", 64)
-        if not isinstance(actual, Scalar) or (actual.kind == "float") != (exact.kind == "float"):
-            raise TypeError(f"{what} is annotated {wanted.mlir}, got {actual}")
-        return exact
-    if isinstance(wanted, pytypes.MemRefType):
-        if not isinstance(actual, Array) or actual.ndim != wanted.rank or \
-                actual.dtype != from_dtype(wanted.element.dtype):
-            raise TypeError(f"{what} is annotated {wanted.mlir}, got {actual}")
-        return actual
-    return actual
-
-
-def _eager(annotation: Any) -> JType | None:
-    """The parameter type an annotation fixes without a value (for .compile())."""
-    if annotation in (int, float, bool):
-        return {int: WEAK_INT, float: WEAK_FLOAT, bool: BOOL}[annotation]
-    try:
-        wanted = pytypes.to_type(annotation)
-    except TypeError:
-        return None
-    if isinstance(wanted, pytypes.ScalarType):
-        return from_dtype(wanted.dtype) if wanted.mlir != "index" else Scalar("int", 64)
-    if isinstance(wanted, pytypes.MemRefType):
-        return Array(from_dtype(wanted.element.dtype), wanted.rank, wanted.strides is None)
-    return None
-
-
-def _is_unsigned(t: JType) -> bool:
-    if isinstance(t, Tuple):
-        return any(_is_unsigned(i) for i in t.items)
-    return (t.dtype if isinstance(t, Array) else t).kind == "uint" if isinstance(
-        t, (Array, Scalar)) else False
-
-
-def _signed(args: tuple[Any, ...], unsigned: tuple[tuple[int, ...], JType]) -> list[Any]:
-    out = list(args)
-    for i in unsigned[0]:
-        value = np.asarray(out[i])
-        signed = value.view(value.dtype.str.replace("u", "i"))
-        out[i] = signed if isinstance(out[i], np.ndarray) else signed[()]
-    return out
-
-
-def _unsigned_result(value: Any, t: JType) -> Any:
-    if isinstance(t, Tuple):
-        return tuple(_unsigned_result(v, i) for v, i in zip(value, t.items))
-    if isinstance(t, Array) and t.dtype.kind == "uint":
-        return value.view(t.dtype.dtype)
-    if isinstance(t, Scalar) and t.kind == "uint":
-        return t.dtype.type(int(value) & ((1 << t.bits) - 1))
-    return value
 
 
 class _Link(NativeCallable):
@@ -226,7 +108,7 @@ class JitFunction(NativeCallable):
         """Run the specialization of these arguments (compiled on first use)."""
         if kwargs or len(args) != len(self._names):
             args = self._bind(args, kwargs)
-        key = tuple(map(_key, args))
+        key = tuple(map(key_of, args))
         kernel = self._kernels.get(key)
         if kernel is None or kernel._compiled is None:
             kernel = self._kernel_for(key, args)
@@ -238,7 +120,7 @@ class JitFunction(NativeCallable):
                 self._chain()
         unsigned = self._unsigned.get(key)
         if unsigned is not None:  # the boundary's integers are signed: views both ways
-            return _unsigned_result(kernel(*_signed(args, unsigned)), unsigned[1])
+            return unsigned_result(kernel(*signed(args, unsigned)), unsigned[1])
         return kernel(*args)
 
     __call__ = dispatch
@@ -262,6 +144,8 @@ class JitFunction(NativeCallable):
                 not isinstance(k, tuple) or k[2] for k in item[0]))  # contiguous first
             seen: set[int] = set()
             for key, kernel in order:
+                if key in self._unsigned:
+                    continue  # its arguments or result are converted in Python
                 function = kernel._compiled
                 if function is None or function.native_entry is None or id(kernel) in seen:
                     continue
@@ -340,14 +224,14 @@ class JitFunction(NativeCallable):
         params = self._keys.get(key)
         if params is None:
             hints = self._annotations()
-            params = tuple(_constrained(hints.get(n, inspect.Parameter.empty),
-                                        _jtype(k, v, n), n, self.__name__)
+            params = tuple(constrained(hints.get(n, inspect.Parameter.empty),
+                                        jtype_of(k, v, n), n, self.__name__)
                            for n, k, v in zip(self._names, key, args))
         kernel = self._compile_types(params)
         kernel.compile()  # again, if invalidated since
-        positions = tuple(i for i, p in enumerate(params) if _is_unsigned(p))
+        positions = tuple(i for i, p in enumerate(params) if converted(p))
         result = self._specs[params][1].result
-        if positions or _is_unsigned(result):
+        if positions or converted(result):
             self._unsigned[key] = (positions, result)
         self._keys[key] = params
         self._kernels[key] = kernel
@@ -381,7 +265,7 @@ class JitFunction(NativeCallable):
         hints = self._annotations()
         params = []
         for name in self._names:
-            t = _eager(hints.get(name, inspect.Parameter.empty))
+            t = eager(hints.get(name, inspect.Parameter.empty))
             if t is None:
                 raise TypeError(f"@jit {self.__name__!r}: compile() needs an exact "
                                 f"annotation on parameter {name!r} (int, float, f32, "

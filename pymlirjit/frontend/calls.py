@@ -14,7 +14,7 @@ from .. import types as pytypes
 from .diagnostics import JitError, JitTypeError
 from .host import Host
 from .intrinsics import Intrinsic, find
-from .jtypes import NONE, Array, JType, NoneT, Scalar, Tuple, from_dtype
+from .jtypes import NONE, Array, JType, NoneT, Optional, Scalar, Tuple, from_dtype
 from .source import FunctionSource
 
 __all__ = ["Callee", "ForeignCall", "Target", "mlir_of", "target_of"]
@@ -45,7 +45,7 @@ def mlir_of(t: JType) -> str:
     """The MLIR types a value of ``t`` crosses a call as (a tuple: comma-separated)."""
     if isinstance(t, (Scalar, Array)):
         return t.mlir
-    if isinstance(t, Tuple):
+    if isinstance(t, (Tuple, Optional)):
         return ", ".join(mlir_of(i) for i in t.items)
     return ""
 

@@ -16,7 +16,7 @@ from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
 from .emit_loops import LoopsMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
-from .jtypes import Array, JType, NoneT, Scalar
+from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .syntax import target_names
 
 if TYPE_CHECKING:
@@ -63,7 +63,12 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         self.block(tree.body)
         if not self.terminated:
             self.at = tree
-            self.do("func.return")
+            if isinstance(self.info.result, Optional):  # falls off the end: None
+                none = self.convert(Value("", NoneT()), self.info.result)
+                self.do(f"func.return {none.items[0].ssa}, {none.items[1].ssa} : i1, "
+                        f"{self.info.result.item.mlir}")
+            else:
+                self.do("func.return")
         results = ", ".join(mlir_of(t) for t in flat_types(self.info.result))
         visibility = "private " if self.private else ""
         head = f"  func.func {visibility}@{self.symbol}({', '.join(signature)})"
@@ -154,15 +159,29 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         self.jump(merge)
         self.enter(merge)
 
+    def is_none(self, node: ast.Compare) -> Value:
+        """``x is None`` / ``x is not None``: an optional's flag (known for the others)."""
+        left, right = self.expr(node.left), self.expr(node.comparators[0])
+        other = right if isinstance(left.type, NoneT) else left
+        if isinstance(other.type, Optional):
+            none = self.op(f"arith.xori {other.items[0].ssa}, "
+                           f"{self.const(True, BOOL).ssa} : i1")
+        else:
+            none = self.const(isinstance(other.type, NoneT), BOOL).ssa
+        if isinstance(node.ops[0], ast.IsNot):
+            none = self.op(f"arith.xori {none}, {self.const(True, BOOL).ssa} : i1")
+        return Value(none, BOOL)
+
     def return_(self, stmt: ast.Return) -> None:
         result = self.info.result
-        if stmt.value is None or isinstance(result, NoneT):
+        if isinstance(result, NoneT):
             if stmt.value is not None:
                 self.expr(stmt.value)
             self.at = stmt
             self.do("func.return")
         else:
-            value = self.convert(self.expr(stmt.value), result)
+            given = self.expr(stmt.value) if stmt.value is not None else Value("", NoneT())
+            value = self.convert(given, result)
             flat = flatten_values(value)
             self.at = stmt
             self.do(f"func.return {', '.join(v.ssa for v in flat)} : "
@@ -175,7 +194,11 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         saved = self.at
         self.at = node
         try:
-            return self._expr(node)
+            value = self._expr(node)
+            if isinstance(value.type, Optional) and not isinstance(
+                    self.info.types.get(node), Optional):
+                value = self.unwrap(value)  # an optional used as a number
+            return value
         finally:
             self.at = saved
 
@@ -185,6 +208,8 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             value = self.info.constants[node]
             assert isinstance(t, Scalar)
             return self.const(value.item() if hasattr(value, "item") else value, t)
+        if isinstance(node, ast.Constant) and node.value is None:
+            return Value("", NoneT())
         if isinstance(node, ast.Constant):
             assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float))
             return self.const(node.value, t)
@@ -208,6 +233,8 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             return self.binop(node.op, left, right, t, node.right)
         if isinstance(node, ast.UnaryOp):
             return self.unary(node, self.expr(node.operand), t)
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            return self.is_none(node)
         if isinstance(node, ast.Compare):
             return self.chained(node)
         if isinstance(node, ast.BoolOp):

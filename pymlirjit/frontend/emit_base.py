@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .diagnostics import JitTypeError
 from .host import Host
-from .jtypes import BOOL, Array, JType, NoneT, Scalar, Tuple
+from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar, Tuple
 from .source import FunctionSource
 
 if TYPE_CHECKING:
@@ -208,6 +208,14 @@ class EmitBase:
         t = v.type
         if t == to:
             return v
+        if isinstance(to, Optional):  # None, a number, or another optional
+            if isinstance(t, NoneT):
+                return Value("", to, (self.const(False, BOOL), self.const(0, to.item)))
+            if isinstance(t, Optional):
+                return Value("", to, (v.items[0], self.convert(v.items[1], to.item)))
+            return Value("", to, (self.const(True, BOOL), self.convert(v, to.item)))
+        if isinstance(t, Optional):
+            return self.convert(self.unwrap(v), to)
         if isinstance(t, Scalar) and isinstance(to, Scalar):
             return Value(self._scalar_cast(v.ssa, t, to), to)
         if isinstance(t, Array) and isinstance(to, Array) and t.dtype == to.dtype \
@@ -243,6 +251,17 @@ class EmitBase:
         if to.bits > t.bits:
             return self.op(f"arith.extf {x} : {t.mlir} to {to.mlir}")
         return self.op(f"arith.truncf {x} : {t.mlir} to {to.mlir}")
+
+    def unwrap(self, v: Value) -> Value:
+        """The number an optional holds; TypeError if it is None (as Python's would be)."""
+        flag, value = v.items
+        fail, ok = self.label(), self.label()
+        self.branch(flag.ssa, ok, fail)
+        self.start(fail)
+        self.raise_python(TypeError, ("None used as a number (the value of a function that "
+                                      "returned None)",))
+        self.start(ok)
+        return value
 
     def truth(self, v: Value) -> str:
         """An i1: ``bool(v)``."""
@@ -337,7 +356,7 @@ def _args(values: list[Value]) -> str:
 def _flat(t: JType, node: ast.AST, emitter: EmitBase) -> list[Scalar]:
     if isinstance(t, Scalar):
         return [t]
-    if isinstance(t, Tuple):
+    if isinstance(t, (Tuple, Optional)):
         return [s for i in t.items for s in _flat(i, node, emitter)]
     if isinstance(t, NoneT):
         return []
@@ -346,13 +365,13 @@ def _flat(t: JType, node: ast.AST, emitter: EmitBase) -> list[Scalar]:
 
 
 def _flatten(v: Value) -> list[Value]:
-    if isinstance(v.type, Tuple):
+    if isinstance(v.type, (Tuple, Optional)):
         return [s for i in v.items for s in _flatten(i)]
     return [v]
 
 
 def _unflatten(t: JType, values: list[Value]) -> Value:
-    if isinstance(t, Tuple):
+    if isinstance(t, (Tuple, Optional)):
         items = []
         for item in t.items:
             n = len(_flat(item, ast.Pass(), None))  # type: ignore[arg-type]

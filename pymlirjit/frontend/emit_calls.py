@@ -10,14 +10,14 @@ from typing import Any
 from .calls import Callee, ForeignCall, mlir_of
 from .emit_base import EmitBase, Value
 from .intrinsics import Intrinsic, fill_of
-from .jtypes import BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, NoneT, Scalar, Tuple
+from .jtypes import BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, NoneT, Optional, Scalar, Tuple
 from .resolve import resolve
 
 __all__ = ["CallsMixin", "flatten_values", "rebuild"]
 
 
 def flatten_values(v: Value) -> list[Value]:
-    if isinstance(v.type, Tuple):
+    if isinstance(v.type, (Tuple, Optional)):
         return [x for i in v.items for x in flatten_values(i)]
     if isinstance(v.type, NoneT):
         return []
@@ -25,7 +25,7 @@ def flatten_values(v: Value) -> list[Value]:
 
 
 def flat_types(t: JType) -> list[JType]:
-    if isinstance(t, Tuple):
+    if isinstance(t, (Tuple, Optional)):
         return [x for i in t.items for x in flat_types(i)]
     if isinstance(t, NoneT):
         return []
@@ -34,7 +34,7 @@ def flat_types(t: JType) -> list[JType]:
 
 def rebuild(t: JType, values: list[Value]) -> tuple[Value, list[Value]]:
     """A value of ``t`` from the front of ``values`` (flattened), and the rest."""
-    if isinstance(t, Tuple):
+    if isinstance(t, (Tuple, Optional)):
         items = []
         for item in t.items:
             v, values = rebuild(item, values)

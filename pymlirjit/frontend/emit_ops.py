@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from .emit_base import EmitBase, Value
-from .jtypes import BOOL, I64, JType, Scalar
+from .jtypes import BOOL, I64, JType, Optional, Scalar
 
 __all__ = ["OpsMixin"]
 
@@ -185,19 +185,25 @@ class OpsMixin(EmitBase):
 
     def conditional(self, node: ast.IfExp, result: JType) -> Value:
         """``a if c else b``: only the branch taken is evaluated."""
-        if not isinstance(result, Scalar):
+        if not isinstance(result, (Scalar, Optional)):
             raise self.error(node, f"conditional expressions of {result} are not supported",
                              "use an if statement")
+        parts = result.items if isinstance(result, Optional) else (result,)
         cond = self.truth(self.expr(node.test))
-        then, other, done, arg = self.label(), self.label(), self.label(), self.fresh()
+        then, other, done = self.label(), self.label(), self.label()
+        args = [self.fresh() for _ in parts]
+        types = ", ".join(p.mlir for p in parts)
         self.branch(cond, then, other)
         for label, branch in ((then, node.body), (other, node.orelse)):
             self.start(label)
             v = self.convert(self.expr(branch), result)
-            self.do(f"cf.br ^{done}({v.ssa} : {result.mlir})")
-        self.lines.append(f"  ^{done}({arg}: {result.mlir}):")
+            values = [i.ssa for i in v.items] if isinstance(result, Optional) else [v.ssa]
+            self.do(f"cf.br ^{done}({', '.join(values)} : {types})")
+        self.lines.append(f"  ^{done}({', '.join(f'{a}: {p.mlir}' for a, p in zip(args, parts))}):")
         self.terminated = False
-        return Value(arg, result)
+        if isinstance(result, Optional):
+            return Value("", result, tuple(Value(a, p) for a, p in zip(args, parts)))
+        return Value(args[0], result)
 
 
 

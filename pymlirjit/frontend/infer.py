@@ -25,6 +25,7 @@ from .jtypes import (
     Array,
     JType,
     NoneT,
+    Optional,
     Scalar,
     Tuple,
     from_dtype,
@@ -94,7 +95,7 @@ class Inference:
             assert t is not None
             merged = t if result is None else unify(result, t)
             if merged is None:
-                hint = ("optional results (None on some paths) are not supported yet"
+                hint = ("optional results (None on some paths) hold numbers only"
                         if isinstance(t, NoneT) or isinstance(result, NoneT) else
                         "return the same kind of value on every path")
                 raise JitTypeError(f"this returns {t}, another return of the function "
@@ -113,7 +114,7 @@ class Inference:
 
     def stmt(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Assign):
-            t = self.expr(stmt.value)
+            t = self.expr(stmt.value, keep=all(isinstance(t, ast.Name) for t in stmt.targets))
             for target in stmt.targets:
                 self.bind(target, t, stmt.value)
         elif isinstance(stmt, ast.AnnAssign):
@@ -148,7 +149,7 @@ class Inference:
         elif isinstance(stmt, ast.For):
             self.loop(stmt)
         elif isinstance(stmt, ast.Return):
-            t = NONE if stmt.value is None else self.expr(stmt.value)
+            t = NONE if stmt.value is None else self.expr(stmt.value, keep=True)
             if isinstance(stmt.value, ast.Constant) and stmt.value.value is None:
                 t = NONE
             self.returns.append((t, stmt))
@@ -275,10 +276,14 @@ class Inference:
 
     # -- expressions ------------------------------------------------------------------
 
-    def expr(self, node: ast.expr) -> JType | None:
+    def expr(self, node: ast.expr, keep: bool = False) -> JType | None:
+        """The type of ``node``; an optional's number unless ``keep`` (where an optional
+        may stay one: assigned to a name, returned, compared with ``is None``)."""
         t = self._expr(node)
         if t is None and self.final:
             raise self.error(node, "cannot infer the type of this expression")
+        if isinstance(t, Optional) and not keep:
+            t = t.item  # used as a number: TypeError at run time if it is None
         if t is not None:
             self.types[node] = t
         return t
@@ -343,6 +348,15 @@ class Inference:
             if isinstance(node.op, ast.Invert) and u.kind == "float":
                 raise self.error(node, "~ needs an integer")
             return WEAK_INT if u.kind == "bool" and not isinstance(node.op, ast.Not) else u
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot))
+                                                 for op in node.ops):
+            if len(node.ops) != 1 or not any(isinstance(n, ast.Constant) and n.value is None
+                                             for n in (node.left, node.comparators[0])):
+                raise self.error(node, "is and is not compare with None only",
+                                 "write x is None or x is not None")
+            self.expr(node.left, keep=True)
+            self.expr(node.comparators[0], keep=True)
+            return WEAK_BOOL
         if isinstance(node, ast.Compare):
             for operand in [node.left, *node.comparators]:
                 c = self.expr(operand)
@@ -350,7 +364,7 @@ class Inference:
                     raise self.error(operand, f"comparisons of {c} are not supported",
                                      "compare elements in a loop")
             for op in node.ops:
-                if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+                if isinstance(op, (ast.In, ast.NotIn)):
                     raise self.error(node, f"the {type(op).__name__} operator is not supported")
             return WEAK_BOOL
         if isinstance(node, ast.BoolOp):
@@ -367,7 +381,7 @@ class Inference:
             return result
         if isinstance(node, ast.IfExp):
             self.test(node.test)
-            a, b = self.expr(node.body), self.expr(node.orelse)
+            a, b = self.expr(node.body, keep=True), self.expr(node.orelse, keep=True)
             if a is None or b is None:
                 return a or b if self.final is False else None
             merged = unify(a, b)

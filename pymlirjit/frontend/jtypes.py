@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["BOOL", "F32", "F64", "I64", "NONE", "WEAK_BOOL", "WEAK_FLOAT", "WEAK_INT",
-           "Array", "JType", "NoneT", "Scalar", "Tuple", "from_dtype", "promote", "unify"]
+           "Array", "JType", "NoneT", "Optional", "Scalar", "Tuple", "from_dtype", "promote",
+           "unify"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,22 @@ class NoneT:
         return "None"
 
 
-JType = Scalar | Array | Tuple | NoneT
+@dataclass(frozen=True)
+class Optional:
+    """A scalar or ``None`` (a function returning None on some paths): a flag and a
+    value (``items``: the types it crosses calls and slots as)."""
+
+    item: Scalar
+
+    @property
+    def items(self) -> tuple[Scalar, Scalar]:
+        return (BOOL, self.item)
+
+    def __repr__(self) -> str:
+        return f"optional({self.item!r})"
+
+
+JType = Scalar | Array | Tuple | NoneT | Optional
 BOOL = Scalar("bool", 1)
 I64 = Scalar("int", 64)
 F32 = Scalar("float", 32)
@@ -168,6 +184,15 @@ def unify(a: JType, b: JType) -> JType | None:
         if a.dtype == b.dtype and a.ndim == b.ndim:
             return Array(a.dtype, a.ndim, a.contiguous and b.contiguous)
         return None
+    if isinstance(a, NoneT) and isinstance(b, (Scalar, Optional)):
+        return b if isinstance(b, Optional) else Optional(b)
+    if isinstance(b, NoneT) and isinstance(a, (Scalar, Optional)):
+        return a if isinstance(a, Optional) else Optional(a)
+    if isinstance(a, Optional) or isinstance(b, Optional):
+        x = a.item if isinstance(a, Optional) else a
+        y = b.item if isinstance(b, Optional) else b
+        item = unify(x, y)
+        return Optional(item) if isinstance(item, Scalar) else None
     if isinstance(a, Tuple) and isinstance(b, Tuple) and len(a.items) == len(b.items):
         items = [unify(x, y) for x, y in zip(a.items, b.items)]
         if any(i is None for i in items):

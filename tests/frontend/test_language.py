@@ -232,3 +232,45 @@ def test_array_reductions() -> None:
         assert g == pytest.approx(w) and type(g) in (int, float, bool)
     with pytest.raises(ValueError, match="zero-size"):
         reductions(np.zeros((0, 3)), b)
+
+
+def compute_bin(x, edges):
+    n = edges.shape[0] - 1
+    b = int(n * (x - edges[0]) / (edges[-1] - edges[0]))
+    if b < 0 or b >= n:
+        return None
+    return b
+
+
+@jit
+def binned(a, edges):
+    hist = np.zeros(edges.shape[0] - 1, np.int64)
+    for x in a:
+        b = compute_bin(x, edges)
+        if b is not None:
+            hist[b] += 1
+    return hist
+
+
+@jit
+def maybe(n):
+    if n > 0:
+        return n * 2
+    if n == 0:
+        return None
+    return None if n < -5 else n
+
+
+@jit
+def misuse(n):
+    return maybe(n) + 1
+
+
+def test_optional_results() -> None:
+    check(binned, np.array([0.1, 0.5, 0.9, 1.5, -3.0]), np.linspace(0.0, 1.0, 5))
+    for n in (3, 0, -2, -9):
+        check(maybe, n)
+    assert maybe(0) is None and maybe(2) == 4
+    with pytest.raises(TypeError):
+        misuse(0)
+    assert misuse(1) == 3
