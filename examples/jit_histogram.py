@@ -34,8 +34,9 @@ def compute_bin(x, bin_edges):
         return n - 1
     bin = int(n * (x - a_min) / (a_max - a_min))
     if bin < 0 or bin >= n:
-        return -1
-    return bin
+        return None
+    else:
+        return bin
 
 
 @jit
@@ -44,8 +45,8 @@ def histogram(a, bins):
     bin_edges = get_bin_edges(a, bins)
     for x in a:
         bin = compute_bin(x, bin_edges)
-        if bin >= 0:
-            hist[bin] += 1
+        if bin is not None:
+            hist[int(bin)] += 1
     return hist, bin_edges
 
 
