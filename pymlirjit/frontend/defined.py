@@ -11,7 +11,7 @@ import ast
 
 from .diagnostics import JitSyntaxError
 from .source import FunctionSource
-from .syntax import assigned_names, target_names
+from .syntax import assigned_names, assignment_counts, target_names
 
 __all__ = ["check_defined"]
 
@@ -22,6 +22,7 @@ def check_defined(source: FunctionSource) -> None:
     """Raise :class:`JitSyntaxError` at the first use of a local variable that may be
     undefined there (parameters are defined; names assigned nowhere are globals)."""
     tree = source.tree
+    assignment_counts(tree)  # every block's assigned names, in one walk
     local = assigned_names(tree.body)
     params = frozenset(a.arg for a in tree.args.args)
     _Walker(source, local).block(tree.body, params)

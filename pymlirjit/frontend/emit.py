@@ -6,7 +6,6 @@ Python line and column. Its parts: :mod:`.emit_base`, :mod:`.emit_ops`,
 from __future__ import annotations
 
 import ast
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from .calls import mlir_of
@@ -17,7 +16,7 @@ from .emit_loops import LoopsMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
-from .syntax import target_names
+from .syntax import assignment_counts
 
 if TYPE_CHECKING:
     from .host import Host
@@ -36,16 +35,7 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         self.symbol, self.params, self.private = symbol, params, private
         self.loops = []
         self.nonneg_vars = set()
-        counts: Counter[str] = Counter()
-        for node in ast.walk(source.tree):
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    counts.update(target_names(t))
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)):
-                counts.update(target_names(node.target))
-        for arg in source.tree.args.args:
-            counts[arg.arg] += 1
-        self.assignment_counts = dict(counts)
+        self.assignment_counts = assignment_counts(source.tree)
 
     def function(self) -> str:
         tree = self.source.tree

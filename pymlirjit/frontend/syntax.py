@@ -105,6 +105,43 @@ def target_names(target: ast.AST) -> Iterable[str]:
 
 
 _assigned: dict[int, tuple[list[ast.stmt], frozenset[str]]] = {}
+_counts: dict[int, tuple[ast.FunctionDef, dict[str, int]]] = {}
+
+
+def assignment_counts(tree: ast.FunctionDef) -> dict[str, int]:
+    """How many places assign each variable (parameters count once); made once per
+    function, with the names every block of it assigns (see :func:`assigned_names`)."""
+    found = _counts.get(id(tree))
+    if found is not None and found[0] is tree:
+        return found[1]
+    counts: dict[str, int] = {a.arg: 1 for a in tree.args.args}
+
+    def block(stmts: list[ast.stmt]) -> frozenset[str]:
+        names: set[str] = set()
+        for stmt in stmts:
+            own: list[str] = []
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    own += target_names(target)
+            elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign, ast.For)):
+                own += target_names(stmt.target)
+            for name in own:
+                counts[name] = counts.get(name, 0) + 1
+            names.update(own)
+            for field in ("body", "orelse"):
+                inner = getattr(stmt, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    names |= block(inner)
+        frozen = frozenset(names)
+        _assigned[id(stmts)] = (stmts, frozen)
+        return frozen
+
+    if len(_counts) > 1024:
+        _counts.clear()
+        _assigned.clear()
+    block(tree.body)
+    _counts[id(tree)] = (tree, counts)
+    return counts
 
 
 def assigned_names(stmts: list[ast.stmt]) -> frozenset[str]:
@@ -113,7 +150,7 @@ def assigned_names(stmts: list[ast.stmt]) -> frozenset[str]:
     found = _assigned.get(id(stmts))
     if found is not None and found[0] is stmts:
         return found[1]
-    if len(_assigned) > 4096:
+    if len(_assigned) > 65536:
         _assigned.clear()
     names = frozenset(_assigned_names(stmts))
     _assigned[id(stmts)] = (stmts, names)
