@@ -53,7 +53,18 @@ __all__ = ["JitFunction", "JitSyntaxError", "JitTypeError", "jit", "prange"]
 
 
 def prange(*args: SupportsIndex) -> range:
-    """``range`` that ``@jit(parallel=True)`` runs in parallel (numba's ``prange``)."""
+    """``range`` that ``@jit(parallel=True)`` runs in parallel (numba's ``prange``);
+    without ``parallel=True``, and in plain Python, it is ``range``.
+
+    >>> @jit(parallel=True)
+    ... def total(x):
+    ...     s = 0.0
+    ...     for i in prange(len(x)):
+    ...         s += x[i]
+    ...     return s
+    >>> total(np.arange(100.0))
+    4950.0
+    """
     return range(*args)
 
 
