@@ -43,7 +43,8 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         for arg, t in zip(tree.args.args, self.params):
             flat: list[Value] = []
             for item in flat_types(t):
-                name = f"%{arg.arg}" if not flat and len(flat_types(t)) == 1 else self.fresh()
+                plain = arg.arg.isascii() and len(flat_types(t)) == 1  # MLIR names are ASCII
+                name = f"%{arg.arg}" if plain else self.fresh()
                 flat.append(Value(name, item))
                 signature.append(f"{name}: {mlir_of(item)}")
             value, _ = rebuild(t, flat)

@@ -68,9 +68,9 @@ class ParallelMixin(EmitBase):
         flat = [v for a, p in zip(args[1:], params[1:]) for v in flatten_values(
             self.convert(a, p))]
         if not names:
-            self.lines.append(f"    scf.parallel (%pi{self.counter}) = ({lb}) to ({ub}) step "
+            self.lines.append(f"    scf.parallel (%par.i{self.counter}) = ({lb}) to ({ub}) step "
                               f"({st}) {{")
-            iv = f"%pi{self.counter}"
+            iv = f"%par.i{self.counter}"
             i = self.op(f"arith.index_cast {iv} : index to i64")
             self._call(symbol, [i, *(v.ssa for v in flat)],
                        [mlir_of(p) for p in params], [])
@@ -138,12 +138,12 @@ class ParallelMixin(EmitBase):
         per = self.op(f"arith.ceildivsi {n}, " + self.op(
             f"arith.maxsi {chunks}, {c1} : index") + " : index")
         partials = [self.op(f"memref.alloc({chunks}) : memref<?x{mt}>") for mt in m]
-        c, k = f"%pc{self.counter}", f"%pk{self.counter}"
+        c, k = f"%par.c{self.counter}", f"%par.k{self.counter}"
         self.lines.append(f"    scf.parallel ({c}) = ({c0}) to ({chunks}) step ({c1}) {{")
         k0 = self.op(f"arith.muli {c}, {per} : index")
         k1 = self.op(f"arith.minsi {self.op(f'arith.addi {k0}, {per} : index')}, {n} : index")
         inits = [self.const(_identity(kinds[nm], t), t).ssa for nm, t in zip(names, scalars)]
-        accs = [f"%pa{self.counter}_{j}" for j in range(len(names))]
+        accs = [f"%par.a{self.counter}_{j}" for j in range(len(names))]
         loop = self.fresh()
         count = f":{len(names)}" if len(names) > 1 else ""
         iters = ", ".join(f"{a} = {i}" for a, i in zip(accs, inits))

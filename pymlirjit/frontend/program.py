@@ -21,7 +21,7 @@ from typing import Any
 
 from .calls import mlir_of
 from .defined import check_defined
-from .diagnostics import JitTypeError, Where
+from .diagnostics import JitError, JitTypeError, Where
 from .infer import Inference
 from .jtypes import JType, NoneT, Scalar, Tuple
 from .source import FunctionSource, function_source
@@ -56,6 +56,11 @@ class Specialization:
 def _mangle(params: tuple[JType, ...]) -> str:
     text = "_".join(re.sub(r"\W+", "", repr(p)) for p in params)
     return text if len(text) < 40 else hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _ascii(name: str) -> str:
+    """``name`` as a bare MLIR symbol (ASCII letters, digits and underscores)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 def _digest(*parts: object) -> str:
@@ -101,11 +106,17 @@ class Program:
         """Compile ``source`` (a function, or a prange body outlined as one)."""
         from .emit import Emitter
         check_defined(source)
-        info = Inference(self, source, params)
-        info.run()
-        if key is not None:
-            self.done[key] = (symbol, info.result)
-        text = Emitter(self, source, info, symbol, params, private).function()
+        try:
+            info = Inference(self, source, params)
+            info.run()
+            if key is not None:
+                self.done[key] = (symbol, info.result)
+            text = Emitter(self, source, info, symbol, params, private).function()
+        except JitError:
+            raise
+        except Exception as exc:  # a bug of the frontend: say where, keep the cause
+            raise JitTypeError(f"internal error of the @jit frontend: {type(exc).__name__}: "
+                               f"{exc} (please report it)", source.where(source.tree)) from exc
         self.texts.append(text)
         return symbol, info.result
 
@@ -120,7 +131,7 @@ class Program:
                                  f"supported", where, "write the recursion as a loop")
             error.recursion = True  # type: ignore[attr-defined]
             raise error
-        symbol = self.fresh_symbol(f"{function.__name__}__{_mangle(params)}")
+        symbol = self.fresh_symbol(f"{_ascii(function.__name__)}__{_mangle(params)}")
         return self.compile_function(function, params, symbol, True)
 
     def fresh_symbol(self, base: str) -> str:
@@ -190,7 +201,7 @@ def specialize(function: Callable[..., Any], params: tuple[JType, ...], *,
                parallel: bool = False) -> Specialization:
     """Compile ``function`` for arguments of types ``params`` into MLIR text."""
     program = Program(parallel)
-    name = re.sub(r"\W", "_", function.__name__)
+    name = _ascii(function.__name__)
     program.symbols.add(name)
     _, result = program.compile_function(function, params, name, False)
     # The root first: its text was appended last (callees complete before it).

@@ -274,3 +274,26 @@ def test_optional_results() -> None:
     with pytest.raises(TypeError):
         misuse(0)
     assert misuse(1) == 3
+
+
+@jit
+def unicode_names(naïve, pc1):
+    résumé = naïve + pc1
+    return résumé
+
+
+def test_unicode_names() -> None:
+    check(unicode_names, 1.5, 2)
+
+
+def hélper(v):
+    return v + 1
+
+
+@jit
+def façade(x):
+    return hélper(x) * 2
+
+
+def test_unicode_function_names() -> None:
+    check(façade, 3)
