@@ -32,7 +32,7 @@ FLOORS: list[set[str]] = [
      "frontend.emit", "frontend.emit_base", "frontend.emit_ops", "frontend.emit_arrays",
      "frontend.emit_loops", "frontend.emit_calls", "frontend.emit_parallel",
      "frontend.diagnostics", "frontend.program", "frontend.infer_calls", "frontend.host",
-     "frontend.arguments"},
+     "frontend.arguments", "frontend.ownership"},
     {"native", "native.batch", "native.builder", "native.entry", "native.guard",
      "native.halffloat", "native.results", "native.trampoline", "native.allocations",
      "native.unwindarea", "native.wrapper", "native.trackedcalls"},

@@ -16,6 +16,7 @@ from .emit_loops import LoopsMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
+from .ownership import freeable
 from .syntax import assignment_counts
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         self.loops = []
         self.nonneg_vars = set()
         self.assignment_counts = assignment_counts(source.tree)
+        allocating = {c for c, t in info.targets.items()
+                      if getattr(t, "kind", "") in ("alloc", "alloc_like")}
+        self.freeable = freeable(source.tree, info.types, info.targets,
+                                 self.assignment_counts, allocating)
 
     def function(self) -> str:
         tree = self.source.tree
@@ -71,11 +76,15 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
     # -- statements ----------------------------------------------------------------------
 
     def block(self, stmts: list[ast.stmt]) -> None:
+        self.scopes.append([])
         for stmt in stmts:
             if self.terminated:
-                return  # after return, raise, break or continue: never runs
+                break  # after return, raise, break or continue: never runs
             self.at = stmt
             self.stmt(stmt)
+        if not self.terminated:
+            self.free(len(self.scopes) - 1)  # falls off its end: its arrays go
+        self.scopes.pop()
 
     def stmt(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Assign):
@@ -83,6 +92,9 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             for target in stmt.targets:
                 self.at = stmt
                 self.assign(target, value)
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name) and target.id in self.freeable:
+                self.scopes[-1].append(self.arrays[target.id])
         elif isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
                 self.assign(stmt.target, self.expr(stmt.value))
@@ -95,8 +107,10 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         elif isinstance(stmt, ast.While):
             self.while_(stmt)
         elif isinstance(stmt, ast.Break):
+            self.free(self.loops[-1].depth)
             self.jump(self.loops[-1].exit)
         elif isinstance(stmt, ast.Continue):
+            self.free(self.loops[-1].depth)
             self.jump(self.loops[-1].next)
         elif isinstance(stmt, ast.Return):
             self.return_(stmt)
@@ -169,12 +183,14 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             if stmt.value is not None:
                 self.expr(stmt.value)
             self.at = stmt
+            self.free(0)
             self.do("func.return")
         else:
             given = self.expr(stmt.value) if stmt.value is not None else Value("", NoneT())
             value = self.convert(given, result)
             flat = flatten_values(value)
             self.at = stmt
+            self.free(0)
             self.do(f"func.return {', '.join(v.ssa for v in flat)} : "
                     f"{', '.join(mlir_of(v.type) for v in flat)}")
         self.terminated = True

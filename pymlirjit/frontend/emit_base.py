@@ -72,6 +72,15 @@ class EmitBase:
         self.slots: dict[str, list[tuple[str, Scalar]]] = {}
         self.arrays: dict[str, Value] = {}
         self.consts: dict[tuple[str, str], str] = {}
+        # Per block of statements being emitted: the arrays it allocated and frees on
+        # leaving (see :mod:`.ownership`).
+        self.scopes: list[list[Value]] = []
+
+    def free(self, depth: int) -> None:
+        """Free the arrays of the blocks from ``depth`` on (before leaving them)."""
+        for scope in self.scopes[depth:]:
+            for v in scope:
+                self.do(f"memref.dealloc {v.ssa} : {v.type.mlir}")  # type: ignore[union-attr]
 
     # -- given by the parts of the emitter (:mod:`.emit` and its mixins) ---------------
 

@@ -54,8 +54,8 @@ class CallsMixin(EmitBase):
     def call(self, node: ast.Call) -> Value:
         target = self.info.targets.get(node)
         result = self.type_of(node)
-        if target is None:  # np.empty & co, typed without a target
-            obj = resolve(self.source, node.func)
+        if isinstance(target, Intrinsic) and target.kind in ("alloc", "alloc_like"):
+            obj = resolve(self.source, node.func)  # np.empty & co
             like = "like" in getattr(obj, "__name__", "")
             return self.allocate(node, like, fill_of(obj), result)
         if isinstance(target, Intrinsic):

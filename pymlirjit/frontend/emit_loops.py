@@ -21,6 +21,7 @@ class Loop:
 
     exit: Join
     next: Join
+    depth: int = 0  # len(scopes) outside the loop: a jump out frees the scopes above
 
 
 class LoopsMixin(EmitBase):
@@ -46,7 +47,7 @@ class LoopsMixin(EmitBase):
         self.start(out)
         self.jump(exit_)
         self.start(body)
-        self.loops.append(Loop(exit_, header))
+        self.loops.append(Loop(exit_, header, len(self.scopes)))
         self.block(stmt.body)
         self.loops.pop()
         self.jump(header)
@@ -186,7 +187,7 @@ class LoopsMixin(EmitBase):
         self.start(body)
         self.at = stmt.target
         self.assign(stmt.target, produce(c))
-        self.loops.append(Loop(exit_, latch))
+        self.loops.append(Loop(exit_, latch, len(self.scopes)))
         self.block(stmt.body)
         self.loops.pop()
         self.jump(latch)

@@ -53,6 +53,7 @@ def type_call(self: Any, node: ast.Call) -> JType | None:
                          "of array methods, sum/prod/min/max/mean are supported; call "
                          "numpy's function (np.sqrt(x)), or a @jit function")
     if intrinsic is not None and intrinsic.kind in ("alloc", "alloc_like"):
+        self.targets[node] = intrinsic
         return _alloc(self, node, intrinsic, fill_of(func))
     if intrinsic is not None and intrinsic.kind == "print":
         for a in node.args:
