@@ -41,6 +41,7 @@ from .frontend.arguments import (
     signed,
     unsigned_result,
 )
+from .frontend.diagnostics import JitError
 from .frontend.jtypes import (
     JType,
 )
@@ -254,7 +255,10 @@ class JitFunction(NativeCallable):
             if found is not None:
                 return found[0]
             options = self._options
-            spec = specialize(self.py_func, params, parallel=bool(options.get("parallel")))
+            try:
+                spec = specialize(self.py_func, params, parallel=bool(options.get("parallel")))
+            except JitError as exc:  # the message says where: the frontend's frames are noise
+                raise exc.with_traceback(None) from exc.__cause__
             callbacks = [c.existing if c.existing is not None else
                          Callback(c.function, c.signature, name=c.name)  # type: ignore[arg-type]
                          for c in spec.callbacks]
