@@ -12,6 +12,7 @@ from .calls import mlir_of
 from .emit_arrays import ArraysMixin
 from .emit_base import Value
 from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
+from .emit_elementwise import ElementwiseMixin
 from .emit_loops import LoopsMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
@@ -27,7 +28,7 @@ from .source import FunctionSource
 __all__ = ["Emitter"]
 
 
-class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
+class Emitter(ArraysMixin, CallsMixin, ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin):
     """Emit one function: :meth:`function` returns its text."""
 
     def __init__(self, program: Host, source: FunctionSource, info: Inference,
@@ -37,8 +38,12 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         self.loops = []
         self.nonneg_vars = set()
         self.assignment_counts = assignment_counts(source.tree)
-        allocating = {c for c, t in info.targets.items()
-                      if getattr(t, "kind", "") in ("alloc", "alloc_like")}
+        allocating: set[ast.AST] = {
+            c for c, t in info.targets.items()
+            if getattr(t, "kind", "") in ("alloc", "alloc_like")
+            or (getattr(t, "kind", "") in ("np1", "abs") and isinstance(info.types.get(c), Array))}
+        allocating |= {n for n, t in info.types.items()
+                       if isinstance(n, (ast.BinOp, ast.UnaryOp)) and isinstance(t, Array)}
         self.freeable = freeable(source.tree, info.types, info.targets,
                                  self.assignment_counts, allocating)
 
@@ -135,7 +140,10 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
         target = stmt.target
         result = self.info.types[stmt]
         value = self.expr(stmt.value)
-        if isinstance(target, ast.Name):
+        if isinstance(target, ast.Name) and isinstance(self.info.variables[target.id], Array):
+            self.at = stmt  # a += b on an array: in place, as numpy's
+            self.store_view(self.load_var(target.id), value, stmt.op, result)
+        elif isinstance(target, ast.Name):
             current = self.load_var(target.id)
             self.at = stmt
             self.store_var(target.id, self.binop(stmt.op, current, value, result, stmt.value))
@@ -189,6 +197,8 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             given = self.expr(stmt.value) if stmt.value is not None else Value("", NoneT())
             value = self.convert(given, result)
             flat = flatten_values(value)
+            for v in flat:
+                self.fresh_temps.discard(v.ssa)  # returned: Python owns it
             self.at = stmt
             self.free(0)
             self.do(f"func.return {', '.join(v.ssa for v in flat)} : "
@@ -237,9 +247,17 @@ class Emitter(ArraysMixin, CallsMixin, OpsMixin, ParallelMixin, LoopsMixin):
             return self.load_element(node)
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left), self.expr(node.right)
+            if isinstance(t, Array):
+                op, divisor, dtype = node.op, node.right, t.dtype
+                return self.elementwise(
+                    lambda v: self.binop(op, v[0], v[1], dtype, divisor), [left, right], t)
             return self.binop(node.op, left, right, t, node.right)
         if isinstance(node, ast.UnaryOp):
-            return self.unary(node, self.expr(node.operand), t)
+            operand = self.expr(node.operand)
+            if isinstance(t, Array):
+                unary, dtype = node, t.dtype
+                return self.elementwise(lambda v: self.unary(unary, v[0], dtype), [operand], t)
+            return self.unary(node, operand, t)
         if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
             return self.is_none(node)
         if isinstance(node, ast.Compare):

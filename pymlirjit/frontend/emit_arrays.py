@@ -121,6 +121,7 @@ class ArraysMixin(EmitBase):
         assert isinstance(t, Array)
         dims = [self.dim(view, d) for d in range(t.ndim)]
         source, copy = value, None
+        fresh = value.ssa in self.fresh_temps  # made by this expression: cannot overlap
         if isinstance(value.type, Array):
             bad = self.const(False, Scalar("bool", 1)).ssa
             for d in range(t.ndim):
@@ -133,6 +134,7 @@ class ArraysMixin(EmitBase):
             self.raise_python(ValueError, ("could not broadcast: the assigned array's shape "
                                            "differs from the view's",))
             self.start(ok)
+        if isinstance(value.type, Array) and not fresh:
             copy = Value(self.op(f"memref.alloc({', '.join(dims)}) : "
                                  f"{Array(value.type.dtype, t.ndim).mlir}"),
                          Array(value.type.dtype, t.ndim))
@@ -148,6 +150,7 @@ class ArraysMixin(EmitBase):
             self.do(f"memref.store {rhs.ssa}, {view.ssa}[{', '.join(idx)}] : {t.mlir}")
 
         self.each_element(dims, assign)
+        self.release(value)
         if copy is not None:
             assert isinstance(copy.type, Array)
             self.do(f"memref.dealloc {copy.ssa} : {copy.type.mlir}")

@@ -75,6 +75,8 @@ class EmitBase:
         # Per block of statements being emitted: the arrays it allocated and frees on
         # leaving (see :mod:`.ownership`).
         self.scopes: list[list[Value]] = []
+        # Arrays whole-array expressions made that nothing holds yet (freed once used).
+        self.fresh_temps: set[str] = set()
 
     def free(self, depth: int) -> None:
         """Free the arrays of the blocks from ``depth`` on (before leaving them)."""
@@ -116,6 +118,16 @@ class EmitBase:
         raise NotImplementedError
 
     def each_element(self, dims: list[str], body: Callable[[list[str]], None]) -> None:
+        raise NotImplementedError
+
+    def elementwise(self, compute: Callable[[list[Value]], Value], operands: list[Value],
+                    result: Array) -> Value:
+        raise NotImplementedError
+
+    def release(self, v: Value) -> None:
+        raise NotImplementedError
+
+    def unary(self, node: ast.UnaryOp, v: Value, result: JType) -> Value:
         raise NotImplementedError
 
     def parallel_for(self, stmt: ast.For) -> bool:
@@ -202,6 +214,7 @@ class EmitBase:
         t = self.info.variables[name]
         value = self.convert(value, t)
         if isinstance(t, Array):
+            self.fresh_temps.discard(value.ssa)  # held by the variable now
             self.arrays[name] = value
             return
         for (s, st), item in zip(self.slots_of(name, t), _flatten(value)):

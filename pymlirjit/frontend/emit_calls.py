@@ -92,6 +92,9 @@ class CallsMixin(EmitBase):
 
     def intrinsic(self, f: Intrinsic, args: list[Value], t: JType) -> Value:
         kind, op = f.kind, f.op
+        if isinstance(t, Array) and kind in ("np1", "abs"):  # np.sqrt(a): element by element
+            dtype = t.dtype
+            return self.elementwise(lambda v: self.intrinsic(f, v, dtype), args, t)
         if kind == "len":
             a = args[0]
             if isinstance(a.type, Tuple):
@@ -205,6 +208,7 @@ class CallsMixin(EmitBase):
             self.do(f"memref.store {new}, {acc}[] : memref<{wide.mlir}>")
 
         self.each_element(dims, step)
+        self.release(a)  # (a * b).sum(): the product is not needed any more
         total = Value(self.op(f"memref.load {acc}[] : memref<{wide.mlir}>"), wide)
         if op != "mean":
             return total

@@ -14,6 +14,7 @@ import numpy as np
 from .calls import Target
 from .diagnostics import JitTypeError
 from .host import Host
+from .infer_arrays import array_binop, array_unary
 from .infer_calls import type_call
 from .intrinsics import CONSTANTS, scalar_type_of
 from .jtypes import (
@@ -130,14 +131,14 @@ class Inference:
             current = self.expr(_as_load(stmt.target))
             if value is None or current is None:
                 return
-            if isinstance(current, Array) and isinstance(stmt.target, ast.Subscript):
-                self._elementwise(current, value, stmt.value)  # a[1:] += v
+            if isinstance(current, Array):
+                self._elementwise(current, value, stmt.value)  # a += v, a[1:] += v: in place
                 element = value.dtype if isinstance(value, Array) else value
                 t = self.binop(stmt.op, current.dtype, element, stmt)
             else:
                 t = self.binop(stmt.op, current, value, stmt)
             self.types[stmt] = t
-            if isinstance(stmt.target, ast.Name):
+            if isinstance(stmt.target, ast.Name) and not isinstance(current, Array):
                 self.bind(stmt.target, t, stmt)
         elif isinstance(stmt, ast.If):
             self.test(stmt.test)
@@ -340,9 +341,10 @@ class Inference:
             u = self.expr(node.operand)
             if u is None:
                 return None
+            if isinstance(u, Array):
+                return array_unary(self, node, u)
             if not isinstance(u, Scalar):
-                raise self.error(node, f"unary operators on {u} are not supported",
-                                 "write a loop over its elements")
+                raise self.error(node, f"unary operators on {u} are not supported")
             if isinstance(node.op, ast.Not):
                 return WEAK_BOOL
             if isinstance(node.op, ast.Invert) and u.kind == "float":
@@ -443,10 +445,10 @@ class Inference:
                              "convert with int(); fancy (array) indexing is not supported")
 
     def binop(self, op: ast.operator, a: JType, b: JType, node: ast.AST) -> JType:
+        if isinstance(a, Array) or isinstance(b, Array):
+            return array_binop(self, op, a, b, node)
         if not isinstance(a, Scalar) or not isinstance(b, Scalar):
-            raise self.error(node, f"arithmetic on {a} and {b} is not supported yet",
-                             "whole-array expressions are not compiled in this version: "
-                             "write a loop over the elements")
+            raise self.error(node, f"arithmetic on {a} and {b} is not supported")
         if isinstance(op, ast.MatMult):
             raise self.error(node, "@ is not supported")
         if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor)):

@@ -68,6 +68,12 @@ def type_call(self: Any, node: ast.Call) -> JType | None:
     if any(a is None for a in args):
         return None
     known = [a for a in args if a is not None]
+    if intrinsic is not None and intrinsic.kind in ("np1", "abs") and len(known) == 1 and \
+            isinstance(known[0], Array):  # np.sqrt(a), abs(a): element by element
+        element = result_type(intrinsic, [known[0].dtype])
+        assert isinstance(element, Scalar)
+        self.targets[node] = intrinsic
+        return Array(element.strong, known[0].ndim, True)
     if intrinsic is not None:
         t = result_type(intrinsic, known)
         if isinstance(t, str):

@@ -27,7 +27,7 @@ def _names(node: ast.AST | None) -> set[str]:
 
 def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
              targets: Mapping[ast.Call, Any], counts: Mapping[str, int],
-             allocating: set[ast.Call]) -> frozenset[str]:
+             allocating: set[ast.AST]) -> frozenset[str]:
     """The variables of ``tree`` whose allocation is freed at the end of its block.
 
     ``types``: the inferred type of each expression; ``targets``: what each call calls
@@ -40,7 +40,7 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
         if isinstance(node, ast.Assign):
             value = node.value
             if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
-                    isinstance(value, ast.Call) and value in allocating:
+                    value in allocating:
                 candidates.add(node.targets[0].id)
                 continue
             items = value.elts if isinstance(value, ast.Tuple) else [value]

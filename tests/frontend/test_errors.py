@@ -153,12 +153,12 @@ def test_recursion_is_an_error() -> None:
         jit(recursive)(3)
 
 
-def adds_array(a):
-    return a + 1
+def adds_ranks(a, b):
+    return a + b
 
 
-def test_array_arithmetic_names_the_fix() -> None:
-    with pytest.raises(JitTypeError, match="write a loop") as info:
-        jit(adds_array)(np.ones(2))
-    col, caret = caret_of(str(info.value), "return a + 1")
+def test_rank_mismatch_names_the_fix() -> None:
+    with pytest.raises(JitTypeError, match="broadcasting between ranks") as info:
+        jit(adds_ranks)(np.ones(2), np.ones((2, 2)))
+    col, caret = caret_of(str(info.value), "return a + b")
     assert col == 11 and caret == "^~~~~"

@@ -337,3 +337,28 @@ def _rss() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
+
+
+@jit
+def whole_arrays(a, b, k):
+    c = a * k + b          # a temporary for a * k, freed once added
+    d = -c / 2.0
+    e = np.sqrt(np.abs(d)) + 1
+    a += b                 # in place, as numpy's
+    a[1:] -= 1.0
+    return c, d, e, (c * d).sum()
+
+
+def test_whole_array_expressions() -> None:
+    a, b = np.arange(6.0).reshape(2, 3), np.ones((2, 3))
+    check(whole_arrays, a, b, 2.0)
+    check(whole_arrays, np.arange(4, dtype=np.float32), np.ones(4, np.float32), 3)
+    with pytest.raises(ValueError, match="broadcast"):
+        whole_arrays(np.ones(3), np.ones(4), 1.0)
+    text = whole_arrays.inspect_mlir()
+    assert text.count("memref.dealloc") >= 3  # the intermediates
+    before = _rss()
+    big = np.ones(200_000)
+    for _ in range(20):
+        whole_arrays(big.copy(), big, 2.0)  # returned arrays are freed by Python
+    assert _rss() - before < 60 * 2**20
