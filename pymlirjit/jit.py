@@ -25,13 +25,12 @@ import inspect
 import linecache
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 
 from .callbacks import Callback, default_registry
 from .errors import MLIRError
-from .frontend import JitSyntaxError, JitTypeError, Specialization, specialize
 from .frontend.arguments import (
     constrained,
     converted,
@@ -41,7 +40,7 @@ from .frontend.arguments import (
     signed,
     unsigned_result,
 )
-from .frontend.diagnostics import JitError
+from .frontend.diagnostics import JitError, JitSyntaxError, JitTypeError
 from .frontend.jtypes import (
     JType,
 )
@@ -49,6 +48,9 @@ from .kernel import Kernel
 from .pickling import StandInStub, function_by_value, importable, loads_parts
 from .session import Session, default_session
 from .vectorcall import NativeCallable, clear_entry, set_entry
+
+if TYPE_CHECKING:
+    from .frontend.program import Specialization
 
 __all__ = ["JitFunction", "JitSyntaxError", "JitTypeError", "jit", "prange"]
 
@@ -255,6 +257,8 @@ class JitFunction(NativeCallable):
             if found is not None:
                 return found[0]
             options = self._options
+            from .frontend.program import specialize
+
             try:
                 spec = specialize(self.py_func, params, parallel=bool(options.get("parallel")))
             except JitError as exc:  # the message says where: the frontend's frames are noise
@@ -294,8 +298,7 @@ class JitFunction(NativeCallable):
     @property
     def signatures(self) -> list[tuple[str, ...]]:
         """The compiled specializations' MLIR parameter types, in compile order."""
-        return [tuple(spec.text.split("\n", 2)[1] and _params_of(spec)) for _, spec in
-                self._specs.values()]
+        return [_params_of(spec) for _, spec in self._specs.values()]
 
     def inspect_mlir(self, signature: Sequence[str] | None = None) -> str:
         """The generated MLIR of one specialization (the only or last one by default;
