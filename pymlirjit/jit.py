@@ -268,8 +268,10 @@ class JitFunction(NativeCallable):
                          for c in spec.callbacks]
             stub = StandInStub(self.__name__, self.__qualname__, self.__module__, self.__doc__,
                                tuple(self._names))
-            kernel = Kernel(stub, spec.text, spec.name, callbacks=callbacks,
-                            **{k: v for k, v in options.items() if v is not None})
+            given = list(options.get("callbacks") or ())  # linked by name, as mlir_kernel's
+            kernel = Kernel(stub, spec.text, spec.name, callbacks=[*given, *callbacks],
+                            **{k: v for k, v in options.items()
+                               if v is not None and k != "callbacks"})
             try:
                 kernel.compile()
             except MLIRError as exc:
@@ -391,8 +393,9 @@ def jit(function: Callable[..., Any] | None = None, *, parallel: bool | None = N
     options = {"parallel": parallel, "fastmath": fastmath, "boundscheck": boundscheck,
                "cache": cache, "session": session, "opt_level": opt_level,
                "error_model": error_model, "pipeline": pipeline,
-               "release_gil": release_gil}
-    del nopython, nogil, callbacks
+               "release_gil": release_gil,
+               "callbacks": tuple(callbacks) if callbacks is not None else None}
+    del nopython, nogil
 
     def decorate(f: Callable[..., Any]) -> JitFunction:
         if not inspect.isfunction(f):
