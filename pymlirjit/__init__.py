@@ -14,6 +14,7 @@ from ._version import __version__
 from .boundary.signature import Parameter, Signature
 from .callbacks import Callback, CallbackRegistry, callback
 from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
+from .jit import jit, prange
 from .kernel import Kernel, mlir_kernel
 from .lowering.pipeline import DEFAULT_PIPELINE
 from .runtime.engine import ExecutionEngine
@@ -103,9 +104,11 @@ __all__ = [
     "i32",
     "i64",
     "index",
+    "jit",
     "mlir_gufunc",
     "mlir_kernel",
     "mlir_ufunc",
+    "prange",
     "ptr",
     "runtime_library",
 ]

@@ -36,11 +36,13 @@ FENCE = re.compile(
 # the traceback of each block that raised (None for those that ran), stopping at the
 # first failure of a block not marked xfail.
 RUNNER = r"""
-import json, sys, traceback
+import json, linecache, sys, traceback
 blocks = json.loads(sys.stdin.read())
 namespace = {"__name__": "__main__"}
 errors = []
 for label, code, xfail in blocks:
+    # Its source where inspect finds it, as a notebook's cells (@jit reads functions' source).
+    linecache.cache[label] = (len(code), None, code.splitlines(True), label)
     try:
         exec(compile(code, label, "exec"), namespace)
         errors.append(None)
