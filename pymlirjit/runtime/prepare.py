@@ -30,6 +30,7 @@ from ..boundary.abi import (
 from ..boundary.callback import Callback
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
 from ..boundary.signature import Signature, as_signature, from_func_op
+from ..boundary.sparse import has_sparse, sparse_wrapper, sparse_wrapper_symbol
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
 from ..codegen.optimize import optimize, with_vector_lowering
@@ -166,6 +167,9 @@ def prepare(text: str, options: CompileOptions,
                 if cb is None:  # left to shared libraries or the process, as written:
                     continue    # its types are the linker's business, not Python's
                 signature = _signature(op)
+                if has_sparse(signature):
+                    raise SignatureError(f"@{name}: sparse tensors cannot cross into "
+                                         f"callbacks or externs yet ({signature})")
                 if isinstance(cb, LinkedExtern):
                     cb.signature.check_matches(signature, f"extern @{name}",
                                                f"its target ({cb.what or 'native code'})",
@@ -208,6 +212,15 @@ def prepare(text: str, options: CompileOptions,
                             f"called with the plain C ABI, which cannot pass {signature}")
                     else:  # lower() gives it a C interface
                         signatures[name] = (signature, name)
+                    continue
+                if has_sparse(signature):  # called through a wrapper taking its buffers
+                    if abi.needs_shim:
+                        uncallable[name] = (f"@{name} cannot be called from Python: sparse "
+                                            f"tensors beside {signature} need no shim yet")
+                        continue
+                    signatures[name] = (signature, sparse_wrapper_symbol(name))
+                    shims.append(sparse_wrapper(symbol_name, signatures[name][1], signature))
+                    op.attributes["sym_visibility"] = ir.StringAttr.get("private")
                     continue
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
