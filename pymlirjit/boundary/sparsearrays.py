@@ -24,8 +24,9 @@ from .sparseformat import SparseTensorType
 
 __all__ = ["from_buffers", "index_dtype", "to_buffers"]
 
-_INDEX_DTYPES: dict[int, np.dtype[Any]] = {0: np.dtype(np.int64), 8: np.dtype(np.int8), 16: np.dtype(np.int16),
-                 32: np.dtype(np.int32), 64: np.dtype(np.int64)}
+_INDEX_DTYPES: dict[int, np.dtype[Any]] = {
+    0: np.dtype(np.int64), 8: np.dtype(np.int8), 16: np.dtype(np.int16),
+    32: np.dtype(np.int32), 64: np.dtype(np.int64)}
 
 
 def index_dtype(width: int) -> np.dtype[Any]:
@@ -123,7 +124,7 @@ def _checked_compressed(value: Any, shape: tuple[int, ...], what: str) -> Any:
         if np.any(np.diff(indptr) < 0):
             raise ValueError(f"{what}: indptr decreases: not a valid "
                              f"{value.format.upper()} matrix")
-        _check_range(indices, minor, what, "an index")
+        _check_range(indices, minor, what, "index")
         value = value.copy()  # the caller's matrix is never changed
         value.sum_duplicates()
         indptr, indices = value.indptr, value.indices
@@ -134,15 +135,14 @@ def _checked_compressed(value: Any, shape: tuple[int, ...], what: str) -> Any:
         first = indices[starts[filled]]
         last = indices[ends[filled] - 1]
         if int(first.min()) < 0 or int(last.max()) >= minor:
-            _check_range(indices, minor, what, "an index")
+            _check_range(indices, minor, what, "index")
     return value
 
 
 def _check_range(indices: np.ndarray, size: int, what: str, noun: str) -> None:
     if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= size):
         bad = indices[(indices < 0) | (indices >= size)][0]
-        raise ValueError(f"{what}: {noun} of {int(bad)} is out of range for a dim of "
-                         f"{size}")
+        raise ValueError(f"{what}: {noun} {int(bad)} is out of range [0, {size})")
 
 
 def _csr(value: Any, shape: tuple[int, ...], what: str) -> list[np.ndarray]:
@@ -168,7 +168,7 @@ def _sorted_coords(value: Any, shape: tuple[int, ...], what: str,
         if c.size != data.size:
             raise ValueError(f"{what}: {c.size} coordinates of dim {dim} for {data.size} "
                              f"values")
-        _check_range(c, shape[dim], what, f"a coordinate of dim {dim}")
+        _check_range(c, shape[dim], what, f"coordinate of dim {dim}:")
     if data.size < 2 or getattr(value, "has_canonical_format", False):
         return coords, data
     key = coords[0].astype(np.int64)

@@ -251,7 +251,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
                            filename=prepared.filename, parallel=options.parallel_loops)
         if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
             use_vector_library(module)
-        if options.parallel_loops:
+        if options.parallel_loops and "sparsifier" not in pipeline:  # its loops: serial
             pipeline = with_parallel_loops(pipeline, options.threads)
         return with_vector_lowering(pipeline) if vectors else pipeline
 

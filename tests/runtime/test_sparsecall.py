@@ -1,0 +1,361 @@
+"""Sparse tensors at the Python boundary, end to end: kernels with CSR, CSC, DCSR, COO and
+sparse-vector parameters and results called with scipy.sparse arrays, against scipy."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pymlirjit import Session, callback, f64, mlir_kernel
+from tests.conftest import rss_bytes
+
+MAPS = {
+    "CSR": "(i, j) -> (i : dense, j : compressed)",
+    "CSC": "(i, j) -> (j : dense, i : compressed)",
+    "DCSR": "(i, j) -> (i : compressed, j : compressed)",
+    "COO": "(i, j) -> (i : compressed(nonunique), j : singleton)",
+    "COO (SoA)": "(i, j) -> (i : compressed(nonunique), j : singleton(soa))",
+}
+SCIPY = {"CSR": "csr", "CSC": "csc", "DCSR": "csr", "COO": "coo", "COO (SoA)": "coo"}
+
+
+def matrix_source(map_: str, widths: str = "", element: str = "f64") -> str:
+    t = f"tensor<?x?x{element}, #S>"
+    return f"""
+#S = #sparse_tensor.encoding<{{ map = {map_}{widths} }}>
+#ew = {{indexing_maps = [affine_map<(i,j) -> (i,j)>, affine_map<(i,j) -> (i,j)>],
+        iterator_types = ["parallel", "parallel"]}}
+func.func @matvec(%a: {t}, %x: tensor<?x{element}>, %y: tensor<?x{element}>)
+    -> tensor<?x{element}> {{
+  %r = linalg.matvec ins(%a, %x : {t}, tensor<?x{element}>) outs(%y : tensor<?x{element}>)
+      -> tensor<?x{element}>
+  return %r : tensor<?x{element}>
+}}
+func.func @square(%a: {t}) -> {t} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %d0 = tensor.dim %a, %c0 : {t}
+  %d1 = tensor.dim %a, %c1 : {t}
+  %e = tensor.empty(%d0, %d1) : {t}
+  %r = linalg.generic #ew ins(%a : {t}) outs(%e : {t}) {{
+    ^bb0(%v: {element}, %o: {element}):
+      %m = arith.mulf %v, %v : {element}
+      linalg.yield %m : {element}
+  }} -> {t}
+  return %r : {t}
+}}
+func.func @same(%a: {t}) -> {t} {{
+  return %a : {t}
+}}
+"""
+
+
+VECTOR_SOURCE = """
+#V = #sparse_tensor.encoding<{ map = (i) -> (i : compressed) }>
+#dot = {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> ()>],
+        iterator_types = ["reduction"]}
+#ew = {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+       iterator_types = ["parallel"]}
+func.func @dot(%x: tensor<?xf64, #V>, %w: tensor<?xf64>) -> f64 {
+  %zero = arith.constant 0.0 : f64
+  %init = tensor.empty() : tensor<f64>
+  %acc = linalg.fill ins(%zero : f64) outs(%init : tensor<f64>) -> tensor<f64>
+  %r = linalg.generic #dot ins(%x, %w : tensor<?xf64, #V>, tensor<?xf64>)
+      outs(%acc : tensor<f64>) {
+    ^bb0(%a: f64, %b: f64, %s: f64):
+      %p = arith.mulf %a, %b : f64
+      %t = arith.addf %s, %p : f64
+      linalg.yield %t : f64
+  } -> tensor<f64>
+  %v = tensor.extract %r[] : tensor<f64>
+  return %v : f64
+}
+func.func @negate(%x: tensor<?xf64, #V>) -> tensor<?xf64, #V> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %x, %c0 : tensor<?xf64, #V>
+  %e = tensor.empty(%n) : tensor<?xf64, #V>
+  %r = linalg.generic #ew ins(%x : tensor<?xf64, #V>) outs(%e : tensor<?xf64, #V>) {
+    ^bb0(%a: f64, %o: f64):
+      %m = arith.negf %a : f64
+      linalg.yield %m : f64
+  } -> tensor<?xf64, #V>
+  return %r : tensor<?xf64, #V>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Any]:
+    session = Session()
+    found = {name: session.compile(matrix_source(m)) for name, m in MAPS.items()}
+    found["vector"] = session.compile(VECTOR_SOURCE)
+    return found
+
+
+SHAPES = [(1, 1), (7, 9), (40, 30), (5, 0), (0, 5), (0, 0)]
+
+
+def random_matrix(shape: tuple[int, int], density: float, fmt: str, seed: int) -> Any:
+    a = sp.random_array(shape, density=density, format="csr", rng=seed)
+    if shape[0] > 2:  # all-zero rows and columns among the others
+        a = a.tolil()
+        a[1, :] = 0
+        if shape[1] > 2:
+            a[:, 2] = 0
+        a = a.tocsr()
+    return a.asformat(fmt)
+
+
+@pytest.mark.parametrize("name", list(MAPS))
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("density", [0.0, 0.3, 1.0])
+def test_every_format_against_scipy(modules: dict[str, Any], name: str,
+                                    shape: tuple[int, int], density: float) -> None:
+    m = modules[name]
+    a = random_matrix(shape, density, SCIPY[name], seed=hash((name, shape, density)) % 1000)
+    kept = (a.data.copy(), *(c.copy() for c in _index_arrays(a)))
+    x = np.random.default_rng(0).random(shape[1])
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(shape[0])), a @ x, atol=1e-12)
+    squared = m.square(a)
+    assert squared.format == SCIPY[name] and squared.shape == shape
+    np.testing.assert_allclose(squared.toarray(), a.toarray() ** 2)
+    same = m.same(a)
+    np.testing.assert_array_equal(same.toarray(), a.toarray())
+    assert not np.shares_memory(same.data, a.data)  # a tensor is a value
+    for before, after in zip(kept, (a.data, *_index_arrays(a))):
+        np.testing.assert_array_equal(before, after)  # inputs never modified
+
+
+def _index_arrays(a: Any) -> tuple[np.ndarray, ...]:
+    return tuple(a.coords) if a.format == "coo" else (a.indptr, a.indices)
+
+
+@pytest.mark.parametrize("n", [0, 1, 12, 300])
+def test_sparse_vectors_against_scipy(modules: dict[str, Any], n: int) -> None:
+    m = modules["vector"]
+    rng = np.random.default_rng(n)
+    v = sp.random_array((n,), density=0.4, format="coo", rng=rng)
+    w = rng.random(n)
+    assert m.dot(v, w) == pytest.approx(float(v.toarray() @ w))
+    negated = m.negate(v)
+    assert negated.format == "coo" and negated.shape == (n,)
+    np.testing.assert_array_equal(negated.toarray(), -v.toarray())
+
+
+def test_unsorted_and_duplicate_entries_are_passed_as_a_sorted_copy(
+        modules: dict[str, Any]) -> None:
+    data = np.array([1.0, 2.0, 3.0, 4.0])
+    indices = np.array([2, 0, 2, 1], dtype=np.int32)
+    indptr = np.array([0, 3, 4], dtype=np.int32)
+    a = sp.csr_array((data, indices, indptr), shape=(2, 3))
+    assert not a.has_canonical_format
+    x = np.array([1.0, 10.0, 100.0])
+    np.testing.assert_allclose(modules["CSR"].matvec(a, x, np.zeros(2)), a @ x)
+    np.testing.assert_array_equal(a.indices, indices)  # the caller's order kept
+    coo = sp.coo_array((data, (np.array([1, 0, 1, 0]), np.array([0, 2, 0, 1]))), shape=(2, 3))
+    np.testing.assert_allclose(modules["COO"].matvec(coo, x, np.zeros(2)), coo @ x)
+    v = sp.coo_array((data, (np.array([5, 1, 5, 0]),)), shape=(6,))
+    assert modules["vector"].dot(v, np.arange(6.0)) == pytest.approx(v.toarray() @ np.arange(6.0))
+
+
+@pytest.mark.parametrize("widths", [", posWidth = 32, crdWidth = 32",
+                                    ", posWidth = 64, crdWidth = 64",
+                                    ", posWidth = 32", ", crdWidth = 16",
+                                    ", posWidth = 8, crdWidth = 8"])
+def test_index_widths(session: Session, widths: str) -> None:
+    m = session.compile(matrix_source(MAPS["CSR"], widths))
+    for index_dtype in (np.int32, np.int64):
+        a = random_matrix((20, 30), 0.2, "csr", seed=3)
+        a.indices, a.indptr = a.indices.astype(index_dtype), a.indptr.astype(index_dtype)
+        x = np.arange(30.0)
+        np.testing.assert_allclose(m.matvec(a, x, np.zeros(20)), a @ x)
+        np.testing.assert_allclose(m.square(a).toarray(), a.toarray() ** 2)
+
+
+def test_index_overflow_of_the_declared_width_names_the_parameter(session: Session) -> None:
+    m = session.compile(matrix_source(MAPS["CSR"], ", posWidth = 8, crdWidth = 8"))
+    dense = sp.csr_array(np.ones((2, 100)))  # 200 entries: beyond an i8 position
+    with pytest.raises(ValueError, match=r"argument 1.*position of 200 overflows the "
+                                         r"encoding's posWidth \(i8\)"):
+        m.matvec(dense, np.ones(100), np.zeros(2))
+    wide = sp.csr_array(([1.0], ([0], [199])), shape=(1, 200))
+    with pytest.raises(ValueError, match=r"coordinate of 199 overflows the encoding's "
+                                         r"crdWidth \(i8\)"):
+        m.matvec(wide, np.ones(200), np.zeros(1))
+
+
+def test_bad_arguments_get_errors_naming_the_parameter(modules: dict[str, Any]) -> None:
+    @mlir_kernel(source=matrix_source(MAPS["CSR"]))
+    def matvec(a: Any, x: Any, y: Any) -> Any: ...
+
+    a = random_matrix((3, 4), 0.5, "csr", seed=1)
+    x, y = np.ones(4), np.zeros(3)
+    cases = [
+        (a.toarray(), TypeError, r"matvec\(\) argument 1 \('a'\): expected a CSR scipy.sparse "
+                                 r"matrix or array .* got a dense numpy array; pass "
+                                 r"scipy.sparse.csr_array\(a\)"),
+        (a.tocsc(), TypeError, r"argument 1 \('a'\): .* got a CSC one; pass a.tocsr\(\)"),
+        (a.astype(np.float32), TypeError, r"'a'\): expected float64 values .* got float32"),
+        (sp.coo_array(np.ones(3)), ValueError, r"'a'\): expected a 2-D sparse array"),
+        ([[1.0]], TypeError, r"'a'\): expected a CSR .* got list"),
+    ]
+    for value, error, message in cases:
+        with pytest.raises(error, match=message):
+            matvec(value, x, y)
+    bad = sp.csr_array((np.ones(2), np.array([0, 4]), np.array([0, 1, 2, 2])), shape=(3, 4))
+    with pytest.raises(ValueError, match=r"'a'\): index 4 is out of range \[0, 4\)"):
+        matvec(bad, x, y)
+    broken = a.copy()
+    broken.indptr = broken.indptr.copy()
+    broken.indptr[-1] += 1
+    with pytest.raises(ValueError, match=r"'a'\): inconsistent CSR arrays"):
+        matvec(broken, x, y)
+    coo = sp.coo_array(([1.0], ([0], [7])), shape=(3, 8))
+    coo.coords[1][0] = 9  # in place, after scipy built it
+    with pytest.raises(ValueError, match=r"argument 1: coordinate of dim 1: 9 is out of "
+                                         r"range \[0, 8\)"):
+        modules["COO"].matvec(coo, np.ones(8), y)
+
+
+def test_static_shapes_are_checked(session: Session) -> None:
+    m = session.compile("""
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+func.func @matvec(%a: tensor<3x4xf64, #CSR>, %x: tensor<4xf64>, %y: tensor<3xf64>)
+    -> tensor<3xf64> {
+  %r = linalg.matvec ins(%a, %x : tensor<3x4xf64, #CSR>, tensor<4xf64>)
+      outs(%y : tensor<3xf64>) -> tensor<3xf64>
+  return %r : tensor<3xf64>
+}
+""")
+    a = random_matrix((3, 4), 0.5, "csr", seed=2)
+    np.testing.assert_allclose(m.matvec(a, np.ones(4), np.zeros(3)), a @ np.ones(4))
+    with pytest.raises(ValueError, match=r"argument 1: dim 1 is 5, but tensor<3x4xf64"):
+        m.matvec(random_matrix((3, 5), 0.5, "csr", seed=2), np.ones(4), np.zeros(3))
+
+
+def test_scipy_matrices_and_keyword_arguments(modules: dict[str, Any]) -> None:
+    @mlir_kernel(source=matrix_source(MAPS["CSR"]))
+    def matvec(a: Any, x: Any, y: Any) -> Any: ...
+
+    a = sp.csr_matrix(random_matrix((6, 5), 0.5, "csr", seed=4))
+    x = np.arange(5.0)
+    np.testing.assert_allclose(matvec(a, y=np.zeros(6), x=x), a @ x)
+    with pytest.raises(TypeError, match="missing argument 3"):
+        matvec(a, x)
+
+
+def test_threads_share_a_sparse_kernel(modules: dict[str, Any]) -> None:
+    m = modules["CSR"]
+    a = random_matrix((300, 200), 0.05, "csr", seed=5)
+    x = np.arange(200.0)
+    expected, squared = a @ x, a.toarray() ** 2
+    failures: list[str] = []
+
+    def work() -> None:
+        for _ in range(50):
+            if not np.allclose(m.matvec(a, x, np.zeros(300)), expected):
+                failures.append("matvec")
+            if not np.array_equal(m.square(a).toarray(), squared):
+                failures.append("square")
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_a_callback_raising_in_a_sparse_kernel(session: Session) -> None:
+    @callback(session=session)
+    def check(v: f64) -> f64:
+        if v > 1.0:
+            raise KeyError("too big")
+        return v
+
+    # (MLIR 22's sparsifier cannot lower a call inside a sparse linalg.generic: the
+    # callback runs before the loops, and after them, once the result is allocated.)
+    m = session.compile("""
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+#ew = {indexing_maps = [affine_map<(i,j) -> (i,j)>, affine_map<(i,j) -> (i,j)>],
+       iterator_types = ["parallel", "parallel"]}
+func.func @scaled(%a: tensor<?x?xf64, #CSR>, %k: f64, %after: f64) -> tensor<?x?xf64, #CSR> {
+  %k2 = func.call @check(%k) : (f64) -> f64
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %d0 = tensor.dim %a, %c0 : tensor<?x?xf64, #CSR>
+  %d1 = tensor.dim %a, %c1 : tensor<?x?xf64, #CSR>
+  %e = tensor.empty(%d0, %d1) : tensor<?x?xf64, #CSR>
+  %r = linalg.generic #ew ins(%a : tensor<?x?xf64, #CSR>) outs(%e : tensor<?x?xf64, #CSR>) {
+    ^bb0(%v: f64, %o: f64):
+      %m = arith.mulf %v, %k2 : f64
+      linalg.yield %m : f64
+  } -> tensor<?x?xf64, #CSR>
+  %unused = func.call @check(%after) : (f64) -> f64
+  return %r : tensor<?x?xf64, #CSR>
+}
+func.func private @check(f64) -> f64
+""")
+    a = random_matrix((30, 20), 0.3, "csr", seed=8)
+    np.testing.assert_allclose(m.scaled(a, 0.5, 0.0).toarray(), a.toarray() * 0.5)
+    for k, after in ((2.0, 0.0), (0.5, 2.0)):
+        with pytest.raises(KeyError, match="too big"):
+            m.scaled(a, k, after)
+    np.testing.assert_allclose(m.scaled(a, 0.5, 0.0).toarray(), a.toarray() * 0.5)
+
+
+def test_parallel_option_and_the_disk_cache(tmp_path: Any) -> None:
+    a = random_matrix((50, 40), 0.2, "csr", seed=6)
+    x = np.arange(40.0)
+    for session in (Session(parallel=True), Session(cache_dir=tmp_path),
+                    Session(cache_dir=tmp_path)):  # the last one loads from disk
+        m = session.compile(matrix_source(MAPS["CSR"]))
+        np.testing.assert_allclose(m.matvec(a, x, np.zeros(50)), a @ x)
+        np.testing.assert_allclose(m.square(a).toarray(), a.toarray() ** 2)
+
+
+def test_no_leaks_over_thousands_of_calls(modules: dict[str, Any]) -> None:
+    m = modules["CSR"]
+    a = random_matrix((400, 400), 0.05, "csr", seed=7)  # ~8000 entries: ~130 KB a result
+    x = np.ones(400)
+    refs = (sys.getrefcount(a), sys.getrefcount(a.data), sys.getrefcount(a.indices))
+    for _ in range(200):
+        m.square(a)
+        m.matvec(a, x, np.zeros(400))
+    gc.collect()
+    start = rss_bytes()
+    for _ in range(3000):  # ~400 MB if results were never freed
+        m.square(a)
+        m.matvec(a, x, np.zeros(400))
+    gc.collect()
+    assert rss_bytes() - start < 48 << 20
+    assert (sys.getrefcount(a), sys.getrefcount(a.data), sys.getrefcount(a.indices)) == refs
+
+
+def test_a_forked_child_calls_a_sparse_kernel() -> None:
+    script = f"""
+import os, numpy as np, scipy.sparse as sp
+from pymlirjit import Session
+m = Session().compile({matrix_source(MAPS['CSR'])!r})
+a = sp.random_array((30, 20), density=0.3, format="csr", rng=1)
+x = np.arange(20.0)
+assert np.allclose(m.matvec(a, x, np.zeros(30)), a @ x)
+pid = os.fork()
+if pid == 0:
+    ok = np.allclose(m.matvec(a, x, np.zeros(30)), a @ x) and np.allclose(
+        m.square(a).toarray(), a.toarray() ** 2)
+    os._exit(0 if ok else 3)
+assert os.waitpid(pid, 0)[1] == 0
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok" and done.stderr == ""
