@@ -10,19 +10,22 @@ so) is passed as a sorted copy. :func:`from_buffers` makes the scipy.sparse arra
 result, owning the kernel's buffers.
 
 Validity is read from scipy's own cached ``has_canonical_format`` where scipy keeps one
-(CSR, CSC): a matrix whose index arrays were changed in place after scipy checked them
-must be told (``A.has_canonical_format = False``), as scipy's own routines need.
+(CSR, CSC), and the range of a canonical matrix's indices is checked once per pair of
+index arrays (remembered in the matrix's ``_pymlirjit_checked``): a matrix whose index
+arrays were changed in place after scipy checked them must be told
+(``A.has_canonical_format = False``), as scipy's own routines need.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .sparseformat import SparseTensorType
 
-__all__ = ["from_buffers", "index_dtype", "to_buffers"]
+__all__ = ["buffer_converter", "from_buffers", "index_dtype", "to_buffers"]
 
 _INDEX_DTYPES: dict[int, np.dtype[Any]] = {
     0: np.dtype(np.int64), 8: np.dtype(np.int8), 16: np.dtype(np.int16),
@@ -48,58 +51,111 @@ def _describe_format(t: SparseTensorType) -> str:
 def to_buffers(value: Any, t: SparseTensorType, what: str, name: str) -> list[Any]:
     """The wrapper's arguments for ``value`` (buffers, then level sizes); ``what`` names
     the parameter in errors, ``name`` spells it in the fixes they suggest."""
+    return buffer_converter(t, what, name)(value)
+
+
+def buffer_converter(t: SparseTensorType, what: str, name: str
+                     ) -> Callable[[Any], list[Any]]:
+    """:func:`to_buffers` for one parameter, with what its type fixes worked out once."""
     sparse = _sparse_module()
-    wanted = t.format.scipy
-    if not sparse.issparse(value):
-        kind = ("a dense numpy array" if isinstance(value, np.ndarray)
-                else type(value).__name__)
-        fix = (f"; pass scipy.sparse.{wanted}_array({name})"
-               if isinstance(value, np.ndarray) else "")
-        raise TypeError(f"{what}: expected {_describe_format(t)} for {t.format.name} "
-                        f"{t.mlir}, got {kind}{fix}")
-    if value.ndim != t.rank:
-        raise ValueError(f"{what}: expected a {t.rank}-D sparse array for {t.mlir}, got a "
-                         f"{value.ndim}-D one of shape {value.shape}")
-    if value.format != wanted:
-        raise TypeError(f"{what}: expected {_describe_format(t)} for the {t.format.name} "
-                        f"format, got a {value.format.upper()} one; pass {name}.to{wanted}() "
-                        f"(a copy)")
-    if value.dtype != t.element.dtype:
-        raise TypeError(f"{what}: expected {t.element.dtype} values for {t.mlir}, got "
-                        f"{value.dtype}; pass {name}.astype(np.{t.element.dtype.name})")
-    shape = tuple(int(d) for d in value.shape)
-    for dim, (static, actual) in enumerate(zip(t.shape, shape)):
-        if static is not None and static != actual:
-            raise ValueError(f"{what}: dim {dim} is {actual}, but {t.mlir} has {static}")
-    converted = _STORAGE[t.format.name](value, shape, what)
-    levels = [shape[d] for d in t.format.dim_order]
+    wanted, rank, element = t.format.scipy, t.rank, t.element.dtype
+    static = [(d, size) for d, size in enumerate(t.shape) if size is not None]
+    storage = _STORAGE[t.format.name]
+    order = t.format.dim_order
     widths = {"pos": t.pos_width, "crd": t.crd_width}
-    buffers = []
-    for buffer, array in zip(t.format.buffers, converted):
-        if buffer.kind == "val":
-            buffers.append(np.ascontiguousarray(array))
-            continue
-        width = widths[buffer.kind]
-        limit = _largest(buffer.kind, levels, array, buffer.level)
-        buffers.append(_as_width(array, width, limit, what, buffer.kind))
-    return [*buffers, *levels]
+    # Per buffer: None for the values, else (dtype, kind, level, stride).
+    plan = [None if b.kind == "val" else (index_dtype(widths[b.kind]), b.kind, b.level,
+                                          b.stride) for b in t.format.buffers]
+
+    if t.format.name in ("CSR", "CSC") and plan[0] is not None and plan[1] is not None:
+        fast = _compressed_converter(t, plan[0][0], plan[1][0], static, what)
+    else:
+        fast = None
+
+    def convert(value: Any) -> list[Any]:
+        if fast is not None:
+            done = fast(value)
+            if done is not None:
+                return done
+        if not sparse.issparse(value):
+            raise _not_sparse(value, t, what, name)
+        if value.ndim != rank:
+            raise ValueError(f"{what}: expected a {rank}-D sparse array for {t.mlir}, got "
+                             f"a {value.ndim}-D one of shape {value.shape}")
+        if value.format != wanted:
+            raise TypeError(f"{what}: expected {_describe_format(t)} for the "
+                            f"{t.format.name} format, got a {value.format.upper()} one; "
+                            f"pass {name}.to{wanted}() (a copy)")
+        if value.dtype != element:
+            raise TypeError(f"{what}: expected {element} values for {t.mlir}, got "
+                            f"{value.dtype}; pass {name}.astype(np.{element.name})")
+        shape = value.shape
+        for dim, size in static:
+            if shape[dim] != size:
+                raise ValueError(f"{what}: dim {dim} is {shape[dim]}, but {t.mlir} has "
+                                 f"{size}")
+        levels = [shape[d] for d in order]
+        buffers: list[Any] = []
+        for step, array in zip(plan, storage(value, shape, what)):
+            if step is None:
+                buffers.append(array if array.flags.c_contiguous
+                               else np.ascontiguousarray(array))
+                continue
+            dtype, kind, level, stride = step
+            if array.dtype == dtype and array.flags.c_contiguous:
+                buffers.append(array)
+                continue
+            largest = ((int(array[-1]) if kind == "pos" else
+                        (levels[level] if stride == 1 else max(levels)) - 1)
+                       if array.size else 0)
+            buffers.append(_as_width(array, dtype, largest, what, kind))
+        return [*buffers, *levels]
+    return convert
 
 
-def _largest(kind: str, levels: list[int], array: np.ndarray, level: int) -> int:
-    """The largest value ``array`` holds, known without reading it all: a position is at
-    most the entries' count (its last value), a coordinate less than its level's size."""
-    if kind == "pos":
-        return int(array[-1]) if array.size else 0
-    return max(levels) - 1 if array.size else 0
+def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype[Any],
+                          static: list[tuple[int, int]], what: str
+                          ) -> Callable[[Any], list[Any] | None]:
+    """The common case of a CSR or CSC parameter, in few steps: a checked matrix of the
+    parameter's index dtypes passes as it is (``None``: take the general path, which
+    converts, copies or raises)."""
+    wanted, element, csr = t.format.scipy, t.element.dtype, t.format.name == "CSR"
+
+    def convert(value: Any) -> list[Any] | None:
+        try:
+            if value.format != wanted or value.dtype != element or static:
+                return None
+            indptr, indices, data = value.indptr, value.indices, value.data
+        except AttributeError:
+            return None
+        rows, cols = value.shape
+        major, minor = (rows, cols) if csr else (cols, rows)
+        if (indptr.dtype != pos or indices.dtype != crd or not value.has_canonical_format
+                or value.__dict__.get(_CHECKED) != (id(indices), id(indptr), minor)
+                or not (indptr.flags.c_contiguous and indices.flags.c_contiguous
+                        and data.flags.c_contiguous)):
+            return None
+        nnz = indices.shape[0]
+        if (indptr.shape[0] != major + 1 or indptr[0] != 0 or indptr[-1] != nnz
+                or data.shape[0] != nnz):
+            return None  # the general path names the inconsistency
+        return [indptr, indices, data, major, minor]
+    del what
+    return convert
 
 
-def _as_width(array: np.ndarray, width: int, largest: int, what: str, kind: str
+def _not_sparse(value: Any, t: SparseTensorType, what: str, name: str) -> TypeError:
+    dense = isinstance(value, np.ndarray)
+    kind = "a dense numpy array" if dense else type(value).__name__
+    fix = f"; pass scipy.sparse.{t.format.scipy}_array({name})" if dense else ""
+    return TypeError(f"{what}: expected {_describe_format(t)} for {t.format.name} "
+                     f"{t.mlir}, got {kind}{fix}")
+
+
+def _as_width(array: np.ndarray, dtype: np.dtype[Any], largest: int, what: str, kind: str
               ) -> np.ndarray:
-    dtype = index_dtype(width)
-    if array.dtype == dtype and array.flags.c_contiguous:
-        return array
     if largest > np.iinfo(dtype).max:
-        spelled = "index" if width == 0 else f"i{width}"
+        spelled = f"i{dtype.itemsize * 8}"
         field = "posWidth" if kind == "pos" else "crdWidth"
         raise ValueError(f"{what}: {'a position' if kind == 'pos' else 'a coordinate'} of "
                          f"{largest} overflows the encoding's {field} ({spelled}); declare a "
@@ -120,23 +176,23 @@ def _checked_compressed(value: Any, shape: tuple[int, ...], what: str) -> Any:
                          f"{indptr.size} for {major} rows, ending at "
                          f"{int(indptr[-1]) if indptr.size else None}; {nnz} indices, "
                          f"{value.data.size} values)")
-    if not value.has_canonical_format:
-        if np.any(np.diff(indptr) < 0):
-            raise ValueError(f"{what}: indptr decreases: not a valid "
-                             f"{value.format.upper()} matrix")
-        _check_range(indices, minor, what, "index")
-        value = value.copy()  # the caller's matrix is never changed
-        value.sum_duplicates()
-        indptr, indices = value.indptr, value.indices
-    # Sorted and unique within each row: its first and last indices bound the rest.
-    starts, ends = indptr[:-1], indptr[1:]
-    filled = ends > starts
-    if filled.any():
-        first = indices[starts[filled]]
-        last = indices[ends[filled] - 1]
-        if int(first.min()) < 0 or int(last.max()) >= minor:
-            _check_range(indices, minor, what, "index")
+    key = (id(indices), id(indptr), minor)
+    if value.__dict__.get(_CHECKED) == key and value.has_canonical_format:
+        return value  # checked by an earlier call (see the module's docstring)
+    if np.any(indptr[1:] < indptr[:-1]):  # first: scipy's check reads through it
+        raise ValueError(f"{what}: indptr decreases: not a valid {value.format.upper()} "
+                         f"matrix")
+    _check_range(indices, minor, what, "index")
+    if value.has_canonical_format:
+        value.__dict__[_CHECKED] = key  # its arrays: no other array can have their ids
+        return value
+    value = value.copy()  # the caller's matrix is never changed
+    value.sum_duplicates()
     return value
+
+
+#: Where a CSR or CSC matrix remembers that pymlirjit checked its index arrays' range.
+_CHECKED = "_pymlirjit_checked"
 
 
 def _check_range(indices: np.ndarray, size: int, what: str, noun: str) -> None:

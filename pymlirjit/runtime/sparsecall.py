@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..boundary.signature import Signature, argument_label
-from ..boundary.sparsearrays import from_buffers, to_buffers
+from ..boundary.sparsearrays import buffer_converter, from_buffers
 from ..boundary.sparseformat import SparseTensorType
 
 __all__ = ["SparseCall"]
@@ -43,11 +43,12 @@ class SparseCall:
                                            p.name if label != f"argument {i + 1}" else "x")
                            for i, (p, label) in enumerate(zip(signature.params, self.labels))]
         self.readers = [_reader(t) for t in signature.results]
+        self.sparse_results = any(isinstance(t, SparseTensorType) for t in signature.results)
 
     @staticmethod
     def _converter(t: Any, what: str, name: str) -> Callable[[Any], list[Any]] | None:
         if isinstance(t, SparseTensorType):
-            return lambda value: to_buffers(value, t, what, name)
+            return buffer_converter(t, what, name)
         return None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -62,8 +63,9 @@ class SparseCall:
                 flat.append(value)
             else:
                 flat += convert(value)
-        inputs = [a for a in flat if isinstance(a, np.ndarray)]
         results = self.inner(*flat)
+        inputs = ([a for a in flat if isinstance(a, np.ndarray)] if self.sparse_results
+                  else [])
         if not self.readers:
             return None
         if not isinstance(results, tuple):

@@ -325,11 +325,11 @@ def test_no_leaks_over_thousands_of_calls(modules: dict[str, Any]) -> None:
     m = modules["CSR"]
     a = random_matrix((400, 400), 0.05, "csr", seed=7)  # ~8000 entries: ~130 KB a result
     x = np.ones(400)
-    refs = (sys.getrefcount(a), sys.getrefcount(a.data), sys.getrefcount(a.indices))
     for _ in range(200):
         m.square(a)
         m.matvec(a, x, np.zeros(400))
     gc.collect()
+    refs = (sys.getrefcount(a), sys.getrefcount(a.data), sys.getrefcount(a.indices))
     start = rss_bytes()
     for _ in range(3000):  # ~400 MB if results were never freed
         m.square(a)
@@ -359,3 +359,23 @@ print("ok")
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok" and done.stderr == ""
+
+
+def test_index_arrays_changed_in_place_are_checked_again_once_scipy_is_told(
+        modules: dict[str, Any]) -> None:
+    # As scipy's own routines: a matrix's validity is checked once per index arrays, and
+    # scipy's has_canonical_format flag, set False, asks for it again.
+    m = modules["CSR"]
+    a = random_matrix((5, 4), 0.5, "csr", seed=9)
+    x = np.ones(4)
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(5)), a @ x)
+    a.indices[0] = 40
+    a.has_canonical_format = False
+    with pytest.raises(ValueError, match=r"index 40 is out of range \[0, 4\)"):
+        m.matvec(a, x, np.zeros(5))
+    b = random_matrix((5, 4), 0.5, "csr", seed=9)
+    np.testing.assert_allclose(m.matvec(b, x, np.zeros(5)), b @ x)
+    b.indices = b.indices.copy()  # another array, though scipy still calls it canonical
+    b.indices[0] = 40
+    with pytest.raises(ValueError, match=r"index 40 is out of range \[0, 4\)"):
+        m.matvec(b, x, np.zeros(5))
