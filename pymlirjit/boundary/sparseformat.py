@@ -100,6 +100,6 @@ def sparse_format(encoding: str) -> tuple[SparseFormat, int, int]:
     found = _BY_MAP.get(match["map"]) if match is not None else None
     if match is None or found is None:
         names = ", ".join(f.name for f in FORMATS)
-        raise TypeError(f"{encoding} is not a sparse format that crosses the Python boundary "
-                        f"(those that do: {names}; with posWidth/crdWidth only)")
+        raise TypeError(f"not a sparse format that crosses the Python boundary (those that "
+                        f"do: {names}; with posWidth/crdWidth only)")
     return found, int(match["pos"] or 0), int(match["crd"] or 0)
