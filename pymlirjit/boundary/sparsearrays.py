@@ -116,20 +116,26 @@ def buffer_converter(t: SparseTensorType, what: str, name: str
 def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype[Any],
                           static: list[tuple[int, int]], what: str
                           ) -> Callable[[Any], list[Any] | None]:
-    """The common case of a CSR or CSC parameter, in few steps: a checked matrix of the
-    parameter's index dtypes passes as it is (``None``: take the general path, which
-    converts, copies or raises)."""
+    """The common case of a CSR or CSC parameter, in few steps: a matrix of the
+    parameter's index dtypes, passed before as it is (remembered on the matrix, with its
+    arrays: see the module's docstring), passes again after identity checks; ``None``:
+    take the general path, which checks, converts, copies or raises."""
     wanted, element, csr = t.format.scipy, t.element.dtype, t.format.name == "CSR"
 
     def convert(value: Any) -> list[Any] | None:
         try:
+            passed = value.__dict__.get(_PASSED)
+            if (passed is not None and passed[0] is t and passed[1] is value.indptr
+                    and passed[2] is value.indices and passed[3] is value.data
+                    and passed[4] == value.shape and value.has_canonical_format):
+                return passed[5]  # type: ignore[no-any-return]
             if value.format != wanted or value.dtype != element or static:
                 return None
             indptr, indices, data = value.indptr, value.indices, value.data
         except AttributeError:
             return None
-        rows, cols = value.shape
-        major, minor = (rows, cols) if csr else (cols, rows)
+        shape = value.shape
+        major, minor = shape if csr else shape[::-1]
         if (indptr.dtype != pos or indices.dtype != crd or not value.has_canonical_format
                 or value.__dict__.get(_CHECKED) != (id(indices), id(indptr), minor)
                 or not (indptr.flags.c_contiguous and indices.flags.c_contiguous
@@ -139,9 +145,16 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
         if (indptr.shape[0] != major + 1 or indptr[0] != 0 or indptr[-1] != nnz
                 or data.shape[0] != nnz):
             return None  # the general path names the inconsistency
-        return [indptr, indices, data, major, minor]
+        flat = [indptr, indices, data, major, minor]
+        value.__dict__[_PASSED] = (t, indptr, indices, data, shape, flat)
+        return flat
     del what
     return convert
+
+
+#: Where a CSR or CSC matrix passed as it is remembers how (the parameter's type, its
+#: arrays, its shape, the wrapper's arguments).
+_PASSED = "_pymlirjit_passed"
 
 
 def _not_sparse(value: Any, t: SparseTensorType, what: str, name: str) -> TypeError:

@@ -44,6 +44,7 @@ class SparseCall:
                            for i, (p, label) in enumerate(zip(signature.params, self.labels))]
         self.readers = [_reader(t) for t in signature.results]
         self.sparse_results = any(isinstance(t, SparseTensorType) for t in signature.results)
+        self._plain = _straight_call(inner, self.converters)
 
     @staticmethod
     def _converter(t: Any, what: str, name: str) -> Callable[[Any], list[Any]] | None:
@@ -54,9 +55,8 @@ class SparseCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != len(self.converters):
             args = self._bind(args, kwargs)
-        return self.call_positional(*args)
-
-    def call_positional(self, *args: Any) -> Any:
+        if not self.sparse_results:
+            return self._plain(*args)
         flat: list[Any] = []
         for convert, value in zip(self.converters, args):
             if convert is None:
@@ -64,10 +64,11 @@ class SparseCall:
             else:
                 flat += convert(value)
         results = self.inner(*flat)
-        inputs = ([a for a in flat if isinstance(a, np.ndarray)] if self.sparse_results
-                  else [])
-        if not self.readers:
-            return None
+        return self._read(results, [a for a in flat if isinstance(a, np.ndarray)])
+
+    call_positional = __call__
+
+    def _read(self, results: Any, inputs: list[np.ndarray]) -> Any:
         if not isinstance(results, tuple):
             results = (results,)
         values = []
@@ -95,6 +96,22 @@ class SparseCall:
         if missing:
             raise TypeError(f"{self.display_name}() missing {', '.join(missing)}")
         return tuple(values)
+
+
+def _straight_call(inner: Any, converters: list[Callable[[Any], list[Any]] | None]
+                   ) -> Callable[..., Any]:
+    """``inner`` called with each argument converted, as one Python function written for
+    these parameters (``def call(a0, a1): return inner(*c0(a0), a1)``): a loop over the
+    parameters would cost about as much as the conversions themselves."""
+    names = [f"a{i}" for i in range(len(converters))]
+    passed = [f"*c{i}({n})" if c is not None else n
+              for i, (n, c) in enumerate(zip(names, converters))]
+    namespace: dict[str, Any] = {"inner": inner}
+    namespace.update({f"c{i}": c for i, c in enumerate(converters) if c is not None})
+    exec(f"def call({', '.join(names)}):\n    return inner({', '.join(passed)})\n",
+         namespace)
+    call: Callable[..., Any] = namespace["call"]
+    return call
 
 
 Reader = Callable[[tuple[Any, ...], int, list[np.ndarray]], tuple[Any, int]]
