@@ -53,9 +53,9 @@ def run(config: Config) -> CaseResult:
     scipy_ns, narrow_ns, wide_ns = interleaved(
         spmv(a.__matmul__, x), spmv(narrow, a, x, y), spmv(wide, a, x, y),
         repeat=config.repeat)
-    label = f"SpMV {n}x{n} CSR, {a.nnz:,} entries"
+    label = f"SpMV {n}x{n} CSR {a.nnz:.0e}"
     result.add("scipy", f"{label}: scipy A @ x", scipy_ns, "scipy")
-    result.add("narrow", f"{label}: pymlirjit, i32 positions/coordinates", narrow_ns, "scipy")
+    result.add("narrow", f"{label}: pymlirjit, i32 indices (scipy's)", narrow_ns, "scipy")
     result.add("wide", f"{label}: pymlirjit, index (int32 converted)", wide_ns, "scipy")
     ratio = result.ratio("narrow", "scipy")
     result.targets.append(Target("SpMV 20000x20000 CSR, 10^6 entries: <= 1.3x scipy's A @ x",
@@ -73,9 +73,8 @@ def run(config: Config) -> CaseResult:
         lambda: per_call(flat, buffers, calls=many, repeat=1),
         lambda: per_call(small.__matmul__, (xs,), calls=many, repeat=1),
         repeat=config.repeat)
-    result.add("raw", "50x50 CSR SpMV: the wrapper called with the buffers", raw, "raw")
-    result.add("passed", "50x50 CSR SpMV: the kernel called with the scipy matrix", passed,
-               "raw")
+    result.add("raw", "50x50 CSR SpMV: the wrapper, given the buffers", raw, "raw")
+    result.add("passed", "50x50 CSR SpMV: the function, given the matrix", passed, "raw")
     result.add("scipy small", "50x50 CSR SpMV: scipy A @ x", scipy_small, "raw")
     cost = passed.median - raw.median
     result.targets.append(Target("passing a CSR matrix (no index conversion): <= 2 us",
