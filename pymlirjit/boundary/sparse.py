@@ -24,8 +24,8 @@ from .signature import Parameter, Signature
 from .sparseformat import SparseTensorType
 from .types import MemRefType, ScalarType, Type, i8, i16, i32, i64, index
 
-__all__ = ["buffer_types", "flat_signature", "has_sparse", "sparse_wrapper",
-           "sparse_wrapper_symbol"]
+__all__ = ["buffer_types", "disassembled", "flat_signature", "flat_types", "has_sparse",
+           "sparse_wrapper", "sparse_wrapper_symbol"]
 
 _WIDTHS: dict[int, ScalarType] = {0: index, 8: i8, 16: i16, 32: i32, 64: i64}
 
@@ -47,7 +47,7 @@ def buffer_types(t: SparseTensorType) -> tuple[MemRefType, ...]:
     return tuple(MemRefType(widths[b.kind], (None,)) for b in t.format.buffers)
 
 
-def _flat(t: Type) -> list[Type]:
+def flat_types(t: Type) -> list[Type]:
     if isinstance(t, SparseTensorType):
         return [*buffer_types(t), *(index,) * t.rank]
     return [t]
@@ -58,10 +58,10 @@ def flat_signature(signature: Signature) -> Signature:
     buffers and then its sizes (a parameter's per level, a result's per dim)."""
     params: list[Parameter] = []
     for p in signature.params:
-        flat = _flat(p.type)
+        flat = flat_types(p.type)
         names = [p.name] if len(flat) == 1 else [f"{p.name}_{i}" for i in range(len(flat))]
         params += [Parameter(n, t) for n, t in zip(names, flat)]
-    results = [r for t in signature.results for r in _flat(t)]
+    results = [r for t in signature.results for r in flat_types(t)]
     return Signature(tuple(params), tuple(results))
 
 
@@ -99,7 +99,7 @@ def _assembled(t: SparseTensorType, first: int, out: str) -> list[str]:
     return lines
 
 
-def _disassembled(t: SparseTensorType, value: str, out: str) -> tuple[list[str], list[str]]:
+def disassembled(t: SparseTensorType, value: str, out: str) -> tuple[list[str], list[str]]:
     """Ops reading the buffers and dim sizes of the sparse tensor ``value``, and the
     values they define."""
     lines: list[str] = []
@@ -140,7 +140,7 @@ def sparse_wrapper(impl: str, wrapper: str, signature: Signature) -> str:
             args.append(f"%t{i}")
         else:
             args.append(f"%a{first}")
-        first += len(_flat(t))
+        first += len(flat_types(t))
     types = ", ".join(t.mlir for t in signature.param_types)
     results = ", ".join(t.mlir for t in signature.results)
     call = f"call @{impl}({', '.join(args)}) : ({types}) -> ({results})"
@@ -149,7 +149,7 @@ def sparse_wrapper(impl: str, wrapper: str, signature: Signature) -> str:
         body.append(f"%r:{len(signature.results)} = {call}")
         for i, t in enumerate(signature.results):
             if isinstance(t, SparseTensorType):
-                ops, names = _disassembled(t, f"%r#{i}", f"%o{i}")
+                ops, names = disassembled(t, f"%r#{i}", f"%o{i}")
                 body += ops
                 returned += names
             else:

@@ -31,6 +31,11 @@ from ..boundary.callback import Callback
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
 from ..boundary.signature import Signature, as_signature, from_func_op
 from ..boundary.sparse import has_sparse, sparse_wrapper, sparse_wrapper_symbol
+from ..boundary.sparsecallback import (
+    flat_callback,
+    sparse_callback_shim,
+    sparse_callback_symbol,
+)
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
 from ..codegen.optimize import optimize, with_vector_lowering
@@ -167,9 +172,19 @@ def prepare(text: str, options: CompileOptions,
                 if cb is None:  # left to shared libraries or the process, as written:
                     continue    # its types are the linker's business, not Python's
                 signature = _signature(op)
+                if has_sparse(signature) and not isinstance(cb, LinkedExtern):
+                    cb.signature.check_matches(signature, f"callback @{name}",
+                                               "its Python annotations",
+                                               "its MLIR declaration")
+                    linked[name] = cb  # served flat, with scipy.sparse views
+                    shims.append(sparse_callback_shim(symbol_name, signature))
+                    registrations[ciface_symbol(sparse_callback_symbol(symbol_name))] = (
+                        flat_callback(cb))
+                    op.operation.erase()
+                    continue
                 if has_sparse(signature):
-                    raise SignatureError(f"@{name}: sparse tensors cannot cross into "
-                                         f"callbacks or externs yet ({signature})")
+                    raise SignatureError(f"extern @{name}: sparse tensors cannot cross into "
+                                         f"externs ({signature})")
                 if isinstance(cb, LinkedExtern):
                     cb.signature.check_matches(signature, f"extern @{name}",
                                                f"its target ({cb.what or 'native code'})",
