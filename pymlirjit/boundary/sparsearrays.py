@@ -11,13 +11,14 @@ result, owning the kernel's buffers.
 
 Validity is read from scipy's own cached ``has_canonical_format`` where scipy keeps one
 (CSR, CSC), and the range of a canonical matrix's indices is checked once per pair of
-index arrays (remembered in the matrix's ``_pymlirjit_checked``): a matrix whose index
+index arrays (remembered here, by the matrix's id, while it lives): a matrix whose index
 arrays were changed in place after scipy checked them must be told
 (``A.has_canonical_format = False``), as scipy's own routines need.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -117,18 +118,20 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
                           static: list[tuple[int, int]], what: str
                           ) -> Callable[[Any], list[Any] | None]:
     """The common case of a CSR or CSC parameter, in few steps: a matrix of the
-    parameter's index dtypes, passed before as it is (remembered on the matrix, with its
+    parameter's index dtypes, passed before as it is (remembered while it lives, with its
     arrays: see the module's docstring), passes again after identity checks; ``None``:
     take the general path, which checks, converts, copies or raises."""
     wanted, element, csr = t.format.scipy, t.element.dtype, t.format.name == "CSR"
 
     def convert(value: Any) -> list[Any] | None:
         try:
-            passed = value.__dict__.get(_PASSED)
-            if (passed is not None and passed[0] is t and passed[1] is value.indptr
-                    and passed[2] is value.indices and passed[3] is value.data
-                    and passed[4] == value.shape and value.has_canonical_format):
-                return passed[5]  # type: ignore[no-any-return]
+            passed = _passed.get(id(value))
+            if (passed is not None and passed[0]() is value and passed[1] is t
+                    and passed[2] is value.indptr
+                    and passed[3] is value.indices and passed[4] is value.data
+                    and passed[5] == value.shape and value.has_canonical_format):
+                remembered: list[Any] = passed[6]
+                return remembered
             if value.format != wanted or value.dtype != element or static:
                 return None
             indptr, indices, data = value.indptr, value.indices, value.data
@@ -137,7 +140,7 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
         shape = value.shape
         major, minor = shape if csr else shape[::-1]
         if (indptr.dtype != pos or indices.dtype != crd or not value.has_canonical_format
-                or value.__dict__.get(_CHECKED) != (id(indices), id(indptr), minor)
+                or _remembered(_checked, value) != (id(indices), id(indptr), minor)
                 or not (indptr.flags.c_contiguous and indices.flags.c_contiguous
                         and data.flags.c_contiguous)):
             return None
@@ -146,15 +149,33 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
                 or data.shape[0] != nnz):
             return None  # the general path names the inconsistency
         flat = [indptr, indices, data, major, minor]
-        value.__dict__[_PASSED] = (t, indptr, indices, data, shape, flat)
+        _remember(_passed, value, (t, indptr, indices, data, shape, flat))
         return flat
     del what
     return convert
 
 
-#: Where a CSR or CSC matrix passed as it is remembers how (the parameter's type, its
-#: arrays, its shape, the wrapper's arguments).
-_PASSED = "_pymlirjit_passed"
+#: What pymlirjit remembers of the CSR and CSC matrices it was given, by ``id()`` (scipy's
+#: sparse arrays are not hashable; nothing is stored in the caller's object): a weak
+#: reference to the matrix (its entry goes when it does), then what is remembered.
+#: ``_passed``: a matrix passed as it is: the parameter's type, its arrays, its shape and
+#: the wrapper's arguments. ``_checked``: the ids of index arrays found valid, and the dim.
+_passed: dict[int, tuple[Any, ...]] = {}
+_checked: dict[int, tuple[Any, ...]] = {}
+
+
+def _remembered(table: dict[int, tuple[Any, ...]], value: Any) -> Any:
+    entry = table.get(id(value))
+    return entry[1] if entry is not None and entry[0]() is value else None
+
+
+def _remember(table: dict[int, tuple[Any, ...]], value: Any, what: Any) -> None:
+    key = id(value)
+    try:
+        ref = weakref.ref(value, lambda _: table.pop(key, None))
+    except TypeError:  # a matrix type without weak references: nothing remembered
+        return
+    table[key] = (ref, *what) if table is _passed else (ref, what)
 
 
 def _not_sparse(value: Any, t: SparseTensorType, what: str, name: str) -> TypeError:
@@ -190,22 +211,18 @@ def _checked_compressed(value: Any, shape: tuple[int, ...], what: str) -> Any:
                          f"{int(indptr[-1]) if indptr.size else None}; {nnz} indices, "
                          f"{value.data.size} values)")
     key = (id(indices), id(indptr), minor)
-    if value.__dict__.get(_CHECKED) == key and value.has_canonical_format:
+    if _remembered(_checked, value) == key and value.has_canonical_format:
         return value  # checked by an earlier call (see the module's docstring)
     if np.any(indptr[1:] < indptr[:-1]):  # first: scipy's check reads through it
         raise ValueError(f"{what}: indptr decreases: not a valid {value.format.upper()} "
                          f"matrix")
     _check_range(indices, minor, what, "index")
     if value.has_canonical_format:
-        value.__dict__[_CHECKED] = key  # its arrays: no other array can have their ids
+        _remember(_checked, value, key)  # its arrays: no other array can have their ids
         return value
     value = value.copy()  # the caller's matrix is never changed
     value.sum_duplicates()
     return value
-
-
-#: Where a CSR or CSC matrix remembers that pymlirjit checked its index arrays' range.
-_CHECKED = "_pymlirjit_checked"
 
 
 def _check_range(indices: np.ndarray, size: int, what: str, noun: str) -> None:

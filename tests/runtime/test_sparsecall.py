@@ -379,3 +379,27 @@ def test_index_arrays_changed_in_place_are_checked_again_once_scipy_is_told(
     b.indices[0] = 40
     with pytest.raises(ValueError, match=r"index 40 is out of range \[0, 4\)"):
         m.matvec(b, x, np.zeros(5))
+
+
+def test_a_matrix_passed_is_not_changed_and_pickles_without_pymlirjit(
+        modules: dict[str, Any]) -> None:
+    # What pymlirjit remembers of a matrix lives in pymlirjit, not in the matrix: it
+    # pickles (and unpickles where pymlirjit is not installed) as before, and goes away
+    # with it.
+    import pickle
+    import weakref
+
+    from pymlirjit.boundary import sparsearrays
+
+    a = random_matrix((8, 6), 0.4, "csr", seed=10)
+    state = dict(a.__dict__)
+    x = np.ones(6)
+    for _ in range(3):
+        np.testing.assert_allclose(modules["CSR"].matvec(a, x, np.zeros(8)), a @ x)
+    assert set(a.__dict__) == set(state) | {"_has_canonical_format", "_has_sorted_indices"}
+    assert b"pymlirjit" not in pickle.dumps(a)
+    key, gone = id(a), weakref.ref(a)
+    assert key in sparsearrays._checked
+    del a
+    gc.collect()
+    assert gone() is None and key not in sparsearrays._checked
