@@ -99,12 +99,12 @@ def buffer_converter(t: SparseTensorType, what: str, name: str
         buffers: list[Any] = []
         for step, array in zip(plan, storage(value, shape, what)):
             if step is None:
-                buffers.append(array if array.flags.c_contiguous
-                               else np.ascontiguousarray(array))
+                buffers.append(array if array.flags.c_contiguous and array.flags.writeable
+                               else np.array(array, order="C"))
                 continue
             dtype, kind, level, stride = step
             if array.dtype == dtype and array.flags.c_contiguous:
-                buffers.append(array)
+                buffers.append(array if array.flags.writeable else array.copy())
                 continue
             largest = ((int(array[-1]) if kind == "pos" else
                         (levels[level] if stride == 1 else max(levels)) - 1)
@@ -129,7 +129,8 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
             if (passed is not None and passed[0]() is value and passed[1] is t
                     and passed[2] is value.indptr
                     and passed[3] is value.indices and passed[4] is value.data
-                    and passed[5] == value.shape and value.has_canonical_format):
+                    and passed[5] == value.shape and value.has_canonical_format
+                    and _writable(passed[2], passed[3], passed[4])):
                 remembered: list[Any] = passed[6]
                 return remembered
             if value.format != wanted or value.dtype != element or static:
@@ -142,7 +143,8 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
         if (indptr.dtype != pos or indices.dtype != crd or not value.has_canonical_format
                 or _remembered(_checked, value) != (id(indices), id(indptr), minor)
                 or not (indptr.flags.c_contiguous and indices.flags.c_contiguous
-                        and data.flags.c_contiguous)):
+                        and data.flags.c_contiguous)
+                or not _writable(indptr, indices, data)):
             return None
         nnz = indices.shape[0]
         if (indptr.shape[0] != major + 1 or indptr[0] != 0 or indptr[-1] != nnz
@@ -176,6 +178,13 @@ def _remember(table: dict[int, tuple[Any, ...]], value: Any, what: Any) -> None:
     except TypeError:  # a matrix type without weak references: nothing remembered
         return
     table[key] = (ref, *what) if table is _passed else (ref, what)
+
+
+def _writable(*arrays: np.ndarray) -> bool:
+    """Whether the wrapper's memrefs may alias ``arrays`` (a memref argument must be
+    writable; the sparse code never writes an argument's buffers, but read-only arrays
+    are passed as copies rather than trusted)."""
+    return all(a.flags.writeable for a in arrays)
 
 
 def _not_sparse(value: Any, t: SparseTensorType, what: str, name: str) -> TypeError:

@@ -403,3 +403,17 @@ def test_a_matrix_passed_is_not_changed_and_pickles_without_pymlirjit(
     del a
     gc.collect()
     assert gone() is None and key not in sparsearrays._checked
+
+
+@pytest.mark.parametrize("name", ["CSR", "COO (SoA)"])
+def test_read_only_matrices_are_passed_as_copies(modules: dict[str, Any], name: str) -> None:
+    m = modules[name]
+    a = random_matrix((7, 5), 0.5, SCIPY[name], seed=11)
+    for array in (a.data, *_index_arrays(a)):
+        array.flags.writeable = False
+    x = np.arange(5.0)
+    for _ in range(2):  # the second time: what was remembered of it holds
+        np.testing.assert_allclose(m.matvec(a, x, np.zeros(7)), a @ x)
+    a.data = a.data.copy()
+    a.data.flags.writeable = True
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(7)), a @ x)
