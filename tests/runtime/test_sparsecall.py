@@ -417,3 +417,24 @@ def test_read_only_matrices_are_passed_as_copies(modules: dict[str, Any], name: 
     a.data = a.data.copy()
     a.data.flags.writeable = True
     np.testing.assert_allclose(m.matvec(a, x, np.zeros(7)), a @ x)
+
+
+def test_a_generic_sparse_kernel_binds_its_alias_from_the_scipy_values() -> None:
+    @mlir_kernel(source="""
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+func.func @spmv(%a: tensor<?x?x!T, #CSR>, %x: tensor<?x!T>, %y: tensor<?x!T>)
+    -> tensor<?x!T> {
+  %r = linalg.matvec ins(%a, %x : tensor<?x?x!T, #CSR>, tensor<?x!T>)
+      outs(%y : tensor<?x!T>) -> tensor<?x!T>
+  return %r : tensor<?x!T>
+}
+""")
+    def spmv(a: Any, x: Any, y: Any) -> Any: ...
+
+    a = random_matrix((6, 4), 0.5, "csr", seed=12)
+    for dtype in (np.float64, np.float32):
+        typed = a.astype(dtype)
+        x = np.arange(4, dtype=dtype)
+        result = spmv(typed, x, np.zeros(6, dtype))
+        assert result.dtype == dtype
+        np.testing.assert_allclose(result, typed @ x, rtol=1e-6)
