@@ -3,6 +3,7 @@ sparse-vector parameters and results called with scipy.sparse arrays, against sc
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import subprocess
 import sys
@@ -311,10 +312,12 @@ func.func private @check(f64) -> f64
     np.testing.assert_allclose(m.scaled(a, 0.5, 0.0).toarray(), a.toarray() * 0.5)
 
 
-def test_parallel_option_and_the_disk_cache(tmp_path: Any) -> None:
+def test_options_and_the_disk_cache(tmp_path: Any) -> None:
     a = random_matrix((50, 40), 0.2, "csr", seed=6)
     x = np.arange(40.0)
-    for session in (Session(parallel=True), Session(cache_dir=tmp_path),
+    for session in (Session(parallel=True), Session(boundscheck=True),
+                    Session(fastmath=True), Session(opt_level=0),
+                    Session(cache_dir=tmp_path),
                     Session(cache_dir=tmp_path)):  # the last one loads from disk
         m = session.compile(matrix_source(MAPS["CSR"]))
         np.testing.assert_allclose(m.matvec(a, x, np.zeros(50)), a @ x)
@@ -438,3 +441,13 @@ func.func @spmv(%a: tensor<?x?x!T, #CSR>, %x: tensor<?x!T>, %y: tensor<?x!T>)
         result = spmv(typed, x, np.zeros(6, dtype))
         assert result.dtype == dtype
         np.testing.assert_allclose(result, typed @ x, rtol=1e-6)
+
+
+def test_the_address_and_ctypes_of_a_sparse_kernel_are_its_flat_wrappers() -> None:
+    @mlir_kernel(source=matrix_source(MAPS["CSR"], ", posWidth = 32, crdWidth = 32"))
+    def matvec(a: Any, x: Any, y: Any) -> Any: ...
+
+    assert "#sparse_tensor.encoding" in matvec.signature.mlir
+    # (buffers: 3 memref pointers, 2 sizes, then x and y; the result through a pointer)
+    assert len(matvec.ctypes.argtypes) == 1 + 3 + 2 + 2
+    assert matvec.address == ctypes.cast(matvec.ctypes, ctypes.c_void_p).value
