@@ -42,7 +42,7 @@ from ..boundary.relocation import (
     well_known,
 )
 from ..boundary.signature import Signature
-from ..boundary.sparsecallback import with_flat_callbacks
+from ..boundary.sparseshims import with_flat_callbacks
 from ..codegen.options import CompileOptions
 from ..errors import LinkError, SignatureError
 from ..lowering.pipeline import runtime_library, runtime_library_defining

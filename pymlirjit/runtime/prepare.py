@@ -30,11 +30,12 @@ from ..boundary.abi import (
 from ..boundary.callback import Callback
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
 from ..boundary.signature import Signature, as_signature, from_func_op
-from ..boundary.sparse import has_sparse, sparse_wrapper, sparse_wrapper_symbol
-from ..boundary.sparsecallback import (
+from ..boundary.sparse import has_sparse
+from ..boundary.sparseshims import (
     flat_callback,
     sparse_callback_shim,
     sparse_callback_symbol,
+    sparse_entry_shims,
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
@@ -176,6 +177,11 @@ def prepare(text: str, options: CompileOptions,
                     cb.signature.check_matches(signature, f"callback @{name}",
                                                "its Python annotations",
                                                "its MLIR declaration")
+                    if boundary_abi(signature).needs_shim:
+                        raise SignatureError(
+                            f"callback @{name}: a callback taking sparse tensors cannot "
+                            f"take or return i1, f16, bf16, f8 or complex values yet "
+                            f"({signature})")
                     linked[name] = cb  # served flat, with scipy.sparse views
                     shims.append(sparse_callback_shim(symbol_name, signature))
                     registrations[ciface_symbol(sparse_callback_symbol(symbol_name))] = (
@@ -229,12 +235,9 @@ def prepare(text: str, options: CompileOptions,
                         signatures[name] = (signature, name)
                     continue
                 if has_sparse(signature):  # called through a wrapper taking its buffers
-                    if abi.needs_shim:
-                        uncallable[name] = (f"@{name} cannot be called from Python: sparse "
-                                            f"tensors beside {signature} need no shim yet")
-                        continue
-                    signatures[name] = (signature, sparse_wrapper_symbol(name))
-                    shims.append(sparse_wrapper(symbol_name, signatures[name][1], signature))
+                    entry, added = sparse_entry_shims(symbol_name, name, signature)
+                    shims += added
+                    signatures[name] = (signature, entry)
                     op.attributes["sym_visibility"] = ir.StringAttr.get("private")
                     continue
                 op.attributes["llvm.emit_c_interface"] = unit

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pymlirjit import Session, callback, f64, mlir_kernel
+from pymlirjit import Session, SignatureError, callback, f64, mlir_kernel
 from tests.conftest import rss_bytes
 
 MAPS = {
@@ -451,3 +451,39 @@ def test_the_address_and_ctypes_of_a_sparse_kernel_are_its_flat_wrappers() -> No
     # (buffers: 3 memref pointers, 2 sizes, then x and y; the result through a pointer)
     assert len(matvec.ctypes.argtypes) == 1 + 3 + 2 + 2
     assert matvec.address == ctypes.cast(matvec.ctypes, ctypes.c_void_p).value
+
+
+def test_sparse_tensors_beside_scalars_that_cross_widened(session: Session) -> None:
+    m = session.compile("""
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+func.func @f(%a: tensor<?x?xf64, #CSR>, %flag: i1, %h: f16) -> (i1, f16, index) {
+  %c0 = arith.constant 0 : index
+  %d = tensor.dim %a, %c0 : tensor<?x?xf64, #CSR>
+  %true = arith.constant true
+  %not = arith.xori %flag, %true : i1
+  %twice = arith.addf %h, %h : f16
+  return %not, %twice, %d : i1, f16, index
+}
+""")
+    assert m.f(sp.csr_array((3, 2)), True, np.float16(1.5)) == (False, 3.0, 3)
+    assert m.f(sp.csr_array((4, 2)), False, np.float16(-0.25)) == (True, -0.5, 4)
+
+
+def test_a_sparse_callback_with_scalars_that_cross_widened_is_refused(
+        session: Session) -> None:
+    t = ("tensor<?x?xf64, #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, "
+         "j : compressed) }>>")
+
+    @callback(f"({t}, i1) -> ()", session=session)
+    def cb(a: Any, flag: bool) -> None:
+        raise AssertionError("never called")
+
+    with pytest.raises(SignatureError, match=r"callback @cb: a callback taking sparse "
+                                             r"tensors cannot take or return i1"):
+        session.compile(f"""
+func.func @f(%a: {t}, %flag: i1) {{
+  func.call @cb(%a, %flag) : ({t}, i1) -> ()
+  return
+}}
+func.func private @cb({t}, i1)
+""")

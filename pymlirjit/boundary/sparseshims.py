@@ -1,4 +1,10 @@
-"""Callbacks taking sparse tensors: compiled code hands them scipy.sparse views.
+"""The MLIR around sparse functions and callbacks, and callbacks given scipy views.
+
+A public function with sparse tensors is called through :func:`sparse_entry_shims`: the
+flat wrapper of :mod:`.sparse`, and the entry shim of :mod:`.abi` around it where its
+other values cross widened (i1, f16, complex...).
+
+Callbacks taking sparse tensors: compiled code hands them scipy.sparse views.
 
 A declaration ``func.func private @cb(tensor<?x?xf64, #CSR>, f64) -> f64`` linked to a
 callback becomes a small MLIR function ``@cb`` (:func:`sparse_callback_shim`) that reads
@@ -16,18 +22,39 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import SignatureError
-from .abi import RESERVED_PREFIX
+from .abi import RESERVED_PREFIX, boundary_abi, declaration, entry_shim_symbol, kernel_shim
 from .callback import Callback
 from .signature import Signature
-from .sparse import buffer_types, disassembled, flat_signature, flat_types, has_sparse
+from .sparse import (
+    buffer_types,
+    disassembled,
+    flat_signature,
+    flat_types,
+    has_sparse,
+    sparse_wrapper,
+    sparse_wrapper_symbol,
+)
 from .sparsearrays import from_buffers
 from .sparseformat import SparseTensorType
 
 __all__ = ["SPARSE_CALLBACK_PREFIX", "flat_callback", "sparse_callback_shim",
-           "sparse_callback_symbol", "with_flat_callbacks"]
+           "sparse_callback_symbol", "sparse_entry_shims", "with_flat_callbacks"]
 
 #: The flat symbol of callback ``@cb``: ``__pymlirjit_sparsecb_cb``.
 SPARSE_CALLBACK_PREFIX = RESERVED_PREFIX + "sparsecb_"
+
+
+def sparse_entry_shims(impl: str, name: str, signature: Signature) -> tuple[str, list[str]]:
+    """The C-ABI entry of public function ``@name`` (defined as ``@impl``) with sparse
+    tensors, and the MLIR that defines it: its flat wrapper, and the entry shim around
+    that where other values cross widened."""
+    wrapper = entry = sparse_wrapper_symbol(name)
+    shims = [sparse_wrapper(impl, wrapper, signature)]
+    if boundary_abi(signature).needs_shim:
+        entry = entry_shim_symbol(name)
+        flat = flat_signature(signature)
+        shims.append(kernel_shim(wrapper, entry, flat).removesuffix(declaration(wrapper, flat)))
+    return entry, shims
 
 
 def sparse_callback_symbol(name: str) -> str:
