@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import SignatureError
+from ..errors import Diagnostic, MLIRError, SignatureError
 from .abi import RESERVED_PREFIX, boundary_abi, declaration, entry_shim_symbol, kernel_shim
 from .callback import Callback
 from .signature import Signature
@@ -38,7 +38,8 @@ from .sparsearrays import from_buffers
 from .sparseformat import SparseTensorType
 
 __all__ = ["SPARSE_CALLBACK_PREFIX", "flat_callback", "sparse_callback_shim",
-           "sparse_callback_symbol", "sparse_entry_shims", "with_flat_callbacks"]
+           "sparse_callback_symbol", "sparse_entry_shims", "with_flat_callbacks",
+           "with_sparsifier_hint"]
 
 #: The flat symbol of callback ``@cb``: ``__pymlirjit_sparsecb_cb``.
 SPARSE_CALLBACK_PREFIX = RESERVED_PREFIX + "sparsecb_"
@@ -144,3 +145,28 @@ def with_flat_callbacks(linkable: Mapping[str, Any], needed: Iterable[str]
                 and isinstance(user, Callback) and has_sparse(user.signature)):
             extra[name] = flat_callback(user)
     return {**linkable, **extra} if extra else linkable
+
+
+#: What MLIR 22 says when the sparsifier left an op on a sparse tensor as it was (a
+#: linalg body it cannot sparsify): a sparse value's storage never materialized.
+_UNSPARSIFIED = "failed to legalize unresolved materialization"
+
+_HINT = ("the sparsifier could not make sparse code of an operation on this sparse tensor "
+         "and left it as it was: MLIR 22 sparsifies linalg ops whose body is arith and math "
+         "ops, with add, mul, and, or, xor reductions; a maximum reduction or a func.call in "
+         "the body is not (sparse_tensor.reduce, unary and binary spell custom ones). MLIR "
+         "said: ")
+
+
+def with_sparsifier_hint(error: MLIRError) -> MLIRError:
+    """``error``, or, where it is the sparsifier's failure on an op it left as it was,
+    the same error with its diagnostics saying what to change."""
+    def hinted(d: Diagnostic) -> Diagnostic:
+        if d.message.startswith(_UNSPARSIFIED) and "sparse_tensor" in d.message:
+            return Diagnostic(d.severity, _HINT + d.message, d.location, d.notes)
+        return d
+
+    diagnostics = [hinted(d) for d in error.diagnostics]
+    if diagnostics == list(error.diagnostics):
+        return error
+    return MLIRError(error.summary, diagnostics)

@@ -36,6 +36,7 @@ from ..boundary.sparseshims import (
     sparse_callback_shim,
     sparse_callback_symbol,
     sparse_entry_shims,
+    with_sparsifier_hint,
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
@@ -291,9 +292,12 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     def keep(name: str) -> bool:  # a declaration linked to Python or native code
         return name in prepared.registrations or name in prepared.externs
 
-    lower_module(prepared.module, options.pipeline, prepared.filename,
-                 optimize_first if options.fastmath or options.tiles_linalg
-                 or options.parallel_loops else None, hooks, keep, prepared.shallow)
+    try:
+        lower_module(prepared.module, options.pipeline, prepared.filename,
+                     optimize_first if options.fastmath or options.tiles_linalg
+                     or options.parallel_loops else None, hooks, keep, prepared.shallow)
+    except MLIRError as exc:
+        raise with_sparsifier_hint(exc) from None
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])

@@ -487,3 +487,27 @@ func.func @f(%a: {t}, %flag: i1) {{
 }}
 func.func private @cb({t}, i1)
 """)
+
+
+def test_a_body_the_sparsifier_cannot_sparsify_gets_an_error_saying_so(
+        session: Session) -> None:
+    # A maximum reduction: MLIR 22 leaves the linalg.generic on the sparse tensor as it
+    # was and fails with an unresolved materialization; the error says why.
+    from pymlirjit import MLIRError
+
+    with pytest.raises(MLIRError, match=r"the sparsifier could not make sparse code of an "
+                                        r"operation on this sparse tensor .* a maximum "
+                                        r"reduction .* MLIR said: failed to legalize"):
+        session.compile("""
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+#rows = {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+         iterator_types = ["parallel", "reduction"]}
+func.func @row_max(%a: tensor<?x?xf64, #CSR>, %init: tensor<?xf64>) -> tensor<?xf64> {
+  %r = linalg.generic #rows ins(%a : tensor<?x?xf64, #CSR>) outs(%init : tensor<?xf64>) {
+  ^bb0(%v: f64, %best: f64):
+    %larger = arith.maximumf %best, %v : f64
+    linalg.yield %larger : f64
+  } -> tensor<?xf64>
+  return %r : tensor<?xf64>
+}
+""")
