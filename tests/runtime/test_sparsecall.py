@@ -502,10 +502,16 @@ def test_a_body_the_sparsifier_cannot_sparsify_gets_an_error_saying_so(
 #CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
 #rows = {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
          iterator_types = ["parallel", "reduction"]}
-func.func @row_max(%a: tensor<?x?xf64, #CSR>, %init: tensor<?xf64>) -> tensor<?xf64> {
+func.func @row_max(%a: tensor<?x?xf64, #CSR>) -> tensor<?xf64> {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %a, %c0 : tensor<?x?xf64, #CSR>
+  %zero = arith.constant 0.0 : f64
+  %empty = tensor.empty(%m) : tensor<?xf64>
+  %init = linalg.fill ins(%zero : f64) outs(%empty : tensor<?xf64>) -> tensor<?xf64>
   %r = linalg.generic #rows ins(%a : tensor<?x?xf64, #CSR>) outs(%init : tensor<?xf64>) {
   ^bb0(%v: f64, %best: f64):
-    %larger = arith.maximumf %best, %v : f64
+    %magnitude = math.absf %v : f64
+    %larger = arith.maximumf %best, %magnitude : f64
     linalg.yield %larger : f64
   } -> tensor<?xf64>
   return %r : tensor<?xf64>
