@@ -45,7 +45,8 @@ def test_each_format_is_read_from_its_encoding(map_: str, name: str) -> None:
 ])
 def test_other_encodings_name_the_formats_that_cross(text: str) -> None:
     with pytest.raises(TypeError, match=r"xf64, #sparse_tensor.encoding<.*>>: not a sparse "
-                                        r"format that crosses the Python boundary \(those that do: CSR, CSC, DCSR, COO"):
+                                        r"format that crosses the Python boundary \(those "
+                                        r"that do: CSR, CSC, DCSR, COO"):
         parse_type(text)
     with pytest.raises(SignatureError, match="not a sparse format"):
         as_signature(f"({text}) -> ()")
