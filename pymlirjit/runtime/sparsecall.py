@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..boundary.signature import Signature, argument_label
+from ..boundary.sparse import flat_types
 from ..boundary.sparsearrays import buffer_converter, from_buffers
 from ..boundary.sparseformat import SparseTensorType
 
@@ -45,6 +46,13 @@ class SparseCall:
         self.readers = [_reader(t) for t in signature.results]
         self.sparse_results = any(isinstance(t, SparseTensorType) for t in signature.results)
         self._plain = _straight_call(inner, self.converters)
+        # How the wrapper's errors name each dense parameter, and how the function does.
+        self._dense_labels: list[tuple[str, str]] = []
+        flat_index = 0
+        for p, label in zip(signature.params, self.labels):
+            if not isinstance(p.type, SparseTensorType):
+                self._dense_labels.append((argument_label(flat_index, p.name), label))
+            flat_index += len(flat_types(p.type))
 
     @staticmethod
     def _converter(t: Any, what: str, name: str) -> Callable[[Any], list[Any]] | None:
@@ -55,16 +63,31 @@ class SparseCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != len(self.converters):
             args = self._bind(args, kwargs)
-        if not self.sparse_results:
-            return self._plain(*args)
-        flat: list[Any] = []
-        for convert, value in zip(self.converters, args):
-            if convert is None:
-                flat.append(value)
-            else:
-                flat += convert(value)
-        results = self.inner(*flat)
+        try:
+            if not self.sparse_results:
+                return self._plain(*args)
+            flat: list[Any] = []
+            for convert, value in zip(self.converters, args):
+                if convert is None:
+                    flat.append(value)
+                else:
+                    flat += convert(value)
+            results = self.inner(*flat)
+        except (TypeError, ValueError) as exc:
+            raise self._renumbered(exc) from exc.__cause__
         return self._read(results, [a for a in flat if isinstance(a, np.ndarray)])
+
+    def _renumbered(self, error: Exception) -> Exception:
+        """``error`` naming a parameter as the wrapper counts it (after the buffers of
+        the sparse ones) renamed as the function counts it."""
+        message = str(error)
+        for label, user_label in self._dense_labels:
+            if message.startswith(f"{self.display_name}() {label}:"):
+                message = message.replace(label, user_label, 1)
+                renamed = type(error)(message)
+                renamed.__traceback__ = error.__traceback__
+                return renamed
+        return error
 
     call_positional = __call__
 

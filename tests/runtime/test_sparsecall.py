@@ -517,3 +517,16 @@ func.func @row_max(%a: tensor<?x?xf64, #CSR>) -> tensor<?xf64> {
   return %r : tensor<?xf64>
 }
 """)
+
+
+def test_a_bad_dense_argument_beside_a_sparse_one_is_named_by_its_own_position() -> None:
+    @mlir_kernel(source=matrix_source(MAPS["CSR"]))
+    def matvec(a: Any, x: Any, y: Any) -> Any: ...
+
+    a = random_matrix((3, 4), 0.5, "csr", seed=13)
+    with pytest.raises(TypeError, match=r"^matvec\(\) argument 2 \('x'\): expected a float64 "
+                                        r"array for tensor<\?xf64>, got a float32 array"):
+        matvec(a, np.ones(4, np.float32), np.zeros(3))
+    with pytest.raises(TypeError, match=r"^matvec\(\) argument 3 \('y'\): expected a numpy "
+                                        r"array of float64"):
+        matvec(a, np.ones(4), [0.0, 0.0, 0.0])
