@@ -68,16 +68,7 @@ def buffer_converter(t: SparseTensorType, what: str, name: str
     plan = [None if b.kind == "val" else (index_dtype(widths[b.kind]), b.kind, b.level,
                                           b.stride) for b in t.format.buffers]
 
-    if t.format.name in ("CSR", "CSC") and plan[0] is not None and plan[1] is not None:
-        fast = _compressed_converter(t, plan[0][0], plan[1][0], static, what)
-    else:
-        fast = None
-
     def convert(value: Any) -> list[Any]:
-        if fast is not None:
-            done = fast(value)
-            if done is not None:
-                return done
         if not sparse.issparse(value):
             raise _not_sparse(value, t, what, name)
         if value.ndim != rank:
@@ -111,19 +102,22 @@ def buffer_converter(t: SparseTensorType, what: str, name: str
                        if array.size else 0)
             buffers.append(_as_width(array, dtype, largest, what, kind))
         return [*buffers, *levels]
+
+    if t.format.name in ("CSR", "CSC") and plan[0] is not None and plan[1] is not None:
+        return _compressed_converter(t, plan[0][0], plan[1][0], static, convert)
     return convert
 
 
 def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype[Any],
-                          static: list[tuple[int, int]], what: str
-                          ) -> Callable[[Any], list[Any] | None]:
+                          static: list[tuple[int, int]],
+                          general: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:
     """The common case of a CSR or CSC parameter, in few steps: a matrix of the
     parameter's index dtypes, passed before as it is (remembered while it lives, with its
-    arrays: see the module's docstring), passes again after identity checks; ``None``:
-    take the general path, which checks, converts, copies or raises."""
+    arrays: see the module's docstring), passes again after identity checks; the
+    others take the ``general`` path, which checks, converts, copies or raises."""
     wanted, element, csr = t.format.scipy, t.element.dtype, t.format.name == "CSR"
 
-    def convert(value: Any) -> list[Any] | None:
+    def convert(value: Any) -> list[Any]:
         try:
             passed = _passed.get(id(value))
             if (passed is not None and passed[0]() is value and passed[1] is t
@@ -134,10 +128,10 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
                 remembered: list[Any] = passed[6]
                 return remembered
             if value.format != wanted or value.dtype != element or static:
-                return None
+                return general(value)
             indptr, indices, data = value.indptr, value.indices, value.data
         except AttributeError:
-            return None
+            return general(value)
         shape = value.shape
         major, minor = shape if csr else shape[::-1]
         if (indptr.dtype != pos or indices.dtype != crd or not value.has_canonical_format
@@ -145,15 +139,14 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
                 or not (indptr.flags.c_contiguous and indices.flags.c_contiguous
                         and data.flags.c_contiguous)
                 or not _writable(indptr, indices, data)):
-            return None
+            return general(value)
         nnz = indices.shape[0]
         if (indptr.shape[0] != major + 1 or indptr[0] != 0 or indptr[-1] != nnz
                 or data.shape[0] != nnz):
-            return None  # the general path names the inconsistency
+            return general(value)  # which names the inconsistency
         flat = [indptr, indices, data, major, minor]
         _remember(_passed, value, (t, indptr, indices, data, shape, flat))
         return flat
-    del what
     return convert
 
 
