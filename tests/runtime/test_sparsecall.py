@@ -530,3 +530,31 @@ def test_a_bad_dense_argument_beside_a_sparse_one_is_named_by_its_own_position()
     with pytest.raises(TypeError, match=r"^matvec\(\) argument 3 \('y'\): expected a numpy "
                                         r"array of float64"):
         matvec(a, np.ones(4), [0.0, 0.0, 0.0])
+
+
+def test_a_callback_calls_a_sparse_kernel_during_a_sparse_call(session: Session) -> None:
+    # Re-entered: the callback of one sparse call makes another (and of the same
+    # matrix, which is remembered by then).
+    spmv = session.compile(matrix_source(MAPS["CSR"])).matvec
+    a = random_matrix((20, 10), 0.3, "csr", seed=14)
+    x = np.arange(10.0)
+
+    @callback(session=session)
+    def hook(k: f64) -> f64:
+        return float(spmv(a, x, np.zeros(20)).sum()) * k
+
+    m = session.compile("""
+#CSR = #sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>
+func.func @outer(%a: tensor<?x?xf64, #CSR>, %x: tensor<?xf64>, %y: tensor<?xf64>, %k: f64)
+    -> (tensor<?xf64>, f64) {
+  %h = func.call @hook(%k) : (f64) -> f64
+  %r = linalg.matvec ins(%a, %x : tensor<?x?xf64, #CSR>, tensor<?xf64>)
+      outs(%y : tensor<?xf64>) -> tensor<?xf64>
+  return %r, %h : tensor<?xf64>, f64
+}
+func.func private @hook(f64) -> f64
+""")
+    for _ in range(3):
+        product, hooked = m.outer(a, x, np.zeros(20), 2.0)
+        np.testing.assert_allclose(product, a @ x)
+        assert hooked == pytest.approx(2.0 * (a @ x).sum())
