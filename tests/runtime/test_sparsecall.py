@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import subprocess
 import sys
 import threading
@@ -558,3 +559,30 @@ func.func private @hook(f64) -> f64
         product, hooked = m.outer(a, x, np.zeros(20), 2.0)
         np.testing.assert_allclose(product, a @ x)
         assert hooked == pytest.approx(2.0 * (a @ x).sum())
+
+
+def test_one_sparse_result_returned_twice_is_freed_once() -> None:
+    # Both results hold the kernel's three buffers: freeing them twice would abort
+    # (MALLOC_CHECK_=3 makes glibc check), so in a child process.
+    script = f"""
+import gc, numpy as np, scipy.sparse as sp
+from pymlirjit import Session
+source = {matrix_source(MAPS['CSR'])!r}.replace(
+    "func.func @square(%a: tensor<?x?xf64, #S>) -> tensor<?x?xf64, #S> {{",
+    "func.func @square(%a: tensor<?x?xf64, #S>) -> (tensor<?x?xf64, #S>, tensor<?x?xf64, #S>) {{"
+).replace("  return %r : tensor<?x?xf64, #S>\\n}}\\nfunc.func @same",
+          "  return %r, %r : tensor<?x?xf64, #S>, tensor<?x?xf64, #S>\\n}}\\nfunc.func @same")
+m = Session().compile(source)
+a = sp.random_array((30, 20), density=0.3, format="csr", rng=1)
+for i in range(1000):
+    first, second = m.square(a)
+    del first
+    if i % 250 == 0:
+        gc.collect()
+assert abs(second - a.multiply(a)).max() == 0
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "MALLOC_CHECK_": "3"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok" and done.stderr == ""
