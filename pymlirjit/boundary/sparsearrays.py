@@ -68,6 +68,8 @@ def buffer_converter(t: SparseTensorType, what: str, name: str
     plan = [None if b.kind == "val" else (index_dtype(widths[b.kind]), b.kind, b.level,
                                           b.stride) for b in t.format.buffers]
 
+    compressed = t.format.name in ("CSR", "CSC")
+
     def convert(value: Any) -> list[Any]:
         if not sparse.issparse(value):
             raise _not_sparse(value, t, what, name)
@@ -101,7 +103,14 @@ def buffer_converter(t: SparseTensorType, what: str, name: str
                         (levels[level] if stride == 1 else max(levels)) - 1)
                        if array.size else 0)
             buffers.append(_as_width(array, dtype, largest, what, kind))
-        return [*buffers, *levels]
+        flat = [*buffers, *levels]
+        if compressed and buffers[-1] is value.data and value.has_canonical_format:
+            # Its index arrays converted to the encoding's widths: kept for the next
+            # calls with the same arrays (while the matrix lives), as scipy keeps what
+            # it knows of them; the values are its own, so changing them in place is seen.
+            _remember(_passed, value, (t, value.indptr, value.indices, value.data, shape,
+                                       flat))
+        return flat
 
     if t.format.name in ("CSR", "CSC") and plan[0] is not None and plan[1] is not None:
         return _compressed_converter(t, plan[0][0], plan[1][0], static, convert)

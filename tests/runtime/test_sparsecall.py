@@ -586,3 +586,24 @@ print("ok")
                           timeout=120, env={**os.environ, "MALLOC_CHECK_": "3"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok" and done.stderr == ""
+
+
+def test_converted_index_arrays_are_kept_and_new_values_seen(modules: dict[str, Any]) -> None:
+    # The default widths (index, 64 bits) convert scipy's int32 indices once per matrix;
+    # its values are passed as they are, so changing them in place is seen.
+    from pymlirjit.boundary import sparsearrays
+
+    m = modules["CSR"]
+    a = random_matrix((40, 30), 0.2, "csr", seed=15)
+    assert a.indices.dtype == np.int32
+    x = np.arange(30.0)
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(40)), a @ x)
+    kept = sparsearrays._passed[id(a)][6]
+    assert kept[1].dtype == np.int64 and kept[2] is a.data
+    a.data *= 3.0
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(40)), a @ x)
+    assert sparsearrays._passed[id(a)][6] is kept
+    a.indices = a.indices.copy()  # other index arrays: converted and checked anew
+    a.indices[0] = 99
+    with pytest.raises(ValueError, match=r"index 99 is out of range \[0, 30\)"):
+        m.matvec(a, x, np.zeros(40))
