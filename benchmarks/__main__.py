@@ -29,6 +29,7 @@ CASES: dict[str, str] = {
     "f": "kernels",
     "g": "call_shapes",
     "h": "ufuncs",
+    "i": "sparse",
 }
 
 

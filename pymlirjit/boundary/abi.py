@@ -23,6 +23,7 @@ from typing import Any
 
 from .memref import UnrankedDescriptor, descriptor_type
 from .signature import Signature
+from .sparse import flat_signature, has_sparse
 from .types import (
     MemRefType,
     ScalarType,
@@ -126,7 +127,10 @@ class BoundaryABI:
 
 @functools.lru_cache(maxsize=256)
 def boundary_abi(signature: Signature) -> BoundaryABI:
-    """Derive the boundary ABI of ``signature`` (cached: signatures are values)."""
+    """Derive the boundary ABI of ``signature`` (cached: signatures are values); a
+    function with sparse tensors has its wrapper's (:mod:`pymlirjit.boundary.sparse`)."""
+    if has_sparse(signature):
+        return boundary_abi(flat_signature(signature))
     params: list[Type] = []
     for t in signature.param_types:
         params.extend(_param_boundary_types(t))

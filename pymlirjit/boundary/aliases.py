@@ -96,7 +96,7 @@ class Role:
         """(strength, MLIR type) ``value`` binds the alias to: 2 an array, 1 a numpy
         scalar, 0 a Python scalar (weak)."""
         if self.array:
-            if not isinstance(value, np.ndarray):
+            if not isinstance(value, np.ndarray) and not _scipy_sparse(value):
                 raise TypeError(f"{self.label} must be a numpy array (its dtype binds "
                                 f"!{self.alias}), got {type(value).__name__}")
             return 2, self._component(self._type(value.dtype), value.dtype)
@@ -134,6 +134,12 @@ class Role:
             raise TypeError(f"{self.label} binds !{self.alias} in complex<!{self.alias}>: "
                             f"expected complex values, got {dtype}")
         return "f32" if t.bits == 64 else "f64"
+
+
+def _scipy_sparse(value: Any) -> bool:
+    """A scipy.sparse matrix or array (a sparse tensor's argument: its values' dtype
+    binds), told without importing scipy."""
+    return type(value).__module__.startswith("scipy.sparse") and hasattr(value, "dtype")
 
 
 def roles(text: str, name: str, names: list[str] | None) -> list[Role]:

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, get_args, get_origin
 
 from ..errors import SignatureError
+from .sparseformat import FORMATS
 from .typeparser import parsed_type
 from .types import (
     SCALARS,
     MemRefType,
     ScalarType,
+    SparseTensorType,
     TensorType,
     Type,
     UnrankedMemRefType,
@@ -360,6 +362,9 @@ def _encode_type(t: Type) -> Any:
                 "strides": None if t.strides is None else list(t.strides), "offset": t.offset}
     if isinstance(t, UnrankedMemRefType):
         return {"unranked": t.element.mlir}
+    if isinstance(t, SparseTensorType):
+        return {"sparse": t.element.mlir, "shape": list(t.shape), "format": t.format.name,
+                "widths": [t.pos_width, t.crd_width], "mlir": t.mlir}
     return {"tensor": t.element.mlir, "shape": list(t.shape)}
 
 
@@ -372,6 +377,11 @@ def _decode_type(data: Any) -> Type:
                           None if strides is None else tuple(strides), data["offset"])
     if "unranked" in data:
         return UnrankedMemRefType(_SCALARS_BY_MLIR[data["unranked"]])
+    if "sparse" in data:
+        found = next(f for f in FORMATS if f.name == data["format"])
+        pos_width, crd_width = data["widths"]
+        return SparseTensorType(_SCALARS_BY_MLIR[data["sparse"]], tuple(data["shape"]), found,
+                                pos_width, crd_width, data["mlir"])
     return TensorType(_SCALARS_BY_MLIR[data["tensor"]], tuple(data["shape"]))
 
 

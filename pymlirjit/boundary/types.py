@@ -24,12 +24,14 @@ from typing import Annotated, Any, get_args, get_origin
 
 import numpy as np
 
+from .sparseformat import SparseTensorType, sparse_format
 from .typeparser import parsed_type
 
 __all__ = [
     "MemRef",
     "MemRefType",
     "ScalarType",
+    "SparseTensorType",
     "Tensor",
     "TensorType",
     "Type",
@@ -235,7 +237,7 @@ class TensorType:
         return self.mlir
 
 
-Type = ScalarType | MemRefType | UnrankedMemRefType | TensorType
+Type = ScalarType | MemRefType | UnrankedMemRefType | TensorType | SparseTensorType
 
 
 def _shape_from_params(params: tuple[Any, ...], what: str) -> tuple[int | None, ...]:
@@ -304,7 +306,8 @@ def to_type(spelling: Any) -> Type:
     >>> to_type("memref<*xi8>")
     memref<*xi8>
     """
-    if isinstance(spelling, (ScalarType, MemRefType, UnrankedMemRefType, TensorType)):
+    if isinstance(spelling, (ScalarType, MemRefType, UnrankedMemRefType, TensorType,
+                             SparseTensorType)):
         return spelling
     if get_origin(spelling) is Annotated:
         base, *metadata = get_args(spelling)
@@ -365,10 +368,15 @@ def from_mlir(mlir_type: Any) -> Type:
     if isinstance(mlir_type, ir.UnrankedMemRefType):
         return UnrankedMemRefType(_element_from_mlir(mlir_type.element_type, text))
     if isinstance(mlir_type, ir.RankedTensorType):
-        if mlir_type.encoding is not None:
-            raise TypeError(f"{text}: tensor encodings are not supported at the Python boundary")
         element = _element_from_mlir(mlir_type.element_type, text)
-        return TensorType(element, tuple(None if d == dynamic else d for d in mlir_type.shape))
+        shape = tuple(None if d == dynamic else d for d in mlir_type.shape)
+        if mlir_type.encoding is not None:  # a sparse tensor: a scipy.sparse array
+            try:
+                return SparseTensorType(element, shape, *sparse_format(str(mlir_type.encoding)),
+                                        text)
+            except TypeError as exc:
+                raise TypeError(f"{text}: {exc}") from None
+        return TensorType(element, shape)
     raise TypeError(f"MLIR type {text} cannot cross the Python boundary")
 
 

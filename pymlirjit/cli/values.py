@@ -1,5 +1,6 @@
 """The command line's values: ARGs parsed by the entry's MLIR signature (scalars from
-text, memrefs and tensors from ``.npy`` files), and results formatted and saved.
+text, memrefs and tensors from ``.npy`` files, sparse tensors from scipy's ``.npz``
+files), and results formatted and saved.
 
 It also defines :class:`CLIError`, the failure every part of the command line reports.
 """
@@ -51,13 +52,29 @@ def _load_array(text: str, what: str) -> Any:
         raise CLIError(f"{what}: {text} is not a .npy file of numbers{detail}") from exc
 
 
+def _load_sparse(text: str, what: str) -> Any:
+    import scipy.sparse
+
+    try:
+        return scipy.sparse.load_npz(text)
+    except OSError as exc:
+        raise CLIError(f"{what}: cannot read sparse array file {text}: "
+                       f"{exc.strerror or exc}") from exc
+    except (ValueError, KeyError, TypeError) as exc:  # TypeError: a .npy file's array
+        raise CLIError(f"{what}: {text} is not a scipy.sparse .npz file "
+                       f"(scipy.sparse.save_npz writes one)") from exc
+
+
 def parse_argument(text: str, param: Any, position: int) -> Any:
     """The value of command-line argument ``text`` for ``param`` (a signature
     :class:`~pymlirjit.Parameter`; ``position`` counts from 1): a Python scalar for a
-    scalar type, the array loaded from a ``.npy`` file for a memref or tensor."""
-    from ..boundary.types import ScalarType, to_python_scalar
+    scalar type, the array loaded from a ``.npy`` file for a memref or tensor, the
+    scipy.sparse array of a ``.npz`` file for a sparse tensor."""
+    from ..boundary.types import ScalarType, SparseTensorType, to_python_scalar
 
     what = f"argument {position} ({param.type.mlir})"
+    if isinstance(param.type, SparseTensorType):
+        return _load_sparse(text, what)
     if not isinstance(param.type, ScalarType):
         return _load_array(text, what)
     try:
@@ -88,6 +105,8 @@ def format_result(value: Any, mlir_type: Any = None) -> str:
 
     if isinstance(value, np.ndarray):
         return str(value)
+    if type(value).__module__.startswith("scipy.sparse"):  # a sparse result
+        return f"{value!r}\n{value}"
     narrow = {"f32": np.float32, "f16": np.float16, "complex<f32>": np.complex64}
     to_numpy = narrow.get(getattr(mlir_type, "mlir", ""))
     if to_numpy is not None:
@@ -117,7 +136,13 @@ def save_outputs(paths: Sequence[str], results: Sequence[Any]) -> None:
     """Save the array results, in order, to the ``--output`` paths."""
     import numpy as np
 
-    arrays = [r for r in results if isinstance(r, np.ndarray)]
+    arrays = [r for r in results
+              if isinstance(r, np.ndarray) or type(r).__module__.startswith("scipy.sparse")]
     for path, array in zip(paths, arrays):
         with open(path, "wb") as file:  # np.save(path) would add .npy to any other name
-            np.save(file, array)
+            if isinstance(array, np.ndarray):
+                np.save(file, array)
+            else:  # a sparse result: scipy's .npz
+                import scipy.sparse
+
+                scipy.sparse.save_npz(file, array)

@@ -31,6 +31,7 @@ from ..boundary.memref import (
     owned_array_from_descriptor,
 )
 from ..boundary.signature import Signature, argument_label
+from ..boundary.sparse import flat_signature, has_sparse
 from ..boundary.types import (
     MemRefType,
     ScalarType,
@@ -40,6 +41,7 @@ from ..boundary.types import (
 )
 from ..boundary.vectorcall import EntryCaller, NativeCallable, has_entry, set_entry
 from .sharedlib import SharedLibrary
+from .sparsecall import SparseCall
 
 __all__ = ["CompiledFunction", "set_origin"]
 
@@ -83,9 +85,17 @@ class CompiledFunction(NativeCallable):
         # failing callback then skips the later callbacks of the call instead of ending
         # it, and the call still raises.)
         unguarded = isinstance(engine, SharedLibrary) and guard is None
-        self._python_call = _PythonCall(engine, self.display_name, signature, self.abi,
-                                        address, release_gil,
-                                        None if unguarded else self._guard)
+        self._python_call: _PythonCall | SparseCall
+        if has_sparse(signature):  # scipy.sparse in and out, through a flat wrapper
+            self._python_call = SparseCall(CompiledFunction(
+                engine, name, flat_signature(signature), address, module=module,
+                display_name=self.display_name, links_callbacks=links_callbacks,
+                release_gil=release_gil, unwind=unwind, native=True, guard=guard),
+                signature, self.display_name)
+        else:
+            self._python_call = _PythonCall(engine, self.display_name, signature, self.abi,
+                                            address, release_gil,
+                                            None if unguarded else self._guard)
         self._links_callbacks = links_callbacks
         self._native_wanted = native and native_kernel_supported(self.signature)
         self.native_entry: int | None = None

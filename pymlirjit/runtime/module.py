@@ -42,6 +42,7 @@ from ..boundary.relocation import (
     well_known,
 )
 from ..boundary.signature import Signature
+from ..boundary.sparseshims import with_flat_callbacks
 from ..codegen.options import CompileOptions
 from ..errors import LinkError, SignatureError
 from ..lowering.pipeline import runtime_library, runtime_library_defining
@@ -468,6 +469,7 @@ def load(entry: CachedModule, source: str, linkable: Mapping[str, Callback],
     libraries the entry names, found in MLIR's own folder. Its global constructors run
     once the code is loaded. Native entries the artifact lacks are not generated here
     (see :func:`attach_native_entries`)."""
+    linkable = with_flat_callbacks(linkable, entry.callbacks.values())  # sparse ones
     symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
     callbacks = {name: linkable[name] for name in entry.callbacks.values()}
     shared_libs = options.shared_libs + tuple(

@@ -30,6 +30,14 @@ from ..boundary.abi import (
 from ..boundary.callback import Callback
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
 from ..boundary.signature import Signature, as_signature, from_func_op
+from ..boundary.sparse import has_sparse
+from ..boundary.sparseshims import (
+    flat_callback,
+    sparse_callback_shim,
+    sparse_callback_symbol,
+    sparse_entry_shims,
+    with_sparsifier_hint,
+)
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
 from ..codegen.optimize import optimize, with_vector_lowering
@@ -166,6 +174,24 @@ def prepare(text: str, options: CompileOptions,
                 if cb is None:  # left to shared libraries or the process, as written:
                     continue    # its types are the linker's business, not Python's
                 signature = _signature(op)
+                if has_sparse(signature) and not isinstance(cb, LinkedExtern):
+                    cb.signature.check_matches(signature, f"callback @{name}",
+                                               "its Python annotations",
+                                               "its MLIR declaration")
+                    if boundary_abi(signature).needs_shim:
+                        raise SignatureError(
+                            f"callback @{name}: a callback taking sparse tensors cannot "
+                            f"take or return i1, f16, bf16, f8 or complex values yet "
+                            f"({signature})")
+                    linked[name] = cb  # served flat, with scipy.sparse views
+                    shims.append(sparse_callback_shim(symbol_name, signature))
+                    registrations[ciface_symbol(sparse_callback_symbol(symbol_name))] = (
+                        flat_callback(cb))
+                    op.operation.erase()
+                    continue
+                if has_sparse(signature):
+                    raise SignatureError(f"extern @{name}: sparse tensors cannot cross into "
+                                         f"externs ({signature})")
                 if isinstance(cb, LinkedExtern):
                     cb.signature.check_matches(signature, f"extern @{name}",
                                                f"its target ({cb.what or 'native code'})",
@@ -209,6 +235,12 @@ def prepare(text: str, options: CompileOptions,
                     else:  # lower() gives it a C interface
                         signatures[name] = (signature, name)
                     continue
+                if has_sparse(signature):  # called through a wrapper taking its buffers
+                    entry, added = sparse_entry_shims(symbol_name, name, signature)
+                    shims += added
+                    signatures[name] = (signature, entry)
+                    op.attributes["sym_visibility"] = ir.StringAttr.get("private")
+                    continue
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
                 entry = symbol_name
@@ -238,7 +270,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
                            filename=prepared.filename, parallel=options.parallel_loops)
         if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
             use_vector_library(module)
-        if options.parallel_loops:
+        if options.parallel_loops and "sparsifier" not in pipeline:  # its loops: serial
             pipeline = with_parallel_loops(pipeline, options.threads)
         return with_vector_lowering(pipeline) if vectors else pipeline
 
@@ -260,9 +292,12 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     def keep(name: str) -> bool:  # a declaration linked to Python or native code
         return name in prepared.registrations or name in prepared.externs
 
-    lower_module(prepared.module, options.pipeline, prepared.filename,
-                 optimize_first if options.fastmath or options.tiles_linalg
-                 or options.parallel_loops else None, hooks, keep, prepared.shallow)
+    try:
+        lower_module(prepared.module, options.pipeline, prepared.filename,
+                     optimize_first if options.fastmath or options.tiles_linalg
+                     or options.parallel_loops else None, hooks, keep, prepared.shallow)
+    except MLIRError as exc:
+        raise with_sparsifier_hint(exc) from None
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])

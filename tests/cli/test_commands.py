@@ -565,3 +565,26 @@ def test_check_lists_a_generic_kernel_without_compiling_a_binding(tmp_path: Path
         "@mlir_kernel 'twice' (generic.py:3): generic over !T: compiled per binding at call "
         "time (check one with kernel.specialize(...).compile())",
         "generic.py: 0 kernels compiled, 1 generic (bound at call time)"]
+
+
+def test_run_takes_and_saves_sparse_tensors_as_npz(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import scipy.sparse as sp
+
+    a = sp.csr_array(np.array([[0.0, 2.0, 0.0], [3.0, 0.0, 0.5]]))
+    sp.save_npz(tmp_path / "a.npz", a)
+    out = tmp_path / "squared.npz"
+    code = cli.main(["run", str(DATA / "cli_sparse.mlir"), str(tmp_path / "a.npz"),
+                     "-o", str(out)])
+    assert code == 0
+    assert capsys.readouterr().out.splitlines() == ["3"]
+    np.testing.assert_array_equal(sp.load_npz(out).toarray(), a.toarray() ** 2)
+    code = cli.main(["run", str(DATA / "cli_sparse.mlir"), str(tmp_path / "a.npz")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "Compressed Sparse Row sparse array of dtype 'float64'" in printed
+    assert printed.splitlines()[-1] == "3"
+    np.save(tmp_path / "dense.npy", a.toarray())
+    assert_one_error_line(pymlirjit("run", str(DATA / "cli_sparse.mlir"),
+                                    str(tmp_path / "dense.npy")),
+                          "is not a scipy.sparse .npz file")
