@@ -25,7 +25,7 @@ import inspect
 import linecache
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 
 import numpy as np
 
@@ -368,6 +368,19 @@ def _jit_by_value(blob: bytes, filename: str, lines: list[str],
         if inspect.isfunction(value) and code is not None and code.co_filename == nameless:
             value.__code__ = code.replace(co_filename=filename)
     return JitFunction(function, options)
+
+
+@overload
+def jit(function: Callable[..., Any], /) -> JitFunction: ...
+@overload
+def jit(function: None = None, *, parallel: bool | None = None,
+        fastmath: bool | None = None, boundscheck: bool | None = None,
+        cache: bool | None = None, session: Session | None = None,
+        opt_level: int | None = None, error_model: str | None = None,
+        pipeline: str | Sequence[str] | None = None,
+        callbacks: Iterable[Any] | None = None, release_gil: bool | None = None,
+        nopython: bool = True, nogil: bool = False,
+        ) -> Callable[[Callable[..., Any]], JitFunction]: ...
 
 
 def jit(function: Callable[..., Any] | None = None, *, parallel: bool | None = None,
