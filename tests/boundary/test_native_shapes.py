@@ -106,7 +106,8 @@ def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
         nonlocal calls
         code = frame.f_code  # type: ignore[attr-defined]
         if (event == "call" and code.co_name == "__call__"
-                and code.co_filename.endswith(os.path.join("pymlirjit", "function.py"))):
+                and code.co_filename.endswith(
+                    os.path.join("pymlirjit", "runtime", "function.py"))):
             calls += 1
 
     sys.setprofile(profile)

@@ -734,7 +734,8 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
             def profile(frame, event, arg):
                 code = frame.f_code
                 if (event == "call" and code.co_name == "__call__"
-                        and code.co_filename.endswith(os.path.join("pymlirjit", "function.py"))):
+                        and code.co_filename.endswith(
+                            os.path.join("pymlirjit", "runtime", "function.py"))):
                     calls.append(1)
             sys.setprofile(profile)
             try:

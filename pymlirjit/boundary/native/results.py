@@ -98,6 +98,9 @@ class _ResultsBuilder(_FunctionBuilder):
         path's reader instead (:meth:`read_results_in_python`), for all results."""
         b = self.builder
         types = self.abi.boundary.results
+        if len(types) == 1 and isinstance(types[0], ScalarType):  # a complex number
+            field = b.bitcast(results, _llvm_type(types[0]).as_pointer())
+            return self.box_scalar(b.load(field), types[0], False)
         if all(isinstance(t, ScalarType) for t in types):
             return self.box_scalar_results(results)
         fields = [b.gep(results, [ir.Constant(_i64, getattr(self.abi.result_struct,
