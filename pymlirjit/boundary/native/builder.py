@@ -242,6 +242,8 @@ def _llvm_type(t: ScalarType) -> ir.Type:
     if t.kind == "complex":  # {re, im}: in memory (a result struct's field) only
         part = ir.FloatType() if t.bits == 64 else _double
         return ir.LiteralStructType([part, part])
+    if t.crossing == "bits":  # f16, bf16, f8: their bits (see abi)
+        return ir.IntType(max(t.bits, 8))
     if t.kind == "float":
         return ir.FloatType() if t.bits == 32 else _double
     if t.kind == "bool":

@@ -190,6 +190,8 @@ class _EntryBuilder(_ArgumentsBuilder):
             obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
             if isinstance(t, ScalarType) and t.crossing == "pair":
                 c_args.extend(self.complex_parts(obj, t, i))  # crosses as (re, im)
+            elif isinstance(t, ScalarType) and t.crossing == "bits":
+                c_args.append(self.half_bits(obj, t, i))  # f16, bf16: their bits
             elif isinstance(t, ScalarType):
                 c_args.append(self.scalar(obj, t, i))
             else:
@@ -321,5 +323,7 @@ class _EntryBuilder(_ArgumentsBuilder):
             self.builder.call(self.api["Py_IncRef"], [none])
             return none
         result = self.abi.signature.results[0]
+        if isinstance(result, ScalarType) and result.crossing == "bits":
+            t = result  # f16, bf16: their bits crossed (an i16)
         return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
 

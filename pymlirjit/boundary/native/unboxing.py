@@ -12,6 +12,7 @@ from llvmlite import ir
 
 from ..types import ScalarType
 from .builder import OB_TYPE, SCALAR_VALUE, _double, _float, _i8, _i32, _i64
+from .halffloat import _BITS_LAYOUTS, _double_to_bits
 from .results import _ResultsBuilder
 
 # The numpy integer scalar types entries unbox (others, such as np.longlong, go to the
@@ -19,8 +20,8 @@ from .results import _ResultsBuilder
 _NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
                                          np.uint32, np.uint16, np.uint8)
 # Every type of scalar argument an entry unboxes (for some parameter type).
-_UNBOXED: tuple[type, ...] = (float, int, bool, complex, np.float64, np.float32, np.bool_,
-                              np.complex128, np.complex64, *_NUMPY_INTEGERS)
+_UNBOXED: tuple[type, ...] = (float, int, bool, complex, np.float64, np.float32, np.float16,
+                              np.bool_, np.complex128, np.complex64, *_NUMPY_INTEGERS)
 #: A Python complex's value (Py_complex cval: two doubles) follows the object header.
 _COMPLEX_VALUE = 16
 #: The largest magnitude below f32's rounding boundary (rounding at or past it overflows).
@@ -226,6 +227,38 @@ class _ArgumentsBuilder(_ResultsBuilder):
                                    (np.complex64, read_numpy(True))], f"complex{i}")
         parts = [b.extract_value(value, 0), b.extract_value(value, 1)]
         return [b.fptrunc(p, _float) for p in parts] if single else parts
+
+    def half_bits(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
+        """The bits (an i16) of an f16 or bf16 argument ``i``, converted as the Python path
+        converts it (exact=True): an exact Python ``float`` rounds to nearest even, as
+        numpy (ml_dtypes) does, unless a finite value overflows; an ``np.float16`` for
+        f16 is taken as it is. Anything else goes to the Python path."""
+        b = self.builder
+        exponent_bits, mantissa_bits, payload = _BITS_LAYOUTS[t.mlir]
+        infinity = ((1 << exponent_bits) - 1) << mantissa_bits
+        short = ir.IntType(16)
+
+        def read_float() -> ir.Value:
+            value = b.call(self.api["PyFloat_AsDouble"], [obj])
+            bits = _double_to_bits(b, value, exponent_bits, mantissa_bits, payload)
+            overflowed = b.icmp_unsigned("==", b.and_(bits, ir.Constant(short, 0x7FFF)),
+                                         ir.Constant(short, infinity))
+            was_infinite = b.fcmp_ordered("==", b.call(self._fabs(), [value]),
+                                          ir.Constant(_double, float("inf")))
+            self.check(b.or_(b.not_(overflowed), was_infinite), f"half_range{i}")
+            return bits
+
+        cases: list[tuple[type[Any], Callable[[], ir.Value]]] = [(float, read_float)]
+        if t.mlir == "f16":
+            cases.append((np.float16, lambda: self.field(obj, SCALAR_VALUE, short)))
+        return self.by_type(obj, cases, f"half{i}")
+
+    def _fabs(self) -> ir.Function:
+        module = self.function.module
+        existing = module.globals.get("llvm.fabs.f64")
+        if isinstance(existing, ir.Function):
+            return existing
+        return ir.Function(module, ir.FunctionType(_double, [_double]), "llvm.fabs.f64")
 
     def int_is_exact(self, value: ir.Value, unsigned: bool, bits: int) -> ir.Value:
         """Whether the i64 ``value`` (unsigned or signed) is exactly a float of ``bits``
