@@ -31,7 +31,7 @@ func.func @mm(%a: memref<?x?xT>, %b: memref<?x?xT>, %c: memref<?x?xT>) {
 #: columns, 16 or 32 f64), depths around the 256- and 512-deep blocks, primes, 1 and 0.
 SIZES = [(1, 1, 1), (0, 5, 3), (7, 0, 2), (3, 5, 0), (8, 32, 1), (131, 67, 257),
          (2, 97, 13), (13, 64, 256), (25, 65, 259), (15, 127, 3), (29, 16, 7),
-         (9, 33, 512), (11, 35, 1031)]
+         (9, 33, 512), (11, 35, 1031), (263, 40, 70), (517, 17, 9)]
 
 
 @pytest.mark.parametrize("parallel", [False, True])
