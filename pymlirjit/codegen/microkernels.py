@@ -65,8 +65,9 @@ def host_family() -> str:
 def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: bool,
                 shape: MicrokernelShape) -> str:
     """An MLIR function ``@name`` computing ``C += A @ B`` (the module docstring) on
-    memrefs of ``types``; the last partial panel is masked, the rows left after the
-    last whole block are done one at a time. ``parallel`` makes the panels an
+    memrefs of ``types``; one panel body, masked by each panel's own masks (full but in
+    the last, partial panel); the rows left after the last whole block are done two at
+    a time, then one (:func:`_tail_blocks`). ``parallel`` makes the panels an
     ``scf.parallel`` (:func:`_parallel_panels`)."""
     ta, tb, tc = types
     lanes, rows, vectors = LANES[element], shape.rows, shape.vectors
@@ -181,9 +182,9 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     return "\n".join(out)
 
 
-#: On the depth loops: LLVM unrolled each block's loop 4 times (86 FMAs where 22 are the
-#: blocks'), which made a compile of one matmul 1.x its code generation's time; its
-#: FMAs on loop-carried registers gain nothing from it.
+#: On the depth loops (made LLVM's by :func:`pymlirjit.codegen.optimize.attach_loop_annotations`):
+#: LLVM unrolled them 2-8 times, 86 FMAs to compile where the blocks have 22, for no
+#: speed (0.98-1.04x the time without, docs/performance.md).
 _NO_UNROLL = (" {llvm.loop_annotation = #llvm.loop_annotation<unroll = <disable = true>, "
               "vectorize = <disable = true>>}")
 
