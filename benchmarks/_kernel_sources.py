@@ -266,6 +266,23 @@ func.func @colsum(%x: memref<?x?xf64>, %out: memref<?xf64>) {{{_HEAD}
 }}
 """
 
+# The same sum as a linalg.generic reduction (the output zeroed by a linalg.fill): the
+# default options lower it to the loops above, reduction dimension outermost.
+MLIR["colsum", "linalg"] = """
+func.func @colsum(%x: memref<?x?xf64>, %out: memref<?xf64>) {
+  %zero = arith.constant 0.0 : f64
+  linalg.fill ins(%zero : f64) outs(%out : memref<?xf64>)
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>],
+                  iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<?x?xf64>) outs(%out : memref<?xf64>) {
+  ^bb0(%v: f64, %acc: f64):
+    %s = arith.addf %acc, %v : f64
+    linalg.yield %s : f64
+  }
+  return
+}
+"""
+
 
 def symbol(kernel: str) -> str:
     """The MLIR function's name. Not ``exp``/``tanh``: a function named like the libm
@@ -287,6 +304,19 @@ func.func @{symbol(_name)}(%x: memref<?xf64>, %out: memref<?xf64>) {{{_HEAD}
 }}
 """
 
+# exp as an elementwise linalg.generic.
+MLIR["exp", "linalg"] = f"""
+func.func @{symbol("exp")}(%x: memref<?xf64>, %out: memref<?xf64>) {{
+  linalg.generic {{indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                  iterator_types = ["parallel"]}}
+      ins(%x : memref<?xf64>) outs(%out : memref<?xf64>) {{
+  ^bb0(%v: f64, %o: f64):
+    %r = math.exp %v : f64
+    linalg.yield %r : f64
+  }}
+  return
+}}
+"""
 
 # The numba versions: the same loops as the scf variants (compiled with numba.njit).
 

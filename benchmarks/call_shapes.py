@@ -2,7 +2,8 @@
 results a kernel or callback can have, against numba ``@njit`` with the same shape in the
 same run. Kernel shapes: a scalar call with Python floats, two scalar results (a tuple),
 ``np.float64`` arguments, a memref result the kernel allocates (1000 f64), a 1000-element
-tensor add returning a tensor. Callback shapes (numba has no equivalent; per callback,
+tensor add returning a tensor; a kernel per parameter/result type (each says whether the
+native entry serves it). Callback shapes (numba has no equivalent; per callback,
 from a compiled loop): a memref result, a complex argument, f16, an unranked memref."""
 
 from __future__ import annotations
@@ -162,6 +163,48 @@ def _kernel_shapes(config: Config, result: CaseResult) -> None:
                                      ratio <= 0.5, f"{ratio:.2f}x"))
 
 
+#: A kernel per parameter/result type, each returning its argument: (MLIR type, argument).
+TYPED: tuple[tuple[str, Any], ...] = (
+    ("f64", 1.5), ("f32", 1.5), ("i1", True), ("i8", 3), ("i16", 3), ("i32", 3), ("i64", 3),
+    ("index", 3), ("complex<f64>", 1.5 + 2j), ("complex<f32>", 1.5 + 2j), ("f16", 1.5),
+    ("bf16", 1.5), ("f8E4M3FN", 1.5), ("f8E5M2", 1.5),
+)
+
+
+def _typed_kernels() -> str:
+    lines = [f"func.func @t{i}(%x: {t}) -> {t} {{ return %x : {t} }}"
+             for i, (t, _) in enumerate(TYPED)]
+    lines += ["func.func @ranked(%a: memref<?xf64>) -> index {",
+              "  %c0 = arith.constant 0 : index",
+              "  %n = memref.dim %a, %c0 : memref<?xf64>",
+              "  return %n : index", "}",
+              "func.func @unranked(%a: memref<*xf64>) -> index {",
+              "  %r = memref.rank %a : memref<*xf64>",
+              "  return %r : index", "}"]
+    return "\n".join(lines)
+
+
+def _type_rows(config: Config, result: CaseResult) -> None:
+    """A row per scalar type (a kernel returning its argument), ranked and unranked
+    memref parameters; each says whether the native entry serves it or the Python path
+    (issue 28: complex took the Python path, 7-12 us a call)."""
+    module = Session().compile(_typed_kernels())
+    array = np.ones(4)
+    cases = [(t, getattr(module, f"t{i}"), (value,)) for i, (t, value) in enumerate(TYPED)]
+    cases += [("memref<?xf64>", module.ranked, (array,)),
+              ("memref<*xf64>", module.unranked, (array,))]
+    calls = config.pick(20_000, 300)
+    samples = interleaved(*(lambda f=f, args=args: per_call(f, args, calls=calls, repeat=1)
+                            for _, f, args in cases), repeat=config.repeat)
+    for (t, f, _), measured in zip(cases, samples):
+        path = "native entry" if f.ensure_native() else "Python path"
+        result.add(f"type {t}", f"kernel {t} -> its argument back, {path}", measured, "type f64")
+    for t in ("complex<f64>", "complex<f32>"):
+        ratio = result.ratio(f"type {t}", "type f64")
+        result.targets.append(Target(f"kernel with a {t} parameter and result <= 1.5x a "
+                                     f"float kernel's call", ratio <= 1.5, f"{ratio:.2f}x"))
+
+
 def _callback_shapes(config: Config, result: CaseResult) -> None:
     calls = config.pick(20_000, 300)
     array = np.ones(3)
@@ -197,6 +240,7 @@ def run(config: Config) -> CaseResult:
                             f"skipped")
     else:
         _kernel_shapes(config, result)
+    _type_rows(config, result)
     _callback_shapes(config, result)
     result.notes.append("numba has no equivalent of the callback shapes: their rows "
                         "compare with the Python call floor")

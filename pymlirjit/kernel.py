@@ -407,7 +407,9 @@ def mlir_kernel(*, source: str | Path | Any, name: str | None = None,
     ``boundscheck=True`` makes out-of-bounds memref accesses and invalid subviews raise
     ``IndexError`` naming the kernel and line; integer division by zero raises
     ``ZeroDivisionError``, or with ``error_model="numpy"`` gives 0 (``docs/checked-mode.md``).
-    ``opt_level=3`` with the default pipeline also tiles and vectorizes linalg ops.
+    With the default pipeline, linalg ops get vectorized microkernels and schedules at
+    the default ``opt_level`` (2) and at 3 (``opt_level=1`` or ``0``, or
+    ``boundscheck=True``: plain loops); ``opt_level`` is also LLVM's level.
     """
     def decorate(stub: Callable[..., Any]) -> Kernel:
         if not callable(stub) and (stub is not None or not name):  # None: with name=

@@ -159,10 +159,18 @@ def _plain_scalar(t: Type) -> bool:
 
 def native_kernel_supported(signature: Signature) -> bool:
     """Whether a native kernel entry (:mod:`pymlirjit.boundary.native`) can serve this function:
-    bool/int/f32/f64 and ranked memref or tensor parameters; bool/int/f32/f64 and ranked
-    memref or tensor results (several as a tuple)."""
-    return all(_plain_scalar(t) or isinstance(t, (MemRefType, TensorType))
+    bool/int/f16/bf16/f32/f64/complex and ranked memref or tensor parameters and results
+    (several as a tuple). Not the f8 types (taken by the Python path: no native rounding
+    to them yet) nor unranked memrefs."""
+    return all(_plain_scalar(t) or _complex(t) or _rounded_natively(t)
+               or isinstance(t, (MemRefType, TensorType))
                for t in (*signature.param_types, *signature.results))
+
+
+def _complex(t: Type) -> bool:
+    """A complex scalar: it crosses as (re, im) parameters, and as a {re, im} struct in
+    the results written through a pointer."""
+    return isinstance(t, ScalarType) and t.crossing == "pair"
 
 
 def native_callback_supported(signature: Signature) -> bool:

@@ -60,7 +60,8 @@ _NPY_WRITEABLE = 0x0400
 # Python and numpy objects the generated code compares against, by the name a slot
 # gives them. Types and the bool and None singletons are immortal in practice.
 _OBJECTS: dict[str, object] = {
-    "float": float, "int": int, "True": True, "False": False, "None": None,
+    "float": float, "int": int, "complex": complex, "True": True, "False": False,
+    "None": None, "numpy.complex128": np.complex128, "numpy.complex64": np.complex64,
     "numpy.ndarray": np.ndarray, "numpy.True_": np.True_, "numpy.False_": np.False_,
     "numpy.float64": np.float64, "numpy.float32": np.float32, "numpy.float16": np.float16,
     "numpy.int8": np.int8, "numpy.int16": np.int16, "numpy.int32": np.int32,

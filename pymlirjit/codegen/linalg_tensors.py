@@ -1,4 +1,5 @@
-"""What ``opt_level=3`` does to linalg on tensors before the memref schedules run.
+"""What the default options (``opt_level`` 2 or 3, the default pipeline) do to linalg on
+tensors before the memref schedules run.
 
 - :func:`fuse_elementwise`: chains of elementwise ops (``linalg.add`` into ``linalg.exp``
   into a ``linalg.generic``...) become one loop, as a numba user's hand-written loop is:

@@ -66,8 +66,9 @@ def host_family() -> str:
 def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: bool,
                 shape: MicrokernelShape) -> str:
     """An MLIR function ``@name`` computing ``C += A @ B`` (the module docstring) on
-    memrefs of ``types``; the last partial panel is masked, the rows left after the
-    last whole block are done one at a time. ``parallel`` makes the panels an
+    memrefs of ``types``; one panel body, masked by each panel's own masks (full but in
+    the last, partial panel); the rows left after the last whole block are done two at
+    a time, then one (:func:`_tail_blocks`). ``parallel`` makes the panels an
     ``scf.parallel`` (:func:`_parallel_panels`)."""
     ta, tb, tc = types
     lanes, rows, vectors = LANES[element], shape.rows, shape.vectors
@@ -85,17 +86,20 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             f"  %n = memref.dim %B, %c1 : {tb}",
             "  %mq = arith.divui %m, %rows : index",
             "  %mf = arith.muli %mq, %rows : index",
-            "  %nq = arith.divui %n, %width : index",
-            "  %nf = arith.muli %nq, %width : index",
-            "  %nr = arith.subi %n, %nf : index",
-            "  %partial = arith.cmpi ult, %nf, %n : index"]
-    for v in range(vectors):  # lanes of the last panel's vector v within B and C
-        out += [f"  %left{v} = arith.subi %nr, %o{v} : index",
-                f"  %kept{v} = arith.maxsi %left{v}, %c0 : index",
-                f"  %mask{v} = vector.create_mask %kept{v} : {mt}"]
+            "  %nc = arith.ceildivui %n, %width : index",
+            "  %np = arith.muli %nc, %width : index"]
     out.append("  %rows_b = arith.minui %k, %depth : index")
     if not parallel:  # on the heap: 64 KB of the caller's stack may be more than it has
         out.append(f"  %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}")
+
+    def masks(j: str, pad: str) -> None:
+        # Lanes of the panel's vector v within B and C: all of them but in the last,
+        # partial panel (a count past the lanes makes a full mask).
+        out.append(f"{pad}%nr = arith.subi %n, {j} : index")
+        for v in range(vectors):
+            out.extend([f"{pad}%left{v} = arith.subi %nr, %o{v} : index",
+                        f"{pad}%kept{v} = arith.maxsi %left{v}, %c0 : index",
+                        f"{pad}%mask{v} = vector.create_mask %kept{v} : {mt}"])
 
     def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
         if count > 1:
@@ -122,7 +126,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             out.extend(f"{pad}  %y{r}_{v} = vector.fma %s{r}, %b{v}, %x{r}_{v} : {vt}"
                        for v in range(vectors))
         out.append(f"{pad}  scf.yield {', '.join(f'%y{r}_{v}' for r, v in acc)} : {vts}")
-        out.append(f"{pad}}}")
+        out.append(f"{pad}}}{_NO_UNROLL}")
         for number, (r, v) in enumerate(acc):
             out.append(
                 f"{pad}vector.maskedstore %C[{index[r]}, {column[v]}], %mask{v}, "
@@ -143,6 +147,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out.append(f"{pad}}}")
 
     def panel(j: str, masked: bool, pad: str) -> None:
+        masks(j, pad)
         out.append(f"{pad}scf.for %k0 = %c0 to %k step %depth {{")
         out.append(f"{pad}  %kend = arith.addi %k0, %depth : index")
         out.append(f"{pad}  %k1 = arith.minui %kend, %k : index")
@@ -151,37 +156,47 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out.append(f"{pad}  scf.for %i = %c0 to %mf step %rows {{")
         block("%i", rows, j, masked, pad + "    ")
         out.append(f"{pad}  }}")
-        start = "%mf"
-        for size in _tail_blocks(rows):
-            # The rows left after the whole blocks: blocks of 2^t rows, largest first.
-            out.append(f"{pad}  %left_{size} = arith.subi %m, {start} : index")
-            out.append(f"{pad}  %fits_{size} = arith.cmpi uge, %left_{size}, %c{size} : index")
-            out.append(f"{pad}  scf.if %fits_{size} {{")
-            block(start, size, j, masked, pad + "    ")
+        if rows > 2:  # the rows left after the whole blocks: two at a time, then one
+            out.extend([f"{pad}  %rest = arith.subi %m, %mf : index",
+                        f"{pad}  %pairs = arith.divui %rest, %c2 : index",
+                        f"{pad}  %paired = arith.muli %pairs, %c2 : index",
+                        f"{pad}  %mp = arith.addi %mf, %paired : index",
+                        f"{pad}  scf.for %t = %mf to %mp step %c2 {{"])
+            block("%t", 2, j, masked, pad + "    ")
             out.append(f"{pad}  }}")
-            out.append(f"{pad}  %step_{size} = arith.select %fits_{size}, %c{size}, %c0 : index")
-            out.append(f"{pad}  %at_{size} = arith.addi {start}, %step_{size} : index")
-            start = f"%at_{size}"
+        if rows > 1:
+            last = "%mp" if rows > 2 else "%mf"
+            out.append(f"{pad}  %odd = arith.cmpi ult, {last}, %m : index")
+            out.append(f"{pad}  scf.if %odd {{")
+            block(last, 1, j, masked, pad + "    ")
+            out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
 
     if parallel:
         _parallel_panels(out, panel, bt)
     else:
-        out.append("  scf.for %j = %c0 to %nf step %width {")
-        panel("%j", False, "    ")
-        out.append("  }")
-        out.append("  scf.if %partial {")
-        panel("%nf", True, "    ")
+        out.append("  scf.for %j = %c0 to %np step %width {")
+        panel("%j", True, "    ")
         out.append("  }")
         out.append(f"  memref.dealloc %buf : {bt}")
     out += ["  return", "}"]
     return "\n".join(out)
 
 
+#: On the depth loops (made LLVM's by :func:`pymlirjit.codegen.optimize.attach_loop_annotations`):
+#: LLVM unrolled them 2-8 times, 86 FMAs to compile where the blocks have 22, for no
+#: speed (0.98-1.04x the time without, docs/performance.md).
+_NO_UNROLL = (" {llvm.loop_annotation = #llvm.loop_annotation<unroll = <disable = true>, "
+              "vectorize = <disable = true>>}")
+
+
 def _tail_blocks(rows: int) -> list[int]:
-    """Row counts of the blocks after the whole ones: the powers of two below ``rows``,
-    largest first (whatever is left, fewer than ``rows``, is a sum of some of them)."""
-    return [1 << t for t in reversed(range((rows - 1).bit_length()))]
+    """Row counts of the blocks of the rows left after the whole ones (fewer than
+    ``rows``): blocks of two rows, as many as fit (4 independent accumulators of 2
+    vectors: near the FMA units' peak on AMD, half of it on Intel), then one row. Blocks
+    of 2^t rows, largest first, did a little better on Intel but made a 12x2 kernel
+    twice the code (a compile of one matmul was 3.5x the naive lowering's)."""
+    return [size for size in (2, 1) if size < rows]
 
 
 def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
@@ -194,16 +209,9 @@ def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
     left the threads unequal shares: 509^3 f32 on 2 cores ran at 1.75x serial, now
     2.02x (512^3, no masked panel: 1.96x either way;
     benchmarks/results/2026-12-03-parallel.md)."""
-    out += ["  %nc = arith.ceildivui %n, %width : index",
-            "  %np = arith.muli %nc, %width : index",
-            "  scf.parallel (%j) = (%c0) to (%np) step (%width) {",
+    out += ["  scf.parallel (%j) = (%c0) to (%np) step (%width) {",
             f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {buffer_type}"]
-    out += ["    %whole = arith.cmpi ult, %j, %nf : index",
-            "    scf.if %whole {"]
-    panel("%j", False, "      ")
-    out += ["    } else {"]
-    panel("%nf", True, "      ")
-    out.append("    }")
+    panel("%j", True, "    ")
     out.append(f"    memref.dealloc %buf : {buffer_type}")
     out += ["    scf.reduce",
             "  }"]

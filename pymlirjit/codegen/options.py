@@ -21,10 +21,16 @@ from .checks import ERROR_MODELS
 from .parallel import thread_count
 from .vectormath import cache_tag as vector_library_tag
 
-__all__ = ["FLAGS", "NO_OVERRIDES", "CompileOptions", "OptionOverrides", "listed_option"]
+__all__ = ["FLAGS", "NO_OVERRIDES", "TILING_OPT_LEVEL", "CompileOptions", "OptionOverrides",
+           "listed_option"]
 
 #: The boolean options, by name: each changes the code made, so each is in the cache key.
 FLAGS = ("fastmath", "parallel", "boundscheck")
+
+#: The lowest ``opt_level`` at which linalg ops are tiled and vectorized
+#: (:attr:`CompileOptions.tiles_linalg`): the default level is fast; ``opt_level=1`` or
+#: ``0`` lowers them naively (loops), which compiles faster and runs far slower.
+TILING_OPT_LEVEL = 2
 
 
 @dataclass(frozen=True)
@@ -156,7 +162,9 @@ class CompileOptions:
     @property
     def pipeline_key(self) -> str:
         """The pipeline with the flags that change the code it makes (a cache key)."""
-        flags = "".join(f" +{name}" for name in FLAGS if getattr(self, name))
+        # Once only opt_level=3 tiled linalg: an entry stored then is not this code.
+        flags = " +linalg-schedules" if self.tiles_linalg else ""
+        flags += "".join(f" +{name}" for name in FLAGS if getattr(self, name))
         if self.error_model != "python":
             flags += f" +{self.error_model}-errors"
         return (self.pipeline + flags + (f"={self.threads}" if self.parallel else "")
@@ -164,9 +172,15 @@ class CompileOptions:
 
     @property
     def tiles_linalg(self) -> bool:
-        """Whether linalg ops are tiled and vectorized: at ``opt_level=3`` with the
-        default pipeline (a pipeline given by the user is run as written)."""
-        return self.opt_level >= 3 and self.pipeline == normalize_pipeline(None)
+        """Whether the linalg ops of a module get the microkernels and schedules of
+        :mod:`pymlirjit.codegen.optimize`: at ``opt_level`` :data:`TILING_OPT_LEVEL` and
+        above (the default, 2, included) with the default pipeline (a pipeline given by
+        the user is run as written), unless ``boundscheck``: checked mode runs linalg as
+        plain loops, whose every access it checks (the microkernels' masked loads and
+        stores it cannot). A module without linalg ops compiles as it would without
+        (decided once it is parsed)."""
+        return (self.opt_level >= TILING_OPT_LEVEL and not self.boundscheck
+                and self.pipeline == normalize_pipeline(None))
 
     @property
     def parallel_loops(self) -> bool:

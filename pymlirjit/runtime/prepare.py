@@ -40,7 +40,12 @@ from ..boundary.sparseshims import (
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
-from ..codegen.optimize import optimize, with_vector_lowering
+from ..codegen.optimize import (
+    LOOP_ANNOTATIONS_BEFORE,
+    attach_loop_annotations,
+    optimize,
+    with_vector_lowering,
+)
 from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
 from ..codegen.vectormath import use_vector_library
@@ -265,9 +270,12 @@ def prepare(text: str, options: CompileOptions,
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
     returns ``prepared``."""
+    tiled: list[bool] = []  # whether the schedules changed the module
+
     def optimize_first(module: Any, pipeline: str) -> str:
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
                            filename=prepared.filename, parallel=options.parallel_loops)
+        tiled.append(vectors)
         if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
             use_vector_library(module)
         if options.parallel_loops and "sparsifier" not in pipeline:  # its loops: serial
@@ -288,6 +296,10 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     hooks[at] = _in_order(add_checks, hooks.get(at))
     hooks[BUFFERIZATION] = _in_order(lambda module: decompose_packs(module, prepared.filename),
                                      hooks.get(BUFFERIZATION))
+    if options.tiles_linalg:  # the microkernels' loops say how LLVM may transform them
+        hooks[LOOP_ANNOTATIONS_BEFORE] = _in_order(
+            lambda module: any(tiled) and attach_loop_annotations(module),
+            hooks.get(LOOP_ANNOTATIONS_BEFORE))
 
     def keep(name: str) -> bool:  # a declaration linked to Python or native code
         return name in prepared.registrations or name in prepared.externs

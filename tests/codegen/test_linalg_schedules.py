@@ -65,7 +65,7 @@ def test_opt_level_3_vectorizes_the_matmul(session: Session) -> None:
     @mlir_kernel(source=MATMUL, name="mm", opt_level=3, session=session)
     def fast(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
 
-    @mlir_kernel(source=MATMUL, name="mm", session=session)
+    @mlir_kernel(source=MATMUL, name="mm", opt_level=1, session=session)
     def plain(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None: ...
 
     fast.compile()

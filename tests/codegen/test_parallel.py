@@ -167,7 +167,7 @@ def test_parallel_linalg_on_tensors_matches_numpy(shape: tuple[int, int],
 def test_without_parallel_nothing_changes() -> None:
     options = CompileOptions.make()
     assert options.resolved() == options
-    assert options.pipeline_key == normalize_pipeline(None)
+    assert options.pipeline_key == normalize_pipeline(None) + " +linalg-schedules"
     assert not options.parallel_loops
 
 

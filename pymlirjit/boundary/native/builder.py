@@ -239,6 +239,11 @@ _LLVM_OF_CTYPES: dict[Any, ir.Type] = {ctypes.c_void_p: _ptr, ctypes.c_int64: _i
 
 
 def _llvm_type(t: ScalarType) -> ir.Type:
+    if t.kind == "complex":  # {re, im}: in memory (a result struct's field) only
+        part = ir.FloatType() if t.bits == 64 else _double
+        return ir.LiteralStructType([part, part])
+    if t.crossing == "bits":  # f16, bf16, f8: their bits (see abi)
+        return ir.IntType(max(t.bits, 8))
     if t.kind == "float":
         return ir.FloatType() if t.bits == 32 else _double
     if t.kind == "bool":
@@ -453,8 +458,13 @@ class _FunctionBuilder:
         return array
 
     def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
-        """A new reference to the Python float/int/bool holding ``value``."""
+        """A new reference to the Python float/int/bool/complex holding ``value``."""
         b = self.builder
+        if t.kind == "complex":
+            re, im = (b.extract_value(value, n) for n in (0, 1))
+            if t.bits == 64:
+                re, im = b.fpext(re, _double), b.fpext(im, _double)
+            return b.call(self.api["PyComplex_FromDoubles"], [re, im])
         if t.kind == "float":
             wide = b.fpext(value, _double) if t.bits == 32 else value
             return b.call(self.api["PyFloat_FromDouble"], [wide])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,10 +32,6 @@ from .builder import (
     ARRAY_STRIDES,
     NPY_C_CONTIGUOUS,
     NPY_WRITEABLE,
-    OB_TYPE,
-    SCALAR_VALUE,
-    _double,
-    _float,
     _i8,
     _i32,
     _i64,
@@ -44,17 +40,10 @@ from .builder import (
     _Unit,
     descriptor_struct,
 )
-from .results import _ResultsBuilder
-
-# The numpy integer scalar types entries unbox (others, such as np.longlong, go to the
-# Python path).
-_NUMPY_INTEGERS: tuple[type[Any], ...] = (np.int64, np.int32, np.int16, np.int8, np.uint64,
-                                         np.uint32, np.uint16, np.uint8)
-# Every type of scalar argument an entry unboxes (for some parameter type).
-_UNBOXED: tuple[type, ...] = (float, int, bool, np.float64, np.float32, np.bool_, *_NUMPY_INTEGERS)
+from .unboxing import _UNBOXED, _ArgumentsBuilder
 
 
-class _EntryBuilder(_ResultsBuilder):
+class _EntryBuilder(_ArgumentsBuilder):
     """Emits the LLVM IR of one entry point."""
 
     def __init__(self, unit: _Unit, name: str, abi: BoundaryABI, target: int | str,
@@ -73,12 +62,6 @@ class _EntryBuilder(_ResultsBuilder):
         self.arg_allocated = []
         self.self_obj = None
         self.args = None
-
-    def check(self, condition: ir.Value, label: str) -> None:
-        """Continue if ``condition`` holds, else hand the call to the Python path."""
-        ok = self.function.append_basic_block(label)
-        self.builder.cbranch(condition, ok, self.fallback)
-        self.builder.position_at_end(ok)
 
     def save_thread(self) -> ir.Value | None:
         """Release the GIL as the policy says; the thread state to restore (NULL if it
@@ -124,156 +107,6 @@ class _EntryBuilder(_ResultsBuilder):
         b = self.builder
         b.store(b.sub(b.load(self.in_flight), ir.Constant(_i64, 1)), self.in_flight)
         b.ret(value)
-
-    def field(self, obj: ir.Value, offset: int, field_type: ir.Type) -> ir.Value:
-        b = self.builder
-        address = b.gep(obj, [ir.Constant(_i64, offset)])
-        return b.load(b.bitcast(address, field_type.as_pointer()))
-
-    def type_is(self, obj: ir.Value, py_type: object, label: str) -> None:
-        b = self.builder
-        actual = self.field(obj, OB_TYPE, _i64)
-        self.check(b.icmp_unsigned("==", actual, self.object_id(py_type)), label)
-
-    def by_type(self, obj: ir.Value, cases: Sequence[tuple[type[Any], Callable[[], ir.Value]]],
-                label: str) -> ir.Value:
-        """The value ``read()`` gives for the first case whose type is exactly ``obj``'s
-        (each may hand the call over in turn); the Python path if none is."""
-        b = self.builder
-        actual = self.field(obj, OB_TYPE, _i64)
-        done = self.function.append_basic_block(f"{label}_read")
-        incoming: list[tuple[ir.Value, ir.Block]] = []
-        for n, (py_type, read) in enumerate(cases):
-            match = self.function.append_basic_block(f"{label}_{n}")
-            last = n == len(cases) - 1
-            other = self.fallback if last else self.function.append_basic_block(
-                f"{label}_not_{n}")
-            b.cbranch(b.icmp_unsigned("==", actual, self.object_id(py_type)), match, other)
-            b.position_at_end(match)
-            incoming.append((read(), b.block))
-            b.branch(done)
-            if not last:
-                b.position_at_end(other)
-        b.position_at_end(done)
-        value = b.phi(incoming[0][0].type)
-        for v, block in incoming:
-            value.add_incoming(v, block)
-        return value
-
-    def numpy_value(self, obj: ir.Value, scalar_type: type[Any]) -> ir.Value:
-        """The value of a numpy scalar of ``scalar_type``: a double for a floating type,
-        else an i64 (signed or zero-extended as the type is)."""
-        dtype = np.dtype(scalar_type)
-        if dtype.kind == "f":
-            raw = self.field(obj, SCALAR_VALUE, _double if dtype.itemsize == 8 else _float)
-            return raw if dtype.itemsize == 8 else self.builder.fpext(raw, _double)
-        raw = self.field(obj, SCALAR_VALUE, ir.IntType(8 * dtype.itemsize))
-        if dtype.itemsize == 8:
-            return raw
-        extend = self.builder.sext if dtype.kind == "i" else self.builder.zext
-        return extend(raw, _i64)
-
-    def scalar(self, obj: ir.Value, t: ScalarType, i: int) -> ir.Value:
-        """The C value of argument ``i``: exact Python floats, ints and bools (an int
-        for a float parameter where it is exactly representable), and numpy scalars of
-        the types the Python path converts exactly as done here (anything else goes to
-        the Python path)."""
-        b = self.builder
-        if t.kind == "float":
-            # Converted as the Python path converts kernel arguments (see
-            # pymlirjit.boundary.types.to_python_scalar, exact=True): a Python float rounds to f32
-            # unless it overflows; a numpy scalar converts only where exact. Anything in
-            # doubt goes to the Python path, which raises or converts.
-            def read_float() -> ir.Value:
-                value = b.call(self.api["PyFloat_AsDouble"], [obj])
-                if t.bits == 32:  # |value| below f32's rounding boundary (or a NaN)
-                    limit = ir.Constant(_double, float.fromhex("0x1.ffffffp127"))
-                    self.check(b.and_(b.fcmp_unordered("<", value, limit),
-                                      b.fcmp_unordered(">", value, b.fneg(limit))),
-                               f"f32_range{i}")
-                return value
-
-            def read_numpy(scalar_type: type[Any]) -> Callable[[], ir.Value]:
-                def read() -> ir.Value:
-                    dtype = np.dtype(scalar_type)
-                    value = self.numpy_value(obj, scalar_type)
-                    if dtype.kind == "f":
-                        if dtype.itemsize * 8 > t.bits:  # exact (or NaN) only
-                            narrowed = b.fpext(b.fptrunc(value, _float), _double)
-                            self.check(b.fcmp_unordered("==", narrowed, value), f"exact{i}")
-                        return value
-                    mantissa = 53 if t.bits == 64 else 24
-                    if 8 * dtype.itemsize - (dtype.kind == "i") > mantissa:
-                        self.check(self.int_is_exact(value, dtype.kind == "u", t.bits),
-                                   f"exact{i}")
-                    if dtype.kind == "u" and dtype.itemsize == 8:
-                        return b.uitofp(value, _double)
-                    return b.sitofp(value, _double)
-                return read
-
-            def read_int_as_float() -> ir.Value:  # exactly representable only
-                overflow = b.alloca(_i32)
-                number = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
-                self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)),
-                           f"fits{i}")
-                self.check(self.int_is_exact(number, False, t.bits), f"exact{i}")
-                return b.sitofp(number, _double)
-
-            numpy_types: tuple[type[Any], ...] = (np.float64, np.float32, *_NUMPY_INTEGERS)
-            value = self.by_type(obj, [(float, read_float), (int, read_int_as_float)] + [
-                (st, read_numpy(st)) for st in numpy_types], f"float{i}")
-            return b.fptrunc(value, ir.FloatType()) if t.bits == 32 else value
-        if t.kind == "bool":
-            address = b.ptrtoint(obj, _i64)
-            is_true = b.or_(b.icmp_unsigned("==", address, self.object_id(True)),
-                            b.icmp_unsigned("==", address, self.object_id(np.True_)))
-            is_false = b.or_(b.icmp_unsigned("==", address, self.object_id(False)),
-                             b.icmp_unsigned("==", address, self.object_id(np.False_)))
-            self.check(b.or_(is_true, is_false), f"bool{i}")
-            return b.zext(is_true, _i8)
-
-        def read_int() -> ir.Value:
-            overflow = b.alloca(_i32)
-            value = b.call(self.api["PyLong_AsLongLongAndOverflow"], [obj, overflow])
-            self.check(b.icmp_signed("==", b.load(overflow), ir.Constant(_i32, 0)),
-                       f"fits{i}")
-            return value
-
-        def read_integer(scalar_type: type[Any]) -> Callable[[], ir.Value]:
-            def read() -> ir.Value:
-                value = self.numpy_value(obj, scalar_type)
-                if scalar_type is np.uint64 and t.bits < 64:
-                    # Above 2**63 its i64 is negative: in no smaller type's range.
-                    self.check(b.icmp_signed(">=", value, ir.Constant(_i64, 0)),
-                               f"unsigned{i}")
-                return value
-            return read
-
-        value = self.by_type(obj, [(int, read_int)] + [
-            (st, read_integer(st)) for st in _NUMPY_INTEGERS], f"int{i}")
-        if t.bits < 64:
-            low = ir.Constant(_i64, -(1 << (t.bits - 1)))
-            high = ir.Constant(_i64, (1 << t.bits) - 1)
-            in_range = b.and_(b.icmp_signed(">=", value, low), b.icmp_signed("<=", value, high))
-            self.check(in_range, f"range{i}")
-            return b.trunc(value, ir.IntType(t.bits))
-        return value
-
-    def int_is_exact(self, value: ir.Value, unsigned: bool, bits: int) -> ir.Value:
-        """Whether the i64 ``value`` (unsigned or signed) is exactly a float of ``bits``
-        bits: converted there and back (saturating), it is unchanged."""
-        b = self.builder
-        target = _float if bits == 32 else _double
-        suffix = f"{'u' if unsigned else 's'}.sat.i64.{'f32' if bits == 32 else 'f64'}"
-        name = f"llvm.fpto{'u' if unsigned else 's'}i{suffix[1:]}"
-        module = self.function.module
-        back = module.globals.get(name) or ir.Function(
-            module, ir.FunctionType(_i64, [target]), name)
-        converted = (b.uitofp if unsigned else b.sitofp)(value, target)
-        # Rounded up to 2**64 (2**63), it saturates back to the largest integer: not exact.
-        limit = ir.Constant(target, 2.0 ** (64 if unsigned else 63))
-        return b.and_(b.fcmp_ordered("<", converted, limit),
-                      b.icmp_unsigned("==", b.call(back, [converted]), value))
 
     def array(self, obj: ir.Value, t: MemRefType | TensorType, i: int) -> ir.Value:
         b = self.builder
@@ -355,7 +188,11 @@ class _EntryBuilder(_ResultsBuilder):
         c_args: list[ir.Value] = []
         for i, t in enumerate(signature.param_types):
             obj = b.load(b.gep(args, [ir.Constant(_i64, i)]))
-            if isinstance(t, ScalarType):
+            if isinstance(t, ScalarType) and t.crossing == "pair":
+                c_args.extend(self.complex_parts(obj, t, i))  # crosses as (re, im)
+            elif isinstance(t, ScalarType) and t.crossing == "bits":
+                c_args.append(self.half_bits(obj, t, i))  # f16, bf16: their bits
+            elif isinstance(t, ScalarType):
                 c_args.append(self.scalar(obj, t, i))
             else:
                 assert isinstance(t, (MemRefType, TensorType))
@@ -486,5 +323,7 @@ class _EntryBuilder(_ResultsBuilder):
             self.builder.call(self.api["Py_IncRef"], [none])
             return none
         result = self.abi.signature.results[0]
+        if isinstance(result, ScalarType) and result.crossing == "bits":
+            t = result  # f16, bf16: their bits crossed (an i16)
         return self.box_scalar(value, t, isinstance(result, ScalarType) and result.kind == "bool")
 

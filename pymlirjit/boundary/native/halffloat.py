@@ -28,6 +28,25 @@ def _half_to_float(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
     return b.bitcast(b.or_(magnitude, sign), _float)
 
 
+def _bits_to_double(b: ir.IRBuilder, bits: ir.Value, mlir_type: str) -> ir.Value:
+    """The double of the f16 or bf16 (``mlir_type``) whose bits are ``bits`` (an i16),
+    exactly: what ``float()`` of the numpy (ml_dtypes) scalar gives."""
+    wide = b.zext(bits, _i32)
+    if mlir_type == "bf16":  # the top half of an f32
+        single = b.bitcast(b.shl(wide, ir.Constant(_i32, 16)), _float)
+    else:
+        assert mlir_type == "f16", mlir_type
+        single = _half_to_float(b, wide)
+    # A NaN's payload moved in integers: fpext would set its quiet bit (numpy's
+    # conversion keeps a signaling NaN signaling).
+    raw = b.zext(b.bitcast(single, _i32), _i64)
+    nan = b.or_(b.or_(b.shl(b.and_(raw, ir.Constant(_i64, 1 << 31)), ir.Constant(_i64, 32)),
+                      ir.Constant(_i64, 0x7FF << 52)),
+                b.shl(b.and_(raw, ir.Constant(_i64, (1 << 23) - 1)), ir.Constant(_i64, 29)))
+    is_nan = b.fcmp_unordered("uno", single, single)
+    return b.select(is_nan, b.bitcast(nan, ir.DoubleType()), b.fpext(single, ir.DoubleType()))
+
+
 # The layouts of the floats results cross as bits: (exponent bits, mantissa bits,
 # whether a NaN keeps the top of its payload: numpy's float16 does, ml_dtypes' bfloat16
 # makes every NaN the quiet one of its sign).

@@ -16,6 +16,7 @@ from ..memref import ALLOCATED, GLOBAL_MEMREF_MARKER
 from ..types import MemRefType, ScalarType, TensorType
 from ..vectorcall import PYTHON_PATH_OFFSET
 from .builder import _POSITIONAL_CALL, _FunctionBuilder, _i64, _llvm_type, _ptr, _Unit
+from .halffloat import _bits_to_double
 
 
 class _ResultsBuilder(_FunctionBuilder):
@@ -32,6 +33,14 @@ class _ResultsBuilder(_FunctionBuilder):
     def leave(self, value: ir.Value) -> None:
         """Return ``value`` from the entry (the entry's own: it counts the call out)."""
         raise NotImplementedError
+
+    def box_scalar(self, value: ir.Value, t: ScalarType, as_bool: bool) -> ir.Value:
+        """A new reference to the Python value of ``value``; an f16 or bf16 crosses as its
+        bits, and becomes the Python float the Python path makes of them."""
+        if t.crossing == "bits":
+            return self.builder.call(self.api["PyFloat_FromDouble"],
+                                     [_bits_to_double(self.builder, value, t.mlir)])
+        return super().box_scalar(value, t, as_bool)
 
     def return_if_null(self, obj: ir.Value, label: str,
                        cleanup: Callable[[], None] | None = None) -> None:
@@ -98,6 +107,9 @@ class _ResultsBuilder(_FunctionBuilder):
         path's reader instead (:meth:`read_results_in_python`), for all results."""
         b = self.builder
         types = self.abi.boundary.results
+        if len(types) == 1 and isinstance(types[0], ScalarType):  # a complex number
+            field = b.bitcast(results, _llvm_type(types[0]).as_pointer())
+            return self.box_scalar(b.load(field), types[0], False)
         if all(isinstance(t, ScalarType) for t in types):
             return self.box_scalar_results(results)
         fields = [b.gep(results, [ir.Constant(_i64, getattr(self.abi.result_struct,

@@ -31,7 +31,6 @@ from .builder import (
     OB_TYPE,
     _boundary_function_type,
     _double,
-    _float,
     _FunctionBuilder,
     _i8,
     _i32,
@@ -40,7 +39,7 @@ from .builder import (
     _Unit,
     _zero_results,
 )
-from .halffloat import _BITS_LAYOUTS, _double_to_bits, _half_to_float
+from .halffloat import _BITS_LAYOUTS, _bits_to_double, _double_to_bits
 from .unwindarea import unwind
 
 
@@ -165,13 +164,8 @@ class _TrampolineBuilder(_FunctionBuilder):
             re, im = (b.fpext(v, _double) if v.type != _double else v for v in values)
             return b.call(self.api["PyComplex_FromDoubles"], [re, im])
         if t.crossing == "bits":
-            bits = b.zext(values[0], _i32)
-            if t.mlir == "bf16":  # the top half of an f32
-                single = b.bitcast(b.shl(bits, ir.Constant(_i32, 16)), _float)
-            else:
-                assert t.mlir == "f16", t
-                single = _half_to_float(b, bits)
-            return b.call(self.api["PyFloat_FromDouble"], [b.fpext(single, _double)])
+            return b.call(self.api["PyFloat_FromDouble"],
+                          [_bits_to_double(b, values[0], t.mlir)])
         return self.box(values[0], t)
 
     def box_memref(self, descriptor: ir.Value, t: MemRefType) -> ir.Value:
