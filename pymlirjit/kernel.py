@@ -47,9 +47,9 @@ from .kernelpickling import (
     reduce_kernel,
 )
 from .kernelstub import check_stub
+from .lowering.builtsource import built_text
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
 from .runtime.function import CompiledFunction
-from .runtime.prepare import built_text
 from .session import CompiledModule, Session, default_session, given_session
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]

@@ -37,6 +37,7 @@ from .boundary.sourcelines import read_mlir_file
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry
 from .codegen.options import CompileOptions
 from .errors import LinkError
+from .lowering.builtsource import built_text
 from .lowering.pipeline import runtime_library
 from .runtime.asyncruntime import claim_task_pool
 from .runtime.cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
@@ -50,7 +51,7 @@ from .runtime.module import (
     engine_module,
     load,
 )
-from .runtime.prepare import built_text, builtin_callbacks, lower, prepare
+from .runtime.prepare import builtin_callbacks, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
            "given_session", "runtime_library"]
@@ -220,8 +221,8 @@ class Session:
                 boundscheck: bool | None = None,
                 error_model: str | None = None) -> CompiledModule:
         """Compile ``source`` (MLIR text, a path to a ``.mlir`` file, or a module built
-        in Python: see :func:`pymlirjit.runtime.prepare.built_text`), or return the cached module
-        compiled from the same source text, options and callbacks.
+        in Python: see :func:`pymlirjit.lowering.builtsource.built_text`), or return the
+        cached module compiled from the same source text, options and callbacks.
 
         ``options`` replaces the session's (:attr:`options`); ``pipeline``,
         ``opt_level``, ``shared_libs``, ``fastmath``, ``parallel``, ``boundscheck`` and

@@ -39,8 +39,8 @@ from .boundary.types import MemRefType, ScalarType, Type, to_type
 from .codegen.ufunc_loops import Operand, gufunc_loop, ufunc_loop
 from .errors import MLIRError, SignatureError
 from .generic import _header, describe, free_aliases
+from .lowering.builtsource import built_text
 from .lowering.pipeline import new_context, parse_module
-from .runtime.prepare import built_text
 from .session import CompiledModule, Session, default_session
 
 __all__ = ["mlir_gufunc", "mlir_ufunc"]

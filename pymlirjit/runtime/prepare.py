@@ -60,7 +60,7 @@ from ..lowering.pipeline import (
 )
 from .externs import LinkedExtern
 
-__all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "built_text", "lower",
+__all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "lower",
            "prepare"]
 
 
@@ -99,38 +99,6 @@ class PreparedModule:
         lowered module needs (:attr:`runtime_libs`)."""
         return options.shared_libs + tuple(
             lib for lib in self.runtime_libs if lib not in options.shared_libs)
-
-
-def built_text(source: Any) -> str:
-    """The MLIR text of a module built in Python: an ``mlir.ir.Module``, an
-    ``mlir.ir.Operation`` (or an op view such as a ``func.FuncOp``), or a zero-argument
-    callable returning one, called once inside a fresh context of its own (with an
-    unknown location) so that it may build without one. The text is what pymlirjit
-    compiles and caches: the module itself is never kept."""
-    from mlir import ir
-
-    built = source
-    if callable(source) and not isinstance(source, (ir.Module, ir.Operation, ir.OpView)):
-        with new_context(), ir.Location.unknown():
-            built = source()
-            return _text_of(built, f"the source callable {_describe(source)} returned")
-    return _text_of(built, "source")
-
-
-def _text_of(built: Any, what: str) -> str:
-    from mlir import ir
-
-    if isinstance(built, ir.Module):
-        return str(built.operation)
-    if isinstance(built, (ir.Operation, ir.OpView)):
-        return str(built)
-    raise TypeError(f"{what} must be MLIR text, a pathlib.Path, an mlir.ir.Module, an "
-                    f"mlir.ir.Operation or a zero-argument callable returning one; got "
-                    f"{type(built).__name__}")
-
-
-def _describe(source: Any) -> str:
-    return getattr(source, "__qualname__", None) or type(source).__name__
 
 
 #: The dialects loaded in a compile's context from the start: those whose ops pymlirjit
