@@ -298,6 +298,14 @@ class JitFunction(NativeCallable):
         return kernel
 
     @property
+    def annotated(self) -> bool:
+        """Whether every parameter's annotation fixes its type, so that :meth:`compile`
+        can compile without arguments."""
+        hints = self._annotations()
+        return all(eager(hints.get(name, inspect.Parameter.empty)) is not None
+                   for name in self._names)
+
+    @property
     def signatures(self) -> list[tuple[str, ...]]:
         """The compiled specializations' MLIR parameter types, in compile order."""
         return [_params_of(spec) for _, spec in self._specs.values()]
