@@ -93,6 +93,8 @@ class PreparedModule:
     #: Parsed from text :func:`~pymlirjit.lowering.deepinput.shallow` enough to lower on the
     #: caller's thread.
     shallow: bool = False
+    #: The text names bf16: LLVM may call ``__truncsfbf2`` for it (see :data:`BF16_LIBRARY`).
+    names_bf16: bool = False
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -232,6 +234,7 @@ def prepare(text: str, options: CompileOptions,
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
                           tuple(declared), uncallable, source=source_id(text),
+                          names_bf16="bf16" in text,
                           externs=externs, shallow=is_shallow)
 
 
@@ -283,6 +286,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
             builtin_callbacks()[FAIL_SYMBOL])
     _add_c_interfaces(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
+    if prepared.names_bf16:
+        prepared.runtime_libs += (runtime_library(BF16_LIBRARY),)
     return prepared
 
 
@@ -308,6 +313,12 @@ def builtin_callbacks() -> dict[str, Callback]:
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
 #: the lowering of the async dialect calls MLIR's async runtime.
 _AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime"}
+
+
+#: Rounding to bf16 is a call of ``__truncsfbf2``/``__truncdfbf2`` on CPUs without
+#: AVX512-BF16 (LLVM's lowering of ``fptrunc`` and of bf16 arithmetic), which libgcc before
+#: GCC 13 lacks; MLIR's float16 utilities define both, so modules naming bf16 link them.
+BF16_LIBRARY = "mlir_float16_utils"
 
 
 def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
