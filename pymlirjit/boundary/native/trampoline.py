@@ -37,8 +37,8 @@ from .builder import (
     _i64,
     _ptr,
     _Unit,
-    _zero_results,
 )
+from .failedresults import fill_failed_results
 from .halffloat import _BITS_LAYOUTS, _bits_to_double, _double_to_bits
 from .unwindarea import unwind
 
@@ -132,7 +132,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.return_zero()
 
     def return_zero(self) -> None:
-        _zero_results(self.builder, self.abi, self.function.args)
+        # Memref results get an allocated empty array: a call that cannot unwind runs on.
+        fill_failed_results(self, self.abi, self.function.args, self.frame_record)
         zero = self.zero()
         if zero is None:
             self.builder.ret_void()

@@ -23,6 +23,7 @@ from .builder import (
     _Unit,
     _zero_results,
 )
+from .failedresults import fill_failed_results
 from .unwindarea import unwind
 
 
@@ -57,9 +58,9 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
                 copies.append(b.bitcast(field, _ptr.as_pointer()))
         return copies
 
-    def return_zero(self) -> None:
+    def return_zero(self, record: ir.Value) -> None:
         b = self.builder
-        _zero_results(b, self.abi, self.function.args)
+        fill_failed_results(self, self.abi, self.function.args, record)
         return_type = self.function.function_type.return_type
         if isinstance(return_type, ir.VoidType):
             b.ret_void()
@@ -75,7 +76,7 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
         failed = b.gep(record, [ir.Constant(_i64, FAILED)])
         with b.if_then(b.icmp_signed("!=", b.load(failed), ir.Constant(_i64, 0)),
                        likely=False):
-            self.return_zero()
+            self.return_zero(record)
         status = b.alloca(_i64)
         b.store(ir.Constant(_i64, 1), status)
         copies = self.memref_result_copies()
@@ -96,7 +97,7 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
             with b.if_then(b.icmp_signed("==", b.load(failed), ir.Constant(_i64, 0))):
                 b.store(ir.Constant(_i64, self.helpers.culprit), failed)
             unwind(b, self.libc, record)
-            self.return_zero()
+            self.return_zero(record)
         for copy in copies:  # the call's now, as trampolines' copies are
             memory = b.load(copy)
             with b.if_then(b.not_(self.is_null(memory))):
