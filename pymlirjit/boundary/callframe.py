@@ -258,6 +258,9 @@ def record_current(name: str, error: BaseException) -> None:
 
 def _add_note(error: BaseException, note: str) -> None:
     try:
+        notes = getattr(error, "__notes__", None)
+        if isinstance(notes, list) and note in notes:  # the same object raised again
+            return
         if hasattr(error, "add_note"):
             error.add_note(note)
         else:  # Python 3.10
