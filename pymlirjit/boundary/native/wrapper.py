@@ -9,7 +9,7 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..callframe import FAILED
+from ..callframe import ERROR_KEPT, FAILED
 from ..memref import ALLOCATED
 from ..relocation import FOREIGN_RECORD, FRAME_KEY
 from ..types import MemRefType
@@ -94,7 +94,13 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
             # The copies of the results stored before the failure are no one's.
             for copy in copies:
                 b.call(self.libc["free"], [b.load(copy)])
-            with b.if_then(b.icmp_signed("==", b.load(failed), ir.Constant(_i64, 0))):
+            # Not the foreign record's if its error was kept: the flag went with it,
+            # and another call may have raised and cleared both since.
+            kept = b.and_(b.icmp_signed("==", b.load(status), ir.Constant(_i64, ERROR_KEPT)),
+                          b.icmp_unsigned("==", b.ptrtoint(record, _i64), b.ptrtoint(
+                              foreign, _i64)))
+            with b.if_then(b.and_(b.not_(kept), b.icmp_signed("==", b.load(failed),
+                                                               ir.Constant(_i64, 0)))):
                 b.store(ir.Constant(_i64, self.helpers.culprit), failed)
             unwind(b, self.libc, record)
             self.return_zero(record)
