@@ -124,6 +124,33 @@ def _report(kernel: Any, error: Exception) -> list[str]:
     return [f"@mlir_kernel {kernel.name!r}{_where(kernel)}: {type(error).__name__}: {text}"]
 
 
+def _error_of_every_binding(kernel: Any) -> Exception | None:
+    """The error any binding of a generic kernel fails with (an undefined SSA value, a
+    syntax error), if there is one: its source, parsed with every alias bound to ``i32``
+    and then to ``f64``, fails the same way both times (an error of one binding's types
+    differs between them). It is then raised by compiling the ``f64`` binding, to be
+    reported as any kernel's error. Nothing is compiled otherwise."""
+    from ..errors import MLIRError
+    from ..lowering.pipeline import new_context, parse_module
+
+    found = []
+    for t in ("i32", "f64"):
+        try:
+            parse_module(kernel.specialize(**dict.fromkeys(kernel.aliases, t)).mlir,
+                         new_context())
+        except MLIRError as error:
+            found.append([(d.message, d.location) for d in error.diagnostics])
+        else:
+            return None
+    if found[0] != found[1]:
+        return None
+    try:
+        kernel.specialize(**dict.fromkeys(kernel.aliases, "f64")).compile()
+    except Exception as error:
+        return error
+    return None  # pragma: no cover (parsing failed, compiling did not)
+
+
 def check_command(args: argparse.Namespace) -> None:
     """``pymlirjit check``: compile each kernel of the file; fail if any does not."""
     path = Path(args.file)
@@ -136,6 +163,11 @@ def check_command(args: argparse.Namespace) -> None:
     for kernel in kernels:
         aliases = getattr(kernel, "aliases", ())
         if aliases and not kernel.signatures:  # a generic kernel: nothing bound yet
+            broken = _error_of_every_binding(kernel)
+            if broken is not None:
+                failed += 1
+                print("\n".join(_report(kernel, broken)), flush=True)
+                continue
             names = ", ".join(f"!{a}" for a in aliases)
             print(f"@mlir_kernel {kernel.name!r}{_where(kernel)}: generic over {names}: "
                   f"compiled per binding at call time (check one with "

@@ -567,6 +567,22 @@ def test_check_lists_a_generic_kernel_without_compiling_a_binding(tmp_path: Path
         "generic.py: 0 kernels compiled, 1 generic (bound at call time)"]
 
 
+def test_check_fails_on_a_generic_kernel_whose_every_binding_fails(tmp_path: Path) -> None:
+    # An undefined SSA value: no binding can compile it (it exited 0, "generic").
+    (tmp_path / "generic.py").write_text(
+        "from pymlirjit import mlir_kernel\n\n"
+        "@mlir_kernel(source='''\n"
+        "func.func @twice(%x: !T) -> !T {\n"
+        "  %r = arith.addf %x, %y : !T\n"
+        "  return %r : !T\n"
+        "}''')\n"
+        "def twice(x): ...\n")
+    result = pymlirjit("check", "generic.py", cwd=tmp_path)
+    assert_one_error_line(result, "generic.py: 1 of 1 kernel failed to compile")
+    assert "use of undeclared SSA value name" in result.stdout, result.stdout
+    assert "generic over" not in result.stdout
+
+
 def test_run_takes_and_saves_sparse_tensors_as_npz(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import scipy.sparse as sp
