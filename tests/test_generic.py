@@ -641,3 +641,36 @@ def test_recompiling_the_scalar_chain_during_its_calls() -> None:
     assert done.stderr == ""
     rounds = [2.0, 3.0, 6.0, 7.0] * 2
     assert done.stdout.split("\n")[0] == f"{[4.0, 0.5, *rounds]} {[1.5, 2.5, 0.25, 0.25] * 2} 0 []"
+
+
+def test_casts_between_types_the_binding_makes_equal_are_identities() -> None:
+    # Bound to f64, `arith.extf %x : !T to f64` would be invalid MLIR (extf must widen).
+    @mlir_kernel(source="""
+    func.func @widened(%a: memref<?x!T>, %k: !I) -> f64 {
+      %c0 = arith.constant 0 : index
+      %x = memref.load %a[%c0] : memref<?x!T>
+      %y = arith.extf %x : !T to f64
+      %z = arith.truncf %y : f64 to !T
+      %w = arith.extf %z : !T to f64
+      %n = arith.extsi %k : !I to i64
+      %f = arith.sitofp %n : i64 to f64
+      %r = arith.addf %w, %f : f64
+      return %r : f64
+    }""", session=Session())
+    def widened(a: np.ndarray, k: int) -> float: ...
+
+    assert widened(np.array([1.5]), np.int64(2)) == 3.5  # !T = f64, !I = i64: identities
+    assert widened(np.array([1.5], np.float32), np.int32(2)) == 3.5  # real casts
+    assert {"T": "f64", "I": "i64"} in widened.signatures
+
+
+def test_identity_casts_on_tensors() -> None:
+    @mlir_kernel(source="""
+    func.func @widened(%a: tensor<?x!T>) -> tensor<?xf64> {
+      %y = arith.extf %a : tensor<?x!T> to tensor<?xf64>
+      return %y : tensor<?xf64>
+    }""", session=Session())
+    def widened(a: np.ndarray) -> np.ndarray: ...
+
+    assert widened(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
+    assert widened(np.arange(3, dtype=np.float16)).tolist() == [0.0, 1.0, 2.0]

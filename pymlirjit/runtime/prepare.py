@@ -29,6 +29,7 @@ from ..boundary.abi import (
 )
 from ..boundary.callback import Callback
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
+from ..boundary.identitycasts import fold_identity_casts
 from ..boundary.signature import Signature, as_signature, from_func_op
 from ..boundary.sparse import has_sparse
 from ..boundary.sparseshims import (
@@ -123,6 +124,8 @@ def prepare(text: str, options: CompileOptions,
     context = new_context(COMPILE_DIALECTS)
     is_shallow = shallow(text)
     module = parse_module(text, context, filename, is_shallow)
+    if "unrealized_conversion_cast" in text:  # as a generic kernel's binding makes them
+        fold_identity_casts(module)
     _check_reserved_names(module, filename)
     public_names = _rename_definitions_named_like_c_functions(module)
     unit = ir.UnitAttr.get(context)
