@@ -674,3 +674,30 @@ def test_identity_casts_on_tensors() -> None:
 
     assert widened(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
     assert widened(np.arange(3, dtype=np.float16)).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_bindings_mlir_errors_and_failures_name_the_python_line() -> None:
+    @mlir_kernel(source="""
+    func.func @bad(%a: memref<?x!T>) -> !T {
+      %c0 = arith.constant 0 : index
+      %x = memref.load %a[%c0] : memref<?x!T>
+      %y = arith.addf %x, %c0 : !T
+      return %y : !T
+    }""", session=Session())
+    def bad(a: np.ndarray) -> float: ...
+
+    line = bad.__wrapped__.__code__.co_firstlineno + 4  # the arith.addf line
+    with pytest.raises(MLIRError, match=rf"^@mlir_kernel 'bad' bound to !T = f64 "
+                                        rf"\(\S*test_generic\.py:{line}:\d+\): use of value"):
+        bad(np.ones(2))
+
+    @mlir_kernel(source="""
+    func.func @ratio(%a: !T, %b: !T) -> !T {
+      %r = arith.divsi %a, %b : !T
+      return %r : !T
+    }""", session=Session())
+    def ratio(a: int, b: int) -> int: ...
+
+    line = ratio.__wrapped__.__code__.co_firstlineno + 2
+    with pytest.raises(ZeroDivisionError, match=rf"test_generic\.py:{line}\)"):
+        ratio(np.int32(1), np.int32(0))
