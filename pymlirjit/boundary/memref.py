@@ -20,6 +20,7 @@ from . import ffi
 from .types import MemRefType, ScalarType, TensorType, UnrankedMemRefType
 
 __all__ = [
+    "holds_elements",
     "ALIGNED",
     "ALLOCATED",
     "DESCRIPTOR_FIELDS",
@@ -159,6 +160,15 @@ def free_unowned(descriptor: Any, rank: int, owners: dict[int, object]) -> None:
         ffi.free(allocated)
 
 
+def holds_elements(dtype: np.dtype[Any], element: ScalarType) -> bool:
+    """Whether an array of ``dtype`` holds ``element`` values as they are: ``element``'s
+    own dtype or, MLIR integers being signless, an unsigned one of the same width (a
+    ``uint8`` array for ``memref<?xi8>``: the same bits, no copy)."""
+    own = element.dtype
+    return dtype == own or (own.kind == "i" and dtype.kind == "u" and dtype.isnative
+                            and dtype.itemsize == own.itemsize)
+
+
 def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
                  what: str, kind: str) -> np.ndarray[Any, Any]:
     if type(value) is not np.ndarray:
@@ -166,7 +176,7 @@ def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
             raise TypeError(f"{what}: expected a numpy array for {kind}, "
                             f"got {type(value).__name__}")
         _refuse_masked(value, what)
-    if value.dtype != element.dtype:
+    if not holds_elements(value.dtype, element):
         raise TypeError(f"{what}: expected dtype {element.dtype} for {kind}, got {value.dtype}")
     if value.ndim != len(shape):
         raise ValueError(f"{what}: expected a rank-{len(shape)} array for {kind}, "

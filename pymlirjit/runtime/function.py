@@ -28,6 +28,7 @@ from ..boundary.memref import (
     descriptor_for_unranked,
     descriptor_type,
     free_unowned,
+    holds_elements,
     owned_array_from_descriptor,
 )
 from ..boundary.signature import Signature, argument_label
@@ -404,7 +405,7 @@ def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
     if isinstance(t, (MemRefType, TensorType)):
         def marshal_array(value: Any, out: list[Any], keepalive: list[Any],
                           owners: dict[int, object]) -> None:
-            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+            if not (isinstance(value, np.ndarray) and holds_elements(value.dtype, t.element)):
                 raise _array_type_error(value, t, what, name)
             descriptor, array = descriptor_for_argument(value, t, what)
             keepalive.append(descriptor)
@@ -414,7 +415,7 @@ def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
     if isinstance(t, UnrankedMemRefType):
         def marshal_unranked(value: Any, out: list[Any], keepalive: list[Any],
                              owners: dict[int, object]) -> None:
-            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+            if not (isinstance(value, np.ndarray) and holds_elements(value.dtype, t.element)):
                 raise _array_type_error(value, t, what, name)
             unranked, ranked, array = descriptor_for_unranked(value, t, what)
             keepalive += (unranked, ranked)

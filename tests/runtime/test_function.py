@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pymlirjit import MemRef, Session, callback, f64, i64, mlir_kernel
+from pymlirjit import MemRef, Session, callback, f64, i8, i64, mlir_kernel
 
 SPIN = """
 func.func @spin(%n: i64) -> i64 {
@@ -527,3 +527,59 @@ def test_a_keyword_call_that_recompiles_its_kernel_finishes(session: Session) ->
 
     for value in range(5):
         assert twice(x=float(value)) == 2.0 * value
+
+
+INCREMENT_I8 = """
+func.func @inc(%a: memref<?xi8>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1 : i8
+  %n = memref.dim %a, %c0 : memref<?xi8>
+  scf.for %i = %c0 to %n step %c1 {
+    %x = memref.load %a[%i] : memref<?xi8>
+    %y = arith.addi %x, %one : i8
+    memref.store %y, %a[%i] : memref<?xi8>
+  }
+  return
+}
+func.func @same(%a: tensor<?xi32>) -> tensor<?xi32> {
+  return %a : tensor<?xi32>
+}
+func.func @unranked(%a: memref<*xi16>) {
+  return
+}
+"""
+
+
+def test_unsigned_arrays_pass_for_signless_integers_without_a_copy() -> None:
+    # MLIR integers are signless: a uint8 array holds i8 bits as they are.
+    module = Session().compile(INCREMENT_I8)
+    a = np.array([1, 254, 255], np.uint8)
+    module.inc(a)
+    assert a.tolist() == [2, 255, 0]  # written in place: no copy was made
+    assert module.same(np.array([2**32 - 1], np.uint32)).tolist() == [-1]
+    module.unranked(np.zeros((2, 2), np.uint16))
+    for wrong in (np.zeros(2, np.uint16), np.zeros(2, np.int16), np.zeros(2, np.bool_)):
+        with pytest.raises(TypeError, match="expected a int8 array"):
+            module.inc(wrong)
+
+
+def test_a_callback_may_return_an_unsigned_array_for_signless_integers() -> None:
+    session = Session()
+
+    @callback(session=session)
+    def make(n: i8) -> MemRef[i8, None]:
+        return np.full(3, 200, np.uint8)
+
+    module = session.compile("""
+    func.func @first() -> i8 {
+      %n = arith.constant 1 : i8
+      %r = call @make(%n) : (i8) -> memref<?xi8>
+      %c0 = arith.constant 0 : index
+      %x = memref.load %r[%c0] : memref<?xi8>
+      memref.dealloc %r : memref<?xi8>
+      return %x : i8
+    }
+    func.func private @make(i8) -> memref<?xi8>
+    """)
+    assert module.first() == 200 - 256
