@@ -223,13 +223,14 @@ def _check_layout(array: np.ndarray[Any, Any], memref: MemRefType, strides: tupl
 
 
 def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, what: str,
-                            ) -> tuple[Any, np.ndarray[Any, Any]]:
+                            read_only: bool = False) -> tuple[Any, np.ndarray[Any, Any]]:
     """Check ``value`` against a memref or tensor parameter and describe it.
 
     Returns the descriptor (aliasing the array's memory) and the array it aliases, which
     the caller keeps alive for the duration of the call. A tensor is value-semantic: a
     non-contiguous array is copied; a memref is never copied, so its layout must admit the
-    array's strides. ``what`` names the parameter in errors.
+    array's strides, and the array must be writable unless the function never writes the
+    memref (``read_only``). ``what`` names the parameter in errors.
     """
     if isinstance(array_type, TensorType):
         array = _check_array(value, array_type.element, array_type.shape, what,
@@ -240,9 +241,9 @@ def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, wha
     else:
         array = _check_array(value, array_type.element, array_type.shape, what,
                              array_type.mlir)
-        if not array.flags.writeable:
-            raise ValueError(f"{what}: the array is read-only, but a memref can be written "
-                             f"through; pass a writable copy")
+        if not (read_only or array.flags.writeable):
+            raise ValueError(f"{what}: the array is read-only, but the function may write "
+                             f"this memref; pass a writable copy")
         strides = _element_strides(array, what)
         _check_layout(array, array_type, strides, what)
         static_offset = array_type.offset or 0

@@ -49,6 +49,7 @@ from ..codegen.optimize import (
 )
 from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
+from ..codegen.readonly import read_only_parameters
 from ..codegen.vectormath import use_vector_library
 from ..errors import Diagnostic, MLIRError, SignatureError
 from ..lowering.deepinput import shallow
@@ -219,6 +220,7 @@ def prepare(text: str, options: CompileOptions,
                     continue
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
+                signature = signature.with_read_only(read_only_parameters(op))
                 entry = symbol_name
                 if abi.needs_shim:
                     entry = entry_shim_symbol(name)
