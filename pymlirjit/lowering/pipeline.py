@@ -22,6 +22,7 @@ from ..boundary.abi import symbol_references
 from ..errors import Diagnostic, MLIRError, error_diagnostics
 from .checks import check_lowered, check_no_stack_results, check_no_sub_byte_access
 from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack, shallow
+from .hints import with_hints
 from .llvmoptions import enable_matrix_lowering
 from .passguards import GUARDED, check_before
 from .stderrcapture import stderr_captured
@@ -248,7 +249,7 @@ def _parse(source: str, context: Any, filename: str) -> Any:
         try:
             return ir.Module.parse(source)
         except ir.MLIRError as exc:
-            found = _diagnostics(exc, filename)
+            found = with_hints(_diagnostics(exc, filename), source)
             name = source.strip()
             if found and "\n" not in name and name.endswith(".mlir"):  # a file name given
                 first = found[0]
