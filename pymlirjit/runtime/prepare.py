@@ -311,8 +311,10 @@ def builtin_callbacks() -> dict[str, Callback]:
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
-#: the lowering of the async dialect calls MLIR's async runtime.
-_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime"}
+#: the lowering of the async dialect calls MLIR's async runtime; arithmetic on floats
+#: LLVM lacks (f8, f6, f4) calls MLIR's APFloat wrappers in the C runner utilities.
+_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime",
+                        "_mlir_apfloat_": "mlir_c_runner_utils"}
 
 
 def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
