@@ -31,7 +31,7 @@ from .transformscripts import erase_schedules
 from .vectorscan import lower_vector_scans
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "default_pipeline_for",
-           "lower", "new_context",
+           "lower", "names_small_floats", "new_context",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
 
 #: The default pipeline's passes for floats LLVM lacks (arith and math become calls of
@@ -303,6 +303,12 @@ def default_pipeline_for(module: Any) -> str:
     if _SMALL_FLOAT_TYPE.search(text):
         return normalize_pipeline(DEFAULT_PIPELINE)
     return _default_without_small_floats()
+
+
+def names_small_floats(module: Any) -> bool:
+    """Whether ``module`` names a float type LLVM lacks (f8, f6, f4): arithmetic on it
+    lowers to calls of MLIR's runtime (a shared library: see :data:`SMALL_FLOAT_PASSES`)."""
+    return bool(_SMALL_FLOAT_TYPE.search(module.operation.get_asm(large_elements_limit=16)))
 
 
 @functools.cache

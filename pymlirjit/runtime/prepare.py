@@ -56,6 +56,7 @@ from ..lowering.deepinput import shallow
 from ..lowering.packs import BUFFERIZATION, decompose_packs
 from ..lowering.pipeline import lower as lower_module
 from ..lowering.pipeline import (
+    names_small_floats,
     new_context,
     parse_module,
     runtime_library,
@@ -258,9 +259,13 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
 
     def add_checks(module: Any) -> None:
-        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
-                                      filename=prepared.filename, source=prepared.source,
-                                      error_model=options.error_model))
+        # Calls unwind at a failure unless the module links shared libraries (the async
+        # runtime of parallel loops, MLIR's APFloat runtime for f8 arithmetic included).
+        unwinds = not (options.shared_libs or options.parallel_loops)
+        inserted.append(insert_checks(
+            module, boundscheck=options.boundscheck, filename=prepared.filename,
+            source=prepared.source, error_model=options.error_model,
+            unwinds=lambda: unwinds and not names_small_floats(module)))
 
     hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
     # Checks go in before parallel loops are outlined as tasks (a failure then names the
