@@ -29,6 +29,7 @@ from ..boundary.abi import (
 )
 from ..boundary.callback import Callback
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
+from ..boundary.identitycasts import fold_identity_casts
 from ..boundary.signature import Signature, as_signature, from_func_op
 from ..boundary.sparse import has_sparse
 from ..boundary.sparseshims import (
@@ -48,12 +49,14 @@ from ..codegen.optimize import (
 )
 from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
+from ..codegen.readonly import read_only_parameters
 from ..codegen.vectormath import use_vector_library
 from ..errors import Diagnostic, MLIRError, SignatureError
 from ..lowering.deepinput import shallow
 from ..lowering.packs import BUFFERIZATION, decompose_packs
 from ..lowering.pipeline import lower as lower_module
 from ..lowering.pipeline import (
+    names_small_floats,
     new_context,
     parse_module,
     runtime_library,
@@ -125,6 +128,8 @@ def prepare(text: str, options: CompileOptions,
     context = new_context(COMPILE_DIALECTS)
     is_shallow = shallow(text)
     module = parse_module(text, context, filename, is_shallow)
+    if "unrealized_conversion_cast" in text:  # as a generic kernel's binding makes them
+        fold_identity_casts(module)
     _check_reserved_names(module, filename)
     public_names = _rename_definitions_named_like_c_functions(module)
     unit = ir.UnitAttr.get(context)
@@ -218,6 +223,7 @@ def prepare(text: str, options: CompileOptions,
                     continue
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
+                signature = signature.with_read_only(read_only_parameters(op))
                 entry = symbol_name
                 if abi.needs_shim:
                     entry = entry_shim_symbol(name)
@@ -256,9 +262,13 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
 
     def add_checks(module: Any) -> None:
-        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
-                                      filename=prepared.filename, source=prepared.source,
-                                      error_model=options.error_model))
+        # Calls unwind at a failure unless the module links shared libraries (the async
+        # runtime of parallel loops, MLIR's APFloat runtime for f8 arithmetic included).
+        unwinds = not (options.shared_libs or options.parallel_loops)
+        inserted.append(insert_checks(
+            module, boundscheck=options.boundscheck, filename=prepared.filename,
+            source=prepared.source, error_model=options.error_model,
+            unwinds=lambda: unwinds and not names_small_floats(module)))
 
     hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
     # Checks go in before parallel loops are outlined as tasks (a failure then names the
@@ -311,8 +321,10 @@ def builtin_callbacks() -> dict[str, Callback]:
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
-#: the lowering of the async dialect calls MLIR's async runtime.
-_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime"}
+#: the lowering of the async dialect calls MLIR's async runtime; arithmetic on floats
+#: LLVM lacks (f8, f6, f4) calls MLIR's APFloat wrappers in the C runner utilities.
+_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime",
+                        "_mlir_apfloat_": "mlir_c_runner_utils"}
 
 
 #: Rounding to bf16 is a call of ``__truncsfbf2``/``__truncdfbf2`` on CPUs without
