@@ -35,6 +35,7 @@ __all__ = [
     "lost_error",
     "native_frame_slot",
     "record_current",
+    "task_slot",
 ]
 
 # -- error capture across compiled frames ------------------------------------------------
@@ -111,6 +112,15 @@ class _NativeFrameSlot:
 @functools.cache
 def native_frame_slot() -> _NativeFrameSlot:
     """The pthread key native trampolines read (created on first use)."""
+    return _NativeFrameSlot()
+
+
+@functools.cache
+def task_slot() -> _NativeFrameSlot:
+    """The pthread key that says, per thread, whether the thread runs a task of a
+    parallel loop (non-NULL): compiled code then runs a nested parallel loop on that
+    thread instead of waiting for a thread pool it occupies (see
+    :mod:`pymlirjit.codegen.scheduling`)."""
     return _NativeFrameSlot()
 
 
