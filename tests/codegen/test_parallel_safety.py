@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pymlirjit import Session, callback, f64, index, mlir_kernel
 from pymlirjit.codegen.parallel import THREADS_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,3 +228,68 @@ while True:
 def test_forked_child_whose_threads_cannot_start_runs_the_loop_itself(threads: int) -> None:
     assert _run(FORK_WITHOUT_THREADS, threads) == "child 0\n"
 
+
+
+SERIAL_LINKING = """
+func.func @serial(%out: memref<?xf64>) {
+  func.call @outer(%out) : (memref<?xf64>) -> ()
+  return
+}
+func.func private @outer(memref<?xf64>)
+"""
+
+GIL_LINKED = """
+import threading, time
+import numpy as np
+from pymlirjit import Session, callback, f64, index, mlir_kernel
+from tests.codegen.test_parallel_safety import OUTER, SERIAL_LINKING
+
+session = Session()
+
+@callback(session=session)
+def work(i: index) -> f64:
+    if threading.current_thread() is not threading.main_thread():
+        time.sleep(0.0002)        # a worker still calls back once the caller is done
+    return float(i) + 5.0
+
+@mlir_kernel(source=OUTER, session=session, parallel=True)
+def outer(out): ...
+
+@mlir_kernel(source=SERIAL_LINKING, session=session, callbacks=[outer])
+def serial(out): ...              # default options, serial, no callback of its own
+
+out = np.zeros(20000)
+serial(out)
+assert (out == np.arange(20000) + 5.0).all()
+print(serial.compile().release_gil)
+"""
+
+
+def test_a_kernel_linking_a_parallel_kernel_that_calls_back_releases_the_gil() -> None:
+    """The GIL policy follows what a call can reach: the serial kernel kept the GIL
+    while the linked kernel's workers waited for it in their callbacks (a hang)."""
+    assert _run(GIL_LINKED, 2) == "True\n"
+
+
+def test_keeping_the_gil_where_threads_call_python_is_refused() -> None:
+    session = Session()
+
+    @callback(session=session)
+    def work(i: index) -> f64:
+        return float(i)
+
+    @mlir_kernel(source=OUTER, session=session, parallel=True, release_gil=False)
+    def outer(out): ...  # type: ignore[no-untyped-def]
+
+    with pytest.raises(ValueError, match="kernel 'outer': release_gil=False would hang"):
+        outer.compile()
+
+    @mlir_kernel(source=OUTER, session=session, parallel=True, name="outer")
+    def linked(out): ...  # type: ignore[no-untyped-def]
+
+    @mlir_kernel(source=SERIAL_LINKING, session=session, release_gil=False,
+                 callbacks=[linked])
+    def serial(out): ...  # type: ignore[no-untyped-def]
+
+    with pytest.raises(ValueError, match="kernel 'serial': release_gil=False would hang"):
+        serial.compile()
