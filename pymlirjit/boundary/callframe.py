@@ -25,6 +25,7 @@ __all__ = [
     "CallFrame",
     "CallMachinery",
     "CallRecord",
+    "call_failed",
     "call_frame",
     "call_machinery",
     "culprit_token",
@@ -255,6 +256,13 @@ def _record(address: int, error: BaseException, name: str) -> None:
             _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
     except BaseException:  # see the docstring
         pass
+
+
+def call_failed() -> bool:
+    """Whether the call running on this thread (or the foreign one) has failed: a
+    callback about to run then returns at once (another thread's callback may have
+    failed the call while this one waited for the GIL)."""
+    return bool(ctypes.c_int64.from_address(_current_record()).value)
 
 
 def record_current(name: str, error: BaseException) -> None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pymlirjit import Session, callback, f64, index, mlir_kernel
@@ -293,3 +296,109 @@ def test_keeping_the_gil_where_threads_call_python_is_refused() -> None:
 
     with pytest.raises(ValueError, match="kernel 'serial': release_gil=False would hang"):
         serial.compile()
+
+
+def test_a_worker_failure_belongs_to_the_call_that_started_the_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A callback failing on a worker of a parallel loop fails that loop's call (which
+    raises it), never a call on another Python thread; and once the call failed, no
+    thread of it enters Python again (issue 31.5, 31.6)."""
+    monkeypatch.setenv(THREADS_VARIABLE, "2")
+    session = Session()
+    caller: list[int] = []
+    calls = {"worker": 0, "after": 0, "failed": False}
+
+    @callback(session=session)
+    def work(i: index) -> f64:
+        if calls["failed"]:
+            calls["after"] += 1       # a callback entered after the call failed
+        if threading.get_ident() != caller[0]:
+            calls["worker"] += 1
+            calls["failed"] = True
+            raise ZeroDivisionError(f"on a worker at {i}")
+        deadline = time.monotonic() + 5
+        while not calls["worker"] and time.monotonic() < deadline:
+            time.sleep(0.0005)        # the caller waits until a worker calls back
+        return 0.0
+
+    @callback(session=session)
+    def same(x: f64) -> f64:
+        return x
+
+    outer = session.compile(OUTER, parallel=True).outer
+    serial = session.compile(SERIAL_CALLING).twice
+    stop = threading.Event()
+    wrong: list[BaseException] = []
+
+    def unrelated() -> None:          # serial calls that end while workers fail
+        while not stop.is_set():
+            try:
+                assert serial(2.0) == 4.0
+            except BaseException as error:
+                wrong.append(error)
+                return
+
+    other = threading.Thread(target=unrelated)
+    other.start()
+    try:
+        caller.append(threading.get_ident())
+        for _ in range(20):
+            calls.update(worker=0, after=0, failed=False)
+            with pytest.raises(ZeroDivisionError, match="on a worker"):
+                outer(np.zeros(400))
+            assert calls["after"] == 0
+    finally:
+        stop.set()
+        other.join()
+    assert wrong == []
+
+
+SERIAL_CALLING = """
+func.func @twice(%x: f64) -> f64 {
+  %y = func.call @same(%x) : (f64) -> f64
+  %r = arith.addf %y, %y : f64
+  return %r : f64
+}
+func.func private @same(f64) -> f64
+"""
+
+INTERRUPTED = """
+import os, signal, threading
+import numpy as np
+from pymlirjit import Session, callback, f64, index
+from tests.codegen.test_parallel_safety import OUTER
+
+session = Session(parallel=True)
+main = threading.get_ident()
+seen = {"worker": 0, "after": 0, "interrupted": False}
+
+def interrupt(signum, frame):
+    seen["interrupted"] = True
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGINT, interrupt)
+
+@callback(session=session)
+def work(i: index) -> f64:
+    if seen["interrupted"]:
+        seen["after"] += 1
+    if threading.get_ident() != main:
+        seen["worker"] += 1
+        if seen["worker"] == 20:
+            os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C, handled on the main thread
+    else:
+        while not seen["interrupted"]:
+            pass                  # the caller's callback runs Python: it sees Ctrl-C
+    return 0.0
+
+outer = session.compile(OUTER).outer
+try:
+    outer(np.zeros(4000))
+except KeyboardInterrupt:
+    print("interrupted", seen["after"])
+"""
+
+
+@pytest.mark.parametrize("threads", [2, CPUS + 1])
+def test_after_ctrl_c_no_thread_of_the_call_enters_python(threads: int) -> None:
+    assert _run(INTERRUPTED, threads) == "interrupted 0\n"
