@@ -21,7 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pymlirjit import jit, prange
+from numba import prange  # @jit understands numba.prange too
+
+from pymlirjit import jit
 
 
 def add_complex(a: complex, b: complex) -> complex:

@@ -17,6 +17,7 @@ from .emit_elementwise import ElementwiseMixin
 from .emit_loops import LoopsMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
+from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .ownership import freeable
 from .syntax import assignment_counts
@@ -30,7 +31,7 @@ __all__ = ["Emitter"]
 
 
 class Emitter(ArraysMixin, CallsMixin, ComplexMixin, ElementwiseMixin, OpsMixin, ParallelMixin,
-              LoopsMixin):
+              LoopsMixin, RandomMixin):
     """Emit one function: :meth:`function` returns its text."""
 
     def __init__(self, program: Host, source: FunctionSource, info: Inference,

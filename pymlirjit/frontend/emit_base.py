@@ -158,6 +158,9 @@ class EmitBase:
     def complex_intrinsic(self, f: Any, args: list[Value], t: JType) -> Value | None:
         raise NotImplementedError
 
+    def random_call(self, op: str, args: list[Value], t: JType) -> Value:
+        raise NotImplementedError
+
     # -- text -------------------------------------------------------------------------
 
     def fresh(self) -> str:

@@ -99,6 +99,8 @@ class CallsMixin(EmitBase):
         if isinstance(t, Array) and kind in ("np1", "abs"):  # np.sqrt(a): element by element
             dtype = t.dtype
             return self.elementwise(lambda v: self.intrinsic(f, v, dtype), args, t)
+        if kind == "random":
+            return self.random_call(op, args, t)
         on_complex = self.complex_intrinsic(f, args, t)
         if on_complex is not None:
             return on_complex

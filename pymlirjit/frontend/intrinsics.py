@@ -31,6 +31,8 @@ from .jtypes import (
     from_dtype,
     promote,
 )
+from .randoms import functions as random_functions
+from .randoms import result_type as random_result_type
 
 __all__ = ["CONSTANTS", "Intrinsic", "find", "result_type", "scalar_type_of"]
 
@@ -89,6 +91,8 @@ _add([builtins.bool], "cast", "bool")
 _add([builtins.complex], "cast", "complex")
 for _f, _op in cmath_table():
     _add([_f], "cmath1", _op)
+for _f, _op in random_functions():
+    _add([_f], "random", _op)
 for _f in (np.real, np.imag, np.conj, np.conjugate):
     _add([_f], "npcomplex", NP_COMPLEX[id(_f)])
 _add([builtins.len], "len", "len")
@@ -154,6 +158,8 @@ def result_type(intrinsic: Intrinsic, args: list[JType]) -> JType | str:
     """The result type of a call with these argument types (a str: why it is wrong)."""
     kind = intrinsic.kind
     scalars = [a for a in args if isinstance(a, Scalar)]
+    if kind == "random":
+        return random_result_type(intrinsic.op, args)
     if len(scalars) == len(args):
         on_complex = complex_call_type(kind, intrinsic.op, scalars)
         if on_complex is not None:
