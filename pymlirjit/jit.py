@@ -47,6 +47,7 @@ from .frontend.diagnostics import JitError, JitSyntaxError, JitTypeError
 from .frontend.jtypes import (
     JType,
 )
+from .frontend.randoms import STATE_SYMBOL
 from .kernel import Kernel
 from .session import Session, default_session
 
@@ -264,6 +265,7 @@ class JitFunction(NativeCallable):
             except JitError as exc:  # the message says where: the frontend's frames are noise
                 raise exc.with_traceback(None) from exc.__cause__
             callbacks = [c.existing if c.existing is not None else
+                         _random_state() if c.name == STATE_SYMBOL else
                          Callback(c.function, c.signature, name=c.name)  # type: ignore[arg-type]
                          for c in spec.callbacks]
             stub = StandInStub(self.__name__, self.__qualname__, self.__module__, self.__doc__,
@@ -354,6 +356,14 @@ class JitFunction(NativeCallable):
 
     def __repr__(self) -> str:
         return f"<@jit {self.__qualname__} ({len(self._specs)} specializations)>"
+
+
+def _random_state() -> Any:
+    """The extern giving compiled code its thread's random state (native, built once)."""
+    from .boundary.native.randomstate import random_state_address
+    from .runtime.externs import extern
+
+    return extern(STATE_SYMBOL, random_state_address(), "() -> !llvm.ptr")
 
 
 def _params_of(spec: Specialization) -> tuple[str, ...]:

@@ -12,10 +12,12 @@ from .calls import mlir_of
 from .emit_arrays import ArraysMixin
 from .emit_base import Value
 from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
+from .emit_complex import ComplexMixin
 from .emit_elementwise import ElementwiseMixin
 from .emit_loops import LoopsMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
+from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .ownership import freeable
 from .syntax import assignment_counts
@@ -28,7 +30,8 @@ from .source import FunctionSource
 __all__ = ["Emitter"]
 
 
-class Emitter(ArraysMixin, CallsMixin, ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin):
+class Emitter(ArraysMixin, CallsMixin, ComplexMixin, ElementwiseMixin, OpsMixin, ParallelMixin,
+              LoopsMixin, RandomMixin):
     """Emit one function: :meth:`function` returns its text."""
 
     def __init__(self, program: Host, source: FunctionSource, info: Inference,
@@ -228,13 +231,15 @@ class Emitter(ArraysMixin, CallsMixin, ElementwiseMixin, OpsMixin, ParallelMixin
         if isinstance(node, ast.Constant) and node.value is None:
             return Value("", NoneT())
         if isinstance(node, ast.Constant):
-            assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float))
+            assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float, complex))
             return self.const(node.value, t)
         if isinstance(node, ast.Name):
             return self.load_var(node.id)
         assert t is not None
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value)
+            if isinstance(base.type, Scalar):  # x.real, z.imag
+                return self.number_attribute(base, node.attr, t)
             assert isinstance(base.type, Array)
             if node.attr == "shape":
                 return self.shape(base)
