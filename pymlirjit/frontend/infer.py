@@ -14,7 +14,7 @@ import numpy as np
 from .calls import Target
 from .diagnostics import JitTypeError
 from .host import Host
-from .infer_arrays import array_binop, array_unary
+from .infer_arrays import array_binop, array_compare, array_unary, in_place_type
 from .infer_calls import type_call
 from .intrinsics import CONSTANTS, scalar_type_of
 from .jtypes import (
@@ -133,8 +133,7 @@ class Inference:
                 return
             if isinstance(current, Array):
                 self._elementwise(current, value, stmt.value)  # a += v, a[1:] += v: in place
-                element = value.dtype if isinstance(value, Array) else value
-                t = self.binop(stmt.op, current.dtype, element, stmt)
+                t = in_place_type(self, stmt, current, value)
             else:
                 t = self.binop(stmt.op, current, value, stmt)
             self.types[stmt] = t
@@ -223,11 +222,10 @@ class Inference:
                              "assign to names, tuples of names and array elements")
 
     def _elementwise(self, view: Array, value: JType, node: ast.AST) -> None:
-        """Check ``view[...] = value``: a scalar, or an array of the view's rank."""
-        if isinstance(value, Array) and value.ndim != view.ndim:
+        """Check ``view[...] = value``: a scalar, or an array that broadcasts to it."""
+        if isinstance(value, Array) and value.ndim > view.ndim:
             raise self.error(node, f"cannot assign a {value.ndim}-d array to a "
-                             f"{view.ndim}-d view", "broadcasting is not supported: "
-                             "give both the same rank, or write a loop")
+                             f"{view.ndim}-d view")
         if not isinstance(value, (Scalar, Array)):
             raise self.error(node, f"cannot assign {value} to an array view")
 
@@ -360,6 +358,11 @@ class Inference:
             self.expr(node.comparators[0], keep=True)
             return WEAK_BOOL
         if isinstance(node, ast.Compare):
+            sides = [self.expr(n) for n in (node.left, node.comparators[0])]
+            if any(isinstance(c, Array) for c in sides):
+                if sides[0] is None or sides[1] is None:
+                    return None
+                return array_compare(self, node, sides[0], sides[1])
             for operand in [node.left, *node.comparators]:
                 c = self.expr(operand)
                 if c is not None and not isinstance(c, Scalar):
@@ -425,6 +428,10 @@ class Inference:
         if not isinstance(base, Array):
             raise self.error(node, f"{base} cannot be indexed")
         indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        dots = [i for i, n in enumerate(indices) if isinstance(n, ast.Constant) and n.value is ...]
+        if dots and dots != [len(indices) - 1]:
+            raise self.error(node.slice, "... is supported as the last index only")
+        indices = indices[:-1] if dots else indices
         if len(indices) > base.ndim:
             raise self.error(node.slice, f"too many indices for a {base.ndim}-d array")
         kept = base.ndim - len(indices)
