@@ -27,8 +27,11 @@ RUNNER_LIBS = ("libmlir_runner_utils.so", "libmlir_c_runner_utils.so")
 
 
 def pymlirjit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pymlirjit ARGS`` and capture its output."""
-    return subprocess.run([sys.executable, "-m", "pymlirjit", *args], cwd=cwd,
+    """Run ``python -m pymlirjit ARGS`` and capture its output: the repository's pymlirjit,
+    from any ``cwd`` (not an installed copy, which may be another tree's)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "pymlirjit", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
