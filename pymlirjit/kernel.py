@@ -49,6 +49,7 @@ from .kernelpickling import (
 from .kernelstub import check_stub
 from .lowering.builtsource import built_text
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
+from .runtime.firstcall import FirstCall, first_call, running_first_call
 from .runtime.function import CompiledFunction
 from .session import CompiledModule, Session, default_session, given_session
 
@@ -109,6 +110,14 @@ class Kernel(NativeCallable):
         function = self._compiled
         if function is not None:
             return function
+        # Called again by a signal handler during this first call: no second compile.
+        running = running_first_call(self, f"@mlir_kernel {self.name!r}")
+        if running is not None:
+            return running  # type: ignore[no-any-return]
+        with first_call(self) as state:
+            return self._compile(state)
+
+    def _compile(self, state: FirstCall) -> CompiledFunction:
         session = self.session
         compile_targets(self, self._callbacks)  # first: outside this session's lock
         # Under the session's lock: compiling, clearing the cache and retiring functions
@@ -136,7 +145,7 @@ class Kernel(NativeCallable):
             if isinstance(source, str) and self.__dict__.get("_site") is not None:
                 register_source(source, self._site)  # failures then name its Python line
             try:
-                function = module[self.name]
+                function = state.function = module[self.name]
             except KeyError as exc:
                 raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
             stub = self.__wrapped__

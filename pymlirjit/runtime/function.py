@@ -40,13 +40,11 @@ from ..boundary.types import (
     UnrankedMemRefType,
 )
 from ..boundary.vectorcall import EntryCaller, NativeCallable, has_entry, set_entry
+from .firstcall import native_build
 from .sharedlib import SharedLibrary
 from .sparsecall import SparseCall
 
 __all__ = ["CompiledFunction", "set_origin"]
-
-_native_lock = threading.Lock()
-
 
 class CompiledFunction(NativeCallable):
     """A function of a compiled module, callable with Python scalars and numpy arrays.
@@ -172,8 +170,8 @@ class CompiledFunction(NativeCallable):
         if self._native_wanted and self.native_entry is None:
             from ..boundary.native import NativeBatch  # llvmlite loads only when needed
 
-            with _native_lock:  # first calls from several threads build it once
-                if self.native_entry is None:
+            with native_build() as free:  # not free: re-entered by a signal handler
+                if free and self.native_entry is None:
                     batch = NativeBatch()
                     ready = self.add_native_entry(batch)
                     addresses, code = batch.compile()
