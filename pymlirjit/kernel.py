@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex
 
+from .boundary.buildgate import building
 from .boundary.cprototype import function_pointer
 from .boundary.failures import register_source
 from .boundary.pickling import StandInStub, rebuilds
@@ -123,7 +124,7 @@ class Kernel(NativeCallable):
         # Under the session's lock: compiling, clearing the cache and retiring functions
         # (invalidate) never interleave, so the vectorcall slot only ever points at the
         # entry of a function this kernel keeps.
-        with session.lock:
+        with building(), session.lock:  # a fork waits for the compile, then this lock
             if self._compiled is not None:  # another thread compiled it meanwhile
                 return self._compiled
             # Subscribe before compiling: a callback redefined meanwhile (registries

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..boundary.buildgate import building
+
 __all__ = ["FirstCall", "first_call", "native_build", "running_first_call"]
 
 _native_lock = threading.Lock()  # first calls from several threads build an entry once
@@ -35,7 +37,7 @@ def native_build() -> Iterator[bool]:
     if getattr(_local, "building", False):
         yield False
         return
-    with _native_lock:
+    with building(), _native_lock:  # a fork waits for the build, then this lock
         _local.building = True
         try:
             yield True
