@@ -15,15 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..boundary import ffi
 from ..boundary.abi import (
     CIFACE_PREFIX,
-    RESERVED_PREFIX,
     boundary_abi,
     callback_shim,
     callback_shim_symbol,
     ciface_symbol,
-    defined_function_symbol,
     entry_shim_symbol,
     kernel_shim,
 )
@@ -41,6 +38,7 @@ from ..boundary.sparseshims import (
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
+from ..codegen.linalg_schedules import hoist_allocas_out_of_loops
 from ..codegen.optimize import (
     LOOP_ANNOTATIONS_BEFORE,
     attach_loop_annotations,
@@ -51,7 +49,7 @@ from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
 from ..codegen.readonly import read_only_parameters
 from ..codegen.vectormath import use_vector_library
-from ..errors import Diagnostic, MLIRError, SignatureError
+from ..errors import MLIRError, SignatureError
 from ..lowering.deepinput import shallow
 from ..lowering.packs import BUFFERIZATION, decompose_packs
 from ..lowering.pipeline import lower as lower_module
@@ -62,6 +60,7 @@ from ..lowering.pipeline import (
     runtime_library,
 )
 from .externs import LinkedExtern
+from .symbolnames import check_reserved_names, rename_definitions_named_like_c_functions
 
 __all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "lower",
            "prepare"]
@@ -130,8 +129,8 @@ def prepare(text: str, options: CompileOptions,
     module = parse_module(text, context, filename, is_shallow)
     if "unrealized_conversion_cast" in text:  # as a generic kernel's binding makes them
         fold_identity_casts(module)
-    _check_reserved_names(module, filename)
-    public_names = _rename_definitions_named_like_c_functions(module)
+    check_reserved_names(module, filename)
+    public_names = rename_definitions_named_like_c_functions(module)
     unit = ir.UnitAttr.get(context)
     signatures: dict[str, tuple[Signature, str]] = {}
     linked: dict[str, Callback] = {}
@@ -244,6 +243,10 @@ def prepare(text: str, options: CompileOptions,
                           externs=externs, shallow=is_shallow)
 
 
+#: The first top-level pass after convert-vector-to-scf in the default pipeline.
+VECTOR_BUFFERS_MADE_BEFORE = "lower-affine"
+
+
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
     returns ``prepared``."""
@@ -278,6 +281,12 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     hooks[BUFFERIZATION] = _in_order(lambda module: decompose_packs(module, prepared.filename),
                                      hooks.get(BUFFERIZATION))
     if options.tiles_linalg:  # the microkernels' loops say how LLVM may transform them
+        # The buffers convert-vector-to-scf makes for the schedules' masked transfers sit
+        # in their loops: out of them, or every turn takes new stack (an f16 batch matmul
+        # of 32x256x256 overflowed 8 MB on CPUs without AVX512-FP16).
+        hooks[VECTOR_BUFFERS_MADE_BEFORE] = _in_order(
+            hooks.get(VECTOR_BUFFERS_MADE_BEFORE),
+            lambda module: any(tiled) and hoist_allocas_out_of_loops(module))
         hooks[LOOP_ANNOTATIONS_BEFORE] = _in_order(
             lambda module: any(tiled) and attach_loop_annotations(module),
             hooks.get(LOOP_ANNOTATIONS_BEFORE))
@@ -441,46 +450,6 @@ def _c_interface(entry: str, signature: Signature) -> tuple[str, str]:
             f"  llvm.return %r : {result}\n}}")
     return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
                          f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")
-
-
-def _rename_definitions_named_like_c_functions(module: Any) -> dict[str, str]:
-    """Rename each ``func.func`` defined in ``module`` whose name the process already
-    exports (``@exp``, ``@malloc``, ...): lowering passes call those C functions by name
-    (``math.exp`` becomes a call to ``@exp``, ``memref.alloc`` one to ``@malloc``) and
-    would call the module's own function instead. Returns new symbol -> name given."""
-    from mlir import ir
-
-    renamed: dict[str, str] = {}
-    for op in module.body.operations:
-        if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        if ffi.process_exports(name):
-            symbol = defined_function_symbol(name)
-            ir.SymbolTable.replace_all_symbol_uses(name, symbol, module.operation)
-            ir.SymbolTable.set_symbol_name(op, symbol)
-            renamed[symbol] = name
-    return renamed
-
-
-def _check_reserved_names(module: Any, filename: str) -> None:
-    """Refuse symbols named like pymlirjit's shims: the session would call a function
-    defined by the user with a shim's ABI."""
-    from mlir import ir
-
-    found = []
-    for op in module.body.operations:
-        attributes = op.operation.attributes
-        if "sym_name" not in attributes:
-            continue
-        name = ir.StringAttr(attributes["sym_name"]).value
-        if name.startswith(RESERVED_PREFIX):
-            found.append(Diagnostic(
-                "error", f"@{name}: symbols starting with {RESERVED_PREFIX!r} are reserved "
-                f"for pymlirjit's own functions; rename it", str(op.location),
-            ).renamed_source(filename))
-    if found:
-        raise MLIRError("reserved symbol names", found)
 
 
 def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:

@@ -735,7 +735,7 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
                 code = frame.f_code
                 if (event == "call" and code.co_name == "__call__"
                         and code.co_filename.endswith(
-                            os.path.join("pymlirjit", "runtime", "function.py"))):
+                            os.path.join("pymlirjit", "runtime", "pythoncall.py"))):
                     calls.append(1)
             sys.setprofile(profile)
             try:
