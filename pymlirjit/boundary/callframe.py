@@ -18,6 +18,7 @@ from typing import NamedTuple
 from . import ffi
 
 __all__ = [
+    "ERROR_KEPT",
     "FAILED",
     "HOLDS_GIL",
     "JUMP_BUFFER",
@@ -56,6 +57,10 @@ __all__ = [
 # is asked to keep the exception, because keeping it may fail in turn (a RecursionError
 # at the recursion limit, a broken `__notes__`). A call whose flag is set and that has
 # no exception raises a RuntimeError naming the callback instead: never a result.
+
+#: The status word of a callback's ctypes entry (see ``pymlirjit.boundary.callback``)
+#: when the callback failed and its error went to the call's record, flag included.
+ERROR_KEPT = 2
 
 # The record's fields, by index (each one 64 bits), as the IR builders address them.
 FAILED = 0
@@ -242,13 +247,15 @@ def _current_record() -> int:
 
 def _record(address: int, error: BaseException, name: str) -> None:
     """Keep the first error of the call whose record is at ``address``, noting which
-    callback raised it, and set the record's flag. Never raises: what cannot be done is
-    left undone (the flag, set first, still fails the call)."""
+    callback raised it, and set the record's flag (with the error, under the lock that
+    :func:`finish_call` reads both under). Never raises: what cannot be done is left
+    undone (native code sets the flag of its thread's own call first, and the foreign
+    one's if Python could not be asked to keep the error: the call still fails)."""
     try:
         flag = ctypes.c_int64.from_address(address)
-        if not flag.value:
-            flag.value = 1
-        with _error_lock:
+        with _error_lock:  # the flag with the error: finish_call reads both under it
+            if not flag.value:
+                flag.value = 1
             if address in _errors:
                 return
             _errors[address] = error
@@ -276,6 +283,9 @@ def record_current(name: str, error: BaseException) -> None:
 
 def _add_note(error: BaseException, note: str) -> None:
     try:
+        notes = getattr(error, "__notes__", None)
+        if isinstance(notes, list) and note in notes:  # the same object raised again
+            return
         if hasattr(error, "add_note"):
             error.add_note(note)
         else:  # Python 3.10

@@ -28,6 +28,7 @@ from ..boundary.memref import (
     descriptor_for_unranked,
     descriptor_type,
     free_unowned,
+    holds_elements,
     owned_array_from_descriptor,
 )
 from ..boundary.signature import Signature, argument_label
@@ -291,7 +292,8 @@ class _PythonCall:
         self.names = [p.name for p in signature.params]
         self.labels = [argument_label(i, p.name) for i, p in enumerate(signature.params)]
         self.marshal = [_argument_marshaller(p.type, f"{display_name}() {label}",
-                                             p.name if label != f"argument {i + 1}" else "x")
+                                             p.name if label != f"argument {i + 1}" else "x",
+                                             p.read_only)
                         for i, (p, label) in enumerate(zip(signature.params, self.labels))]
         self.unmarshal = [_result_reader(t) for t in signature.results]
         self.discard = [(i, _result_freer(t)) for i, t in enumerate(signature.results)
@@ -402,7 +404,7 @@ Marshaller = Callable[[Any, list[Any], list[Any], dict[int, object]], None]
 _MISSING: Any = object()
 
 
-def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
+def _argument_marshaller(t: Type, what: str, name: str, read_only: bool) -> Marshaller:
     if isinstance(t, ScalarType):
         to_boundary = to_c(t, exact=True)
 
@@ -412,9 +414,9 @@ def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
     if isinstance(t, (MemRefType, TensorType)):
         def marshal_array(value: Any, out: list[Any], keepalive: list[Any],
                           owners: dict[int, object]) -> None:
-            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+            if not (isinstance(value, np.ndarray) and holds_elements(value.dtype, t.element)):
                 raise _array_type_error(value, t, what, name)
-            descriptor, array = descriptor_for_argument(value, t, what)
+            descriptor, array = descriptor_for_argument(value, t, what, read_only)
             keepalive.append(descriptor)
             owners.setdefault(descriptor.allocated or 0, array)
             out.append(ctypes.addressof(descriptor))
@@ -422,7 +424,7 @@ def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
     if isinstance(t, UnrankedMemRefType):
         def marshal_unranked(value: Any, out: list[Any], keepalive: list[Any],
                              owners: dict[int, object]) -> None:
-            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+            if not (isinstance(value, np.ndarray) and holds_elements(value.dtype, t.element)):
                 raise _array_type_error(value, t, what, name)
             unranked, ranked, array = descriptor_for_unranked(value, t, what)
             keepalive += (unranked, ranked)
