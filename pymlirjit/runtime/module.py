@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,7 +30,7 @@ from ..boundary.abi import (
 )
 from ..boundary.callback import Callback, TrampolineHelpers, prepare_entries
 from ..boundary.callframe import call_machinery, culprit_token
-from ..boundary.failures import ALLOCATION_TRACKERS, FAIL_SYMBOL
+from ..boundary.failures import ALLOCATION_TRACKERS
 from ..boundary.relocation import (
     ARRAY_FROM_DESCR,
     FINISH_CALL,
@@ -49,6 +49,7 @@ from ..lowering.pipeline import runtime_library, runtime_library_defining
 from .cache import CachedModule
 from .engine import ExecutionEngine
 from .function import CompiledFunction
+from .gilpolicy import call_policy, is_async_runtime, only_failure_callback
 from .objectfile import ObjectEngine
 from .prepare import PreparedModule
 from .sharedlib import NativeCode, SharedLibrary, link_shared_library, supported
@@ -57,33 +58,6 @@ __all__ = ["LOADERS", "CompiledCode", "CompiledModule", "attach_native_entries",
            "UncallableFunction", "build_artifact", "build_engine", "build_native_code",
            "call_policy",
            "engine_module", "load", "runtime_library_hint", "slot_values"]
-
-
-def call_policy(calls_back: bool, shared_libs: Sequence[str],
-                only_on_failure: bool = False, threads: bool = False,
-                ) -> tuple[bool | None, bool]:
-    """Whether a module's functions release the GIL (``None``: only when other Python
-    threads exist), and whether a failing callback may unwind their call at once.
-    ``only_on_failure``: its only callback is checked mode's failure callback, which runs
-    when a check fails, so it is no reason to keep the GIL. ``threads``: it calls a
-    kernel that runs threads which call Python (a linked parallel kernel whose loop calls
-    back): as for a module with shared libraries, whose threads' callbacks need the GIL,
-    and whose calls must not be unwound while they run."""
-    # Compiled code that calls back into Python gains nothing from dropping the GIL
-    # and pays for re-taking it in every callback; but code that may start threads
-    # (anything using shared libraries, such as MLIR's async runtime) must drop it,
-    # or its threads' callbacks would wait for the GIL forever. Code that never calls
-    # back drops it when other Python threads exist (None), for them to run.
-    keeps_gil = calls_back and not only_on_failure
-    threaded = bool(shared_libs) or threads
-    release_gil: bool | None = True if threaded else (False if keeps_gil else None)
-    # For the same reason, only code without shared libraries may be unwound
-    # (longjmp) out of when a callback fails: it has no threads and no runtime state.
-    return release_gil, calls_back and not threaded
-
-
-def _only_failure_callback(linked: Iterable[str]) -> bool:
-    return set(linked) == {FAIL_SYMBOL}
 
 
 def _trackers_needed(needed: Iterable[str]) -> dict[str, int]:
@@ -144,13 +118,13 @@ class CompiledModule:
         links_callbacks = bool(callbacks) or calls_python
         # linked_threads: it calls a kernel whose code runs threads;
         # threads_call_python: one whose threads call Python.
-        self.runs_threads = linked_threads or any(map(_is_async_runtime, shared_libs))
+        self.runs_threads = linked_threads or any(map(is_async_runtime, shared_libs))
         #: Whether threads this module's calls run may call Python (then a call must
         #: never keep the GIL: ``release_gil=False`` is refused).
         self.threads_call_python = threads_call_python or (
             self.runs_threads and links_callbacks)
         release_gil, unwind = call_policy(links_callbacks, shared_libs,
-                                          _only_failure_callback(callbacks) and not calls_python,
+                                          only_failure_callback(callbacks) and not calls_python,
                                           threads_call_python)
         guards = guards or {}
         self.functions: dict[str, CompiledFunction] = {
@@ -379,11 +353,6 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
                                                   for e in prepared.externs.values()))
 
 
-def _is_async_runtime(path: str) -> bool:
-    """Whether the shared library at ``path`` is MLIR's async runtime (whose threads
-    run a parallel module's loops)."""
-    return os.path.basename(path).startswith("libmlir_async_runtime")
-
 
 def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
                    options: CompileOptions) -> CachedModule:
@@ -404,7 +373,7 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
     constructors = _initializer_symbols(prepared, object_code)
     if supported():
         release_gil, unwind = call_policy(bool(prepared.linked), prepared.shared_libs(options),
-                                          _only_failure_callback(prepared.linked))
+                                          only_failure_callback(prepared.linked))
         native = build_native_code(signatures, prepared.registrations, release_gil, unwind,
                                    bool(set(ALLOCATION_TRACKERS.values())
                                         & set(engine.needed_symbols)))
