@@ -4,7 +4,10 @@ and linalg's parallel dimensions on the threads of MLIR's async runtime.
 :func:`with_parallel_loops` puts the passes in the default pipeline;
 :func:`parallel_hooks` are the rewrites that run between them: each outermost parallel
 loop becomes one task per thread, and the threads share out its iterations in chunks
-(:func:`split_for_threads`), so that a thread slowed by other work on its core takes fewer.
+(:func:`split_for_threads`), so that a thread slowed by other work on its core takes fewer;
+loops with reductions too (:mod:`pymlirjit.codegen.parallel_reductions`). A parallel
+loop nested in a task, however it is reached, runs serially on the task's thread (see
+:mod:`pymlirjit.codegen.scheduling`).
 """
 
 from __future__ import annotations
