@@ -50,6 +50,7 @@ from .kernelstub import check_stub
 from .lowering.builtsource import built_text
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
 from .runtime.function import CompiledFunction
+from .runtime.gilpolicy import refuse_kept_gil
 from .session import CompiledModule, Session, default_session, given_session
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
@@ -141,6 +142,7 @@ class Kernel(NativeCallable):
             except KeyError as exc:
                 raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
             stub = self.__wrapped__
+            refuse_kept_gil(self.name, self.release_gil, module)  # threads calling Python
             if self.release_gil in (None, function.release_gil):
                 function.ensure_native()  # shared by the copies below: built once
             if stub is not None:

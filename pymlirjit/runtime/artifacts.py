@@ -25,13 +25,12 @@ from ..errors import LinkError
 from ..lowering.pipeline import runtime_library
 from .cache import CachedModule
 from .engine import ExecutionEngine
+from .gilpolicy import call_policy, only_failure_callback
 from .module import (
     CompiledCode,
     CompiledModule,
     build_native_code,
-    call_policy,
     has_global_constructors,
-    only_failure_callback,
     slot_values,
     trackers_needed,
 )

@@ -57,7 +57,7 @@ class LinkedExtern:
     callbacks: the caller then opens a call record for their errors) and
     ``runs_threads`` (whether the target's code runs threads: a parallel kernel's, or
     one linking such a kernel; if it calls Python too, its caller must release the
-    GIL, see :func:`pymlirjit.runtime.module.call_policy`). ``keepalive``
+    GIL, see :func:`pymlirjit.runtime.gilpolicy.call_policy`). ``keepalive``
     owns the target's code; while this value is referenced (by a session's cache key
     or an engine), the address cannot be reused by other code."""
 

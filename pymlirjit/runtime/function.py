@@ -104,16 +104,8 @@ class CompiledFunction(NativeCallable):
     def with_options(self, display_name: str, param_names: list[str],
                      release_gil: bool | None = None) -> CompiledFunction:
         """The same function, naming itself and its parameters so in error messages,
-        and releasing the GIL as asked (``None``: as this one does). ``ValueError`` for
-        ``release_gil=False`` where threads the call runs call Python (they would wait
-        for the GIL its caller holds, for ever)."""
+        and releasing the GIL as asked (``None``: as this one does)."""
         release = self.release_gil if release_gil is None else release_gil
-        if release is False and getattr(self.module, "threads_call_python", False):
-            raise ValueError(
-                f"kernel {display_name!r}: release_gil=False would hang: its code runs "
-                f"threads (parallel loops, its own or a linked kernel's) that call Python "
-                f"callbacks, which need the GIL its caller would keep; leave release_gil "
-                f"unset or True")
         copy = CompiledFunction(
             self.engine, self.name, self.signature.with_names(param_names), self._raw_address,
             module=self.module, display_name=display_name, links_callbacks=self._links_callbacks,

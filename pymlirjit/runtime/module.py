@@ -11,8 +11,7 @@ attributes under the module's GIL policy (:func:`call_policy`).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from ..boundary.abi import (
@@ -24,7 +23,7 @@ from ..boundary.abi import (
 )
 from ..boundary.callback import Callback, TrampolineHelpers, prepare_entries
 from ..boundary.callframe import call_machinery, culprit_token
-from ..boundary.failures import ALLOCATION_TRACKERS, FAIL_SYMBOL
+from ..boundary.failures import ALLOCATION_TRACKERS
 from ..boundary.relocation import (
     ARRAY_FROM_DESCR,
     FINISH_CALL,
@@ -41,41 +40,13 @@ from ..errors import LinkError, SignatureError
 from ..lowering.pipeline import runtime_library_defining
 from .engine import ExecutionEngine
 from .function import CompiledFunction
+from .gilpolicy import call_policy, is_async_runtime, only_failure_callback
 from .prepare import PreparedModule
 from .sharedlib import NativeCode
 
 __all__ = ["CompiledCode", "CompiledModule", "UncallableFunction", "attach_native_entries",
-           "build_engine", "build_native_code", "call_policy", "engine_module",
-           "has_global_constructors", "only_failure_callback", "runtime_library_hint",
-           "slot_values", "trackers_needed"]
-
-
-def call_policy(calls_back: bool, shared_libs: Sequence[str],
-                only_on_failure: bool = False, threads: bool = False,
-                ) -> tuple[bool | None, bool]:
-    """Whether a module's functions release the GIL (``None``: only when other Python
-    threads exist), and whether a failing callback may unwind their call at once.
-    ``only_on_failure``: its only callback is checked mode's failure callback, which runs
-    when a check fails, so it is no reason to keep the GIL. ``threads``: it calls a
-    kernel that runs threads which call Python (a linked parallel kernel whose loop calls
-    back): as for a module with shared libraries, whose threads' callbacks need the GIL,
-    and whose calls must not be unwound while they run."""
-    # Compiled code that calls back into Python gains nothing from dropping the GIL
-    # and pays for re-taking it in every callback; but code that may start threads
-    # (anything using shared libraries, such as MLIR's async runtime) must drop it,
-    # or its threads' callbacks would wait for the GIL forever. Code that never calls
-    # back drops it when other Python threads exist (None), for them to run.
-    keeps_gil = calls_back and not only_on_failure
-    threaded = bool(shared_libs) or threads
-    release_gil: bool | None = True if threaded else (False if keeps_gil else None)
-    # For the same reason, only code without shared libraries may be unwound
-    # (longjmp) out of when a callback fails: it has no threads and no runtime state.
-    return release_gil, calls_back and not threaded
-
-
-def only_failure_callback(linked: Iterable[str]) -> bool:
-    """Whether the only callback a module links is checked mode's failure callback."""
-    return set(linked) == {FAIL_SYMBOL}
+           "build_engine", "build_native_code", "engine_module", "has_global_constructors",
+           "runtime_library_hint", "slot_values", "trackers_needed"]
 
 
 def trackers_needed(needed: Iterable[str]) -> dict[str, int]:
@@ -136,7 +107,7 @@ class CompiledModule:
         links_callbacks = bool(callbacks) or calls_python
         # linked_threads: it calls a kernel whose code runs threads;
         # threads_call_python: one whose threads call Python.
-        self.runs_threads = linked_threads or any(map(_is_async_runtime, shared_libs))
+        self.runs_threads = linked_threads or any(map(is_async_runtime, shared_libs))
         #: Whether threads this module's calls run may call Python (then a call must
         #: never keep the GIL: ``release_gil=False`` is refused).
         self.threads_call_python = threads_call_python or (
@@ -372,7 +343,3 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
                                                   for e in prepared.externs.values()))
 
 
-def _is_async_runtime(path: str) -> bool:
-    """Whether the shared library at ``path`` is MLIR's async runtime (whose threads
-    run a parallel module's loops)."""
-    return os.path.basename(path).startswith("libmlir_async_runtime")
