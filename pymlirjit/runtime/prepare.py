@@ -20,6 +20,7 @@ from ..boundary.abi import (
     CIFACE_PREFIX,
     RESERVED_PREFIX,
     boundary_abi,
+    c_interface_wrapper,
     callback_shim,
     callback_shim_symbol,
     ciface_symbol,
@@ -41,6 +42,7 @@ from ..boundary.sparseshims import (
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
+from ..codegen.deallocations import insert_deallocations
 from ..codegen.optimize import (
     LOOP_ANNOTATIONS_BEFORE,
     attach_loop_annotations,
@@ -50,6 +52,7 @@ from ..codegen.optimize import (
 from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
 from ..codegen.readonly import read_only_parameters
+from ..codegen.shapechecks import insert_shape_checks
 from ..codegen.vectormath import use_vector_library
 from ..errors import Diagnostic, MLIRError, SignatureError
 from ..lowering.deepinput import shallow
@@ -59,6 +62,7 @@ from ..lowering.pipeline import (
     names_small_floats,
     new_context,
     parse_module,
+    runs_top_level,
     runtime_library,
 )
 from .externs import LinkedExtern
@@ -247,6 +251,11 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     tiled: list[bool] = []  # whether the schedules changed the module
 
     def optimize_first(module: Any, pipeline: str) -> str:
+        # Shapes are checked before linalg ops are tiled, where checked mode runs after.
+        if options.error_model != "numpy" and runs_top_level(pipeline, "convert-scf-to-cf"):
+            insert_shape_checks(module, prepared.filename)
+        if not (options.fastmath or options.tiles_linalg or options.parallel_loops):
+            return pipeline
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
                            filename=prepared.filename, parallel=options.parallel_loops)
         tiled.append(vectors)
@@ -259,6 +268,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
 
     def add_checks(module: Any) -> None:
+        insert_deallocations(module)  # the buffers a function forgets
         # Calls unwind at a failure unless the module links shared libraries (the async
         # runtime of parallel loops, MLIR's APFloat runtime for f8 arithmetic included).
         unwinds = not (options.shared_libs or options.parallel_loops)
@@ -283,9 +293,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         return name in prepared.registrations or name in prepared.externs
 
     try:
-        lower_module(prepared.module, options.pipeline, prepared.filename,
-                     optimize_first if options.fastmath or options.tiles_linalg
-                     or options.parallel_loops else None, hooks, keep, prepared.shallow)
+        lower_module(prepared.module, options.pipeline, prepared.filename, optimize_first,
+                     hooks, keep, prepared.shallow)
     except MLIRError as exc:
         raise with_sparsifier_hint(exc) from None
     if any(inserted):  # they record failures through a built-in callback
@@ -392,7 +401,7 @@ def _add_c_interfaces(prepared: PreparedModule) -> None:
         if ciface_symbol(entry) in defined:
             continue
         if entry in defined and _all_scalars(signature) and len(signature.results) <= 1:
-            wrappers.extend(_c_interface(entry, signature))
+            wrappers.extend(c_interface_wrapper(entry, signature))
             continue
         del prepared.signatures[name]
         prepared.uncallable[name] = (
@@ -408,28 +417,6 @@ def _add_c_interfaces(prepared: PreparedModule) -> None:
                     continue  # the entry's declaration, there for the verifier
                 op.operation.detach_from_parent()
                 prepared.module.body.append(op)
-
-
-def _c_interface(entry: str, signature: Signature) -> tuple[str, str]:
-    """An ``llvm.func @_mlir_ciface_<entry>`` calling ``@entry`` with the same scalars,
-    and the declaration of ``@entry`` it needs to verify alone."""
-    def llvm(t: Any) -> str:
-        return "i64" if t.mlir == "index" else str(t.mlir)  # index lowered to i64 here
-
-    params = [llvm(t) for t in signature.param_types]
-    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(params))
-    values = ", ".join(f"%a{i}" for i in range(len(params)))
-    result = llvm(signature.results[0]) if signature.results else "()"
-    call_type = f"({', '.join(params)}) -> {result}"
-    returns = f" -> {result}" if signature.results else ""
-    declaration = f"llvm.func @{entry}({', '.join(params)}){returns}"
-    if signature.results:
-        return declaration, (
-            f"llvm.func @{CIFACE_PREFIX}{entry}({args}) -> {result} {{\n"
-            f"  %r = llvm.call @{entry}({values}) : {call_type}\n"
-            f"  llvm.return %r : {result}\n}}")
-    return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
-                         f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")
 
 
 def _rename_definitions_named_like_c_functions(module: Any) -> dict[str, str]:
