@@ -1,6 +1,7 @@
-"""The callback round trip: JIT-compiled MLIR calling back into Python, twice over.
+"""A first kernel (a loop over a numpy array), then the callback round trip:
+JIT-compiled MLIR calling back into Python, twice over.
 
-First with the upstream-compatible low level (ctypes callback, ``register_runtime``,
+The round trip first with the upstream-compatible low level (ctypes callback, ``register_runtime``,
 ``invoke``), then with the typed API (``@callback``, ``@mlir_kernel``).
 """
 
@@ -47,8 +48,31 @@ func.func private @row_sum(memref<?xf32, strided<[1], offset: ?>>) -> f32
 """
 
 
+#: A loop over an array, summing its squares: what a first kernel looks like.
+SQUARES_MLIR = """
+func.func @sum_of_squares(%a: memref<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  %zero = arith.constant 0.0 : f64
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64>
+    %x2 = arith.mulf %x, %x : f64
+    %next = arith.addf %acc, %x2 : f64
+    scf.yield %next : f64
+  }
+  return %s : f64
+}
+"""
+
+
 def run_demo(say: Callable[[str], None] = print) -> None:
-    """Run both round trips, describing each step with ``say``."""
+    """Run a loop over an array, then both round trips, describing each step with
+    ``say``."""
+    say("0. A kernel: an scf.for loop over a numpy array (passed without a copy)")
+    data = np.arange(5.0)
+    squares = Session().compile(SQUARES_MLIR).sum_of_squares(data)
+    say(f"   sum_of_squares({data.tolist()}) -> {squares} (numpy says {(data * data).sum()})")
     say("1. Upstream-compatible low level: ExecutionEngine.register_runtime + invoke")
     module = lower(parse_module(SEED_MLIR, new_context()))
     engine = ExecutionEngine(module)
