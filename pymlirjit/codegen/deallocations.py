@@ -91,11 +91,12 @@ def _forgotten(value: Any, block: Any, depth: int = 0) -> bool:
 
 
 def _within(op: Any, block: Any) -> bool:
-    """Whether ``op`` is in ``block`` or nested in the regions of its ops."""
+    """Whether ``op`` is in ``block`` or nested in the regions of its ops (not in an
+    ``async.execute`` region, which may still run when the block ends)."""
     while op is not None:
         if op.operation.block == block:
             return True
         op = op.parent
-        if op is None or op.name in ("func.func", "builtin.module"):
+        if op is None or op.name in ("func.func", "builtin.module", "async.execute"):
             return False
     return False

@@ -103,3 +103,18 @@ def test_results_stay_owned_by_their_arrays() -> None:
     assert len({a.ctypes.data for a in arrays}) == 50
     del arrays
     assert np.isfinite(kept(4)[0])
+
+
+def test_a_buffer_an_async_region_uses_is_left_alone() -> None:
+    # The region may still run when the block that allocated the buffer ends.
+    module = parse_module("""
+    func.func @spawn(%v: f64) {
+      %c0 = arith.constant 0 : index
+      %m = memref.alloc() : memref<4xf64>
+      %t = async.execute {
+        memref.store %v, %m[%c0] : memref<4xf64>
+        async.yield
+      }
+      return
+    }""", new_context())
+    assert insert_deallocations(module) == 0
