@@ -1,8 +1,9 @@
-"""The callback round trip: JIT-compiled MLIR calling back into Python, twice over, then
-a kernel written in Python.
+"""A first kernel (a loop over a numpy array), the callback round trip (JIT-compiled
+MLIR calling back into Python, twice over), then a kernel written in Python.
 
-First with the upstream-compatible low level (ctypes callback, ``register_runtime``,
-``invoke``), then with the typed API (``@callback``, ``Session``), then ``@jit``.
+The round trip first with the upstream-compatible low level (ctypes callback,
+``register_runtime``, ``invoke``), then with the typed API (``@callback``, ``Session``);
+last ``@jit``, numba-style.
 """
 
 from __future__ import annotations
@@ -75,8 +76,31 @@ def _positive_mean_per_row(m: np.ndarray, out: np.ndarray) -> int:
     return found
 
 
+#: A loop over an array, summing its squares: what a first kernel looks like.
+SQUARES_MLIR = """
+func.func @sum_of_squares(%a: memref<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  %zero = arith.constant 0.0 : f64
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64>
+    %x2 = arith.mulf %x, %x : f64
+    %next = arith.addf %acc, %x2 : f64
+    scf.yield %next : f64
+  }
+  return %s : f64
+}
+"""
+
+
 def run_demo(say: Callable[[str], None] = print) -> None:
-    """Run the round trips and the Python kernel, describing each step with ``say``."""
+    """Run a loop over an array, both round trips and a Python kernel, describing each
+    step with ``say``."""
+    say("0. A kernel: an scf.for loop over a numpy array (passed without a copy)")
+    data = np.arange(5.0)
+    squares = Session().compile(SQUARES_MLIR).sum_of_squares(data)
+    say(f"   sum_of_squares({data.tolist()}) -> {squares} (numpy says {(data * data).sum()})")
     say("1. Upstream-compatible low level: ExecutionEngine.register_runtime + invoke")
     module = lower(parse_module(SEED_MLIR, new_context()))
     engine = ExecutionEngine(module)
@@ -114,11 +138,11 @@ def run_demo(say: Callable[[str], None] = print) -> None:
     say(f"   stream_rows(matrix) -> {total} (numpy says {matrix.sum()})")
 
     say("3. A kernel in Python: @jit compiles the function itself (numba-style)")
-    data = np.array([[1.0, -2.0, 3.0], [-1.0, -1.0, -4.0], [0.5, 0.0, 2.5]])
+    signed = np.array([[1.0, -2.0, 3.0], [-1.0, -1.0, -4.0], [0.5, 0.0, 2.5]])
     means = np.empty(3)
     _rows_seen.clear()
-    rows = _positive_mean_per_row(data, means)
-    expected = [float(r[r > 0].mean()) if (r > 0).any() else 0.0 for r in data]
+    rows = _positive_mean_per_row(signed, means)
+    expected = [float(r[r > 0].mean()) if (r > 0).any() else 0.0 for r in signed]
     say(f"   positive mean per row -> {means.tolist()}, {rows} rows with one "
         f"(numpy says {expected})")
     say(f"   the kernel called Python's _row_done for rows {_rows_seen}")

@@ -18,6 +18,7 @@ from typing import Any
 from ..boundary.abi import (
     CIFACE_PREFIX,
     boundary_abi,
+    c_interface_wrapper,
     callback_shim,
     callback_shim_symbol,
     ciface_symbol,
@@ -38,6 +39,7 @@ from ..boundary.sparseshims import (
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
+from ..codegen.deallocations import insert_deallocations
 from ..codegen.linalg_schedules import hoist_allocas_out_of_loops
 from ..codegen.optimize import (
     LOOP_ANNOTATIONS_BEFORE,
@@ -48,6 +50,7 @@ from ..codegen.optimize import (
 from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
 from ..codegen.readonly import read_only_parameters
+from ..codegen.shapechecks import insert_shape_checks
 from ..codegen.vectormath import use_vector_library
 from ..errors import MLIRError, SignatureError
 from ..lowering.deepinput import shallow
@@ -57,6 +60,7 @@ from ..lowering.pipeline import (
     names_small_floats,
     new_context,
     parse_module,
+    runs_top_level,
     runtime_library,
 )
 from .externs import LinkedExtern
@@ -253,6 +257,11 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     tiled: list[bool] = []  # whether the schedules changed the module
 
     def optimize_first(module: Any, pipeline: str) -> str:
+        # Shapes are checked before linalg ops are tiled, where checked mode runs after.
+        if options.error_model != "numpy" and runs_top_level(pipeline, "convert-scf-to-cf"):
+            insert_shape_checks(module, prepared.filename)
+        if not (options.fastmath or options.tiles_linalg or options.parallel_loops):
+            return pipeline
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
                            filename=prepared.filename, parallel=options.parallel_loops)
         tiled.append(vectors)
@@ -265,6 +274,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
 
     def add_checks(module: Any) -> None:
+        insert_deallocations(module)  # the buffers a function forgets
         # Calls unwind at a failure unless the module links shared libraries (the async
         # runtime of parallel loops, MLIR's APFloat runtime for f8 arithmetic included).
         unwinds = not (options.shared_libs or options.parallel_loops)
@@ -295,9 +305,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         return name in prepared.registrations or name in prepared.externs
 
     try:
-        lower_module(prepared.module, options.pipeline, prepared.filename,
-                     optimize_first if options.fastmath or options.tiles_linalg
-                     or options.parallel_loops else None, hooks, keep, prepared.shallow)
+        lower_module(prepared.module, options.pipeline, prepared.filename, optimize_first,
+                     hooks, keep, prepared.shallow)
     except MLIRError as exc:
         raise with_sparsifier_hint(exc) from None
     if any(inserted):  # they record failures through a built-in callback
@@ -412,7 +421,7 @@ def _add_c_interfaces(prepared: PreparedModule) -> None:
         if ciface_symbol(entry) in defined:
             continue
         if entry in defined and _all_scalars(signature) and len(signature.results) <= 1:
-            wrappers.extend(_c_interface(entry, signature))
+            wrappers.extend(c_interface_wrapper(entry, signature))
             continue
         del prepared.signatures[name]
         prepared.uncallable[name] = (
@@ -430,26 +439,6 @@ def _add_c_interfaces(prepared: PreparedModule) -> None:
                 prepared.module.body.append(op)
 
 
-def _c_interface(entry: str, signature: Signature) -> tuple[str, str]:
-    """An ``llvm.func @_mlir_ciface_<entry>`` calling ``@entry`` with the same scalars,
-    and the declaration of ``@entry`` it needs to verify alone."""
-    def llvm(t: Any) -> str:
-        return "i64" if t.mlir == "index" else str(t.mlir)  # index lowered to i64 here
-
-    params = [llvm(t) for t in signature.param_types]
-    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(params))
-    values = ", ".join(f"%a{i}" for i in range(len(params)))
-    result = llvm(signature.results[0]) if signature.results else "()"
-    call_type = f"({', '.join(params)}) -> {result}"
-    returns = f" -> {result}" if signature.results else ""
-    declaration = f"llvm.func @{entry}({', '.join(params)}){returns}"
-    if signature.results:
-        return declaration, (
-            f"llvm.func @{CIFACE_PREFIX}{entry}({args}) -> {result} {{\n"
-            f"  %r = llvm.call @{entry}({values}) : {call_type}\n"
-            f"  llvm.return %r : {result}\n}}")
-    return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
-                         f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")
 
 
 def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:

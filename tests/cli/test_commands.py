@@ -52,6 +52,7 @@ def test_demo_runs() -> None:
     assert ("positive mean per row -> [2.0, 0.0, 1.5], 2 rows with one (numpy says "
             "[2.0, 0.0, 1.5])") in result.stdout
     assert "_row_done for rows [0, 1, 2]" in result.stdout
+    assert "sum_of_squares([0.0, 1.0, 2.0, 3.0, 4.0]) -> 30.0" in result.stdout
 
 
 def test_version_names_pymlirjit_mlir_bindings_and_llvmlite() -> None:
