@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
 from .boundary.abi import symbol_references
+from .boundary.buildgate import building
 from .boundary.pickling import by_value, interned, loads_parts, pickle_token, rebuilds
 from .boundary.sourcelines import read_mlir_file
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry
@@ -238,7 +239,8 @@ class Session:
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
             error_model).resolved()
         key = _ModuleKey(text, chosen, explicit)
-        with self._lock:  # memory -> store -> compile -> store
+        # A fork waits for the compile (see boundary/buildgate); then this lock.
+        with building(), self._lock:  # memory -> store -> compile -> store
             declared = self._declared.get(key)
             if declared is not None:
                 full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))

@@ -10,7 +10,6 @@ raised during the call.
 from __future__ import annotations
 
 import pickle
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, SupportsIndex
@@ -20,14 +19,12 @@ from ..boundary.callframe import call_machinery
 from ..boundary.signature import Signature
 from ..boundary.sparse import flat_signature, has_sparse
 from ..boundary.vectorcall import EntryCaller, NativeCallable, has_entry, set_entry
+from .firstcall import native_build
 from .pythoncall import Guard, PythonCall
 from .sharedlib import SharedLibrary
 from .sparsecall import SparseCall
 
 __all__ = ["CompiledFunction", "set_origin"]
-
-_native_lock = threading.Lock()
-
 
 class CompiledFunction(NativeCallable):
     """A function of a compiled module, callable with Python scalars and numpy arrays.
@@ -153,8 +150,8 @@ class CompiledFunction(NativeCallable):
         if self._native_wanted and self.native_entry is None:
             from ..boundary.native import NativeBatch  # llvmlite loads only when needed
 
-            with _native_lock:  # first calls from several threads build it once
-                if self.native_entry is None:
+            with native_build() as free:  # not free: re-entered by a signal handler
+                if free and self.native_entry is None:
                     batch = NativeBatch()
                     ready = self.add_native_entry(batch)
                     addresses, code = batch.compile()

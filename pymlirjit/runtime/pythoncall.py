@@ -14,6 +14,7 @@ import numpy as np
 
 from ..boundary import ffi
 from ..boundary.abi import BoundaryABI
+from ..boundary.buildgate import building
 from ..boundary.callframe import call_machinery, enter_call, exit_call
 from ..boundary.convert import from_c, from_memory, to_c
 from ..boundary.memref import (
@@ -57,7 +58,7 @@ class Guard:
         if not self._address:
             from ..boundary.native import NativeBatch  # llvmlite loads only when needed
 
-            with self._lock:
+            with building(), self._lock:  # a fork waits for the build, then this lock
                 if not self._address:
                     batch = NativeBatch()
                     index = batch.add_guard(self.abi, self.target, call_machinery(),
