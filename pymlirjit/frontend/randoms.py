@@ -7,7 +7,7 @@ per thread kept natively (:mod:`pymlirjit.boundary.native.randomstate`), separat
 generators: ``np.random.seed(n)`` inside a kernel seeds the calling thread's state only.
 
 >>> result_type("np.randint", [Scalar("int", 64, True)])
-int
+weak int
 """
 
 from __future__ import annotations
