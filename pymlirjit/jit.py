@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 import numpy as np
 
 from .boundary.pickling import StandInStub, function_by_value, importable, loads_parts
+from .boundary.signature import annotations_of
 from .boundary.vectorcall import NativeCallable, clear_entry, set_entry
 from .callbacks import Callback, default_registry
 from .errors import MLIRError
@@ -227,9 +228,8 @@ class JitFunction(NativeCallable):
 
     def _annotations(self) -> dict[str, Any]:
         if self._hints is None:
-            try:
-                import typing
-                hints = typing.get_type_hints(self.py_func)
+            try:  # not typing.get_type_hints: Python 3.10's rejects MemRef[f64, None]
+                hints = annotations_of(self.py_func)
             except Exception:
                 hints = dict(getattr(self.py_func, "__annotations__", {}))
             self._hints = hints
@@ -298,6 +298,14 @@ class JitFunction(NativeCallable):
         self._native = True
         self._chain()
         return kernel
+
+    @property
+    def annotated(self) -> bool:
+        """Whether every parameter's annotation fixes its type, so that :meth:`compile`
+        can compile without arguments."""
+        hints = self._annotations()
+        return all(eager(hints.get(name, inspect.Parameter.empty)) is not None
+                   for name in self._names)
 
     @property
     def signatures(self) -> list[tuple[str, ...]]:

@@ -107,7 +107,9 @@ class Session:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
     :mod:`pymlirjit.runtime.cache`): a new process then loads modules compiled before instead
-    of compiling them again. ``disk_cache`` is the session's store: a
+    of compiling them again; ``""`` means the default folder
+    (:func:`~pymlirjit.runtime.cache.default_cache_dir`), never the current one.
+    ``disk_cache`` is the session's store: a
     :class:`~pymlirjit.runtime.cache.DiskCache`, or a :class:`~pymlirjit.runtime.cache.NullCache`
     without ``cache_dir``.
     """
@@ -121,6 +123,8 @@ class Session:
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise TypeError(f"cache_dir must be a folder's path (a str or pathlib.Path), got "
                             f"{type(cache_dir).__name__}")
+        if cache_dir is not None and not os.fspath(cache_dir):
+            cache_dir = default_cache_dir()  # as an empty $PYMLIRJIT_CACHE_DIR: not "."
         # Without a folder, the store every session shares: it keeps and counts nothing.
         self.disk_cache: CacheStore = DiskCache(cache_dir) if cache_dir is not None else _NO_CACHE
         self._disk_hits = 0

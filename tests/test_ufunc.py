@@ -8,6 +8,7 @@ import sys
 import threading
 import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -247,6 +248,23 @@ def test_a_python_callback_in_the_body_is_refused() -> None:
           return %r : f64
         }
         func.func private @twice(f64) -> f64""")
+
+
+@pytest.mark.parametrize("make", [mlir_ufunc, mlir_gufunc])
+def test_a_cf_assert_is_refused_naming_it_not_a_python_callback(make: Any) -> None:
+    # It was "calls the Python callback(s) @__pymlirjit_fail".
+    options: dict[str, Any] = {"layout": "()->()"} if make is mlir_gufunc else {}
+    with pytest.raises(TypeError, match=r"@pos has a check that can fail at run time "
+                                        r"\(a cf.assert\).*arith.select") as caught:
+        make(session=Session(), **options, source="""
+        func.func @pos(%x: f64) -> f64 {
+          %z = arith.constant 0.0 : f64
+          %ok = arith.cmpf oge, %x, %z : f64
+          cf.assert %ok, "x must be >= 0"
+          return %x : f64
+        }""")
+    assert "__pymlirjit" not in str(caught.value)
+    assert "Python callback" not in str(caught.value)
 
 
 def test_the_ufunc_owns_its_code() -> None:

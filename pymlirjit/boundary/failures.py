@@ -50,10 +50,12 @@ SEPARATOR = "\x1f"
 _MLIR_LINE = re.compile(r"\(MLIR line (\d+)\)")
 
 
-def register_source(text: str, site: Any) -> None:
+def register_source(text: str, site: Any, located: str | None = None) -> None:
     """Let failures in code compiled from the inline MLIR ``text`` name the Python file
-    and line where it sits (``site``: a :class:`~pymlirjit.boundary.sourcelines.Site`)."""
-    _sources[source_id(text)] = (site, text)
+    and line where it sits (``site``: a :class:`~pymlirjit.boundary.sourcelines.Site`);
+    ``located``: the text as it sits there, if ``text`` was made from it line for line
+    (a generic kernel's binding)."""
+    _sources[source_id(text)] = (site, text if located is None else located)
 
 
 def _on_python_line(text: str) -> str:

@@ -60,7 +60,9 @@ def _load_sparse(text: str, what: str) -> Any:
     except OSError as exc:
         raise CLIError(f"{what}: cannot read sparse array file {text}: "
                        f"{exc.strerror or exc}") from exc
-    except (ValueError, KeyError, TypeError) as exc:  # TypeError: a .npy file's array
+    # A .npy file loads as an array, which scipy then uses as a context manager: TypeError
+    # on Python 3.11+, AttributeError on 3.10.
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CLIError(f"{what}: {text} is not a scipy.sparse .npz file "
                        f"(scipy.sparse.save_npz writes one)") from exc
 

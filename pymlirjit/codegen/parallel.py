@@ -16,7 +16,8 @@ from typing import Any
 
 from ..lowering.walk import operations
 
-__all__ = ["CHUNKS_PER_THREAD", "THREADS_VARIABLE", "clamp_upper_bounds", "parallel_hooks",
+__all__ = ["CHUNKS_PER_THREAD", "THREADS_VARIABLE", "clamp_upper_bounds",
+           "call_record", "declare_task_markers", "mark_task", "parallel_hooks",
            "serialize_nested_parallel_loops", "split_for_threads", "thread_count",
            "with_parallel_loops"]
 
@@ -52,9 +53,11 @@ _PARALLEL_PASSES = {
     # Parallel dimensions of linalg ops become scf.parallel (reductions stay scf.for).
     "convert-linalg-to-loops": "convert-linalg-to-parallel-loops",
     # scf.forall (the matmul schedule's tiles, or the user's) and scf.parallel run as
-    # tasks of MLIR's async runtime; the calling thread runs the first block itself.
+    # tasks of MLIR's async runtime; the calling thread runs the first block itself
+    # and hands out the others (not a task that hands out more: a thread running a
+    # task runs whatever it would hand out itself, see codegen/scheduling).
     "async-to-async-runtime": "func.func(scf-forall-to-parallel),"
-                              "async-parallel-for{{async-dispatch=true num-workers={threads} "
+                              "async-parallel-for{{async-dispatch=false num-workers={threads} "
                               "min-task-size=1}},async-to-async-runtime",
 }
 
@@ -101,9 +104,67 @@ def split_for_threads(module: Any, threads: int) -> int:
     outermost = [op.opview for op in operations(
         module, lambda op: not op.results and not _inside_parallel(op), names={"scf.parallel"})]
     with module.context:
+        if outermost:
+            declare_task_markers(module)
         for loop in outermost:
             _split(loop, threads)
     return len(outermost)
+
+
+def declare_task_markers(module: Any) -> None:
+    """Declare, once, the functions :func:`mark_task` calls (defined once the module is
+    lowered, by :func:`pymlirjit.codegen.scheduling.task_scheduling`)."""
+    from mlir import ir
+    from mlir.dialects import func
+
+    from .scheduling import ADOPT_RECORD, CALL_RECORD, ENTER_TASK, LEAVE_TASK
+
+    names = {ir.StringAttr(op.attributes["sym_name"]).value
+             for op in module.body.operations if "sym_name" in op.attributes}
+    i64 = ir.IntegerType.get_signless(64)
+    with ir.InsertionPoint(module.body), ir.Location.unknown():
+        for name, inputs, results in [(CALL_RECORD, [], [i64]), (ENTER_TASK, [], [i64]),
+                                      (ADOPT_RECORD, [i64], [i64]),
+                                      (LEAVE_TASK, [i64, i64], [])]:
+            if name not in names:
+                func.FuncOp(name, ir.FunctionType.get(inputs, results),
+                            visibility="private")
+
+
+def call_record(loop: Any) -> Any:
+    """Emit before ``loop`` (on the calling thread) the read of the record of the call
+    running it, which its tasks share (an i64, 0 for none): see :func:`mark_task`."""
+    from mlir import ir
+    from mlir.dialects import func
+
+    from .scheduling import CALL_RECORD
+
+    with ir.InsertionPoint(loop), loop.location:
+        return func.CallOp([ir.IntegerType.get_signless(64)],
+                           ir.FlatSymbolRefAttr.get(CALL_RECORD), []).result
+
+
+def mark_task(block: Any, record: Any) -> None:
+    """Mark the thread running ``block`` (the body of a parallel loop's task, the
+    calling thread's included) while it does: as running a task, so that parallel
+    loops nested in it, however they are reached (a callback calling a parallel kernel,
+    a linked kernel, a function of the module), run on that thread, serially (a task
+    waiting for tasks of its own may hold every thread of the pool in waits: a
+    deadlock); and as running the call whose record is ``record`` (from
+    :func:`call_record`), so that a callback failing on any thread fails that call, and
+    stops the callbacks of the others (see :mod:`pymlirjit.codegen.scheduling`)."""
+    from mlir import ir
+    from mlir.dialects import func
+
+    from .scheduling import ADOPT_RECORD, ENTER_TASK, LEAVE_TASK
+
+    i64 = ir.IntegerType.get_signless(64)
+    terminator = list(block.operations)[-1]
+    with ir.InsertionPoint.at_block_begin(block), terminator.location:
+        task = func.CallOp([i64], ir.FlatSymbolRefAttr.get(ENTER_TASK), []).result
+        frame = func.CallOp([i64], ir.FlatSymbolRefAttr.get(ADOPT_RECORD), [record]).result
+    with ir.InsertionPoint(terminator), terminator.location:
+        func.CallOp([], ir.FlatSymbolRefAttr.get(LEAVE_TASK), [task, frame])
 
 
 def _split(loop: Any, threads: int) -> None:
@@ -130,6 +191,7 @@ def _split(loop: Any, threads: int) -> None:
                            [zeroing.induction_variable, zero])
             scf.YieldOp([])
         tasks = arith.MinSIOp(count, trips).result
+        record = call_record(loop)
         workers = scf.ParallelOp([], [zero], [tasks], [one], [])
         block = workers.regions[0].blocks.append(index)
 
@@ -170,6 +232,7 @@ def _split(loop: Any, threads: int) -> None:
     loop.operation.move_before(ran)
     loop.operation.operands[0] = start
     loop.operation.operands[len(loop.lowerBound)] = stop
+    mark_task(block, record)
 
 
 def _function_entry(op: Any) -> Any:

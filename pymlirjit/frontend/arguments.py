@@ -45,9 +45,6 @@ def jtype_of(key: Any, value: Any, name: str) -> JType:
         dtype, ndim, contiguous = key
         if ndim == 0:
             raise TypeError(f"argument {name!r}: 0-d arrays are not supported; pass a scalar")
-        if dtype == np.bool_:
-            raise TypeError(f"argument {name!r}: arrays of bool are not supported yet; "
-                            f"pass a.view(np.uint8)")
         try:
             return Array(from_dtype(dtype), ndim, contiguous)
         except TypeError as exc:
@@ -134,6 +131,8 @@ def converted(t: JType) -> bool:
         return True
     if isinstance(t, Tuple):
         return any(converted(i) for i in t.items)
+    if isinstance(t, Array) and t.dtype.kind == "bool":
+        return True  # bools cross as bytes
     return (t.dtype if isinstance(t, Array) else t).kind == "uint" if isinstance(
         t, (Array, Scalar)) else False
 
@@ -142,7 +141,8 @@ def signed(args: tuple[Any, ...], unsigned: tuple[tuple[int, ...], JType]) -> li
     out = list(args)
     for i in unsigned[0]:
         value = np.asarray(out[i])
-        signed = value.view(value.dtype.str.replace("u", "i"))
+        signed = value.view(np.int8 if value.dtype == np.bool_ else
+                            value.dtype.str.replace("u", "i"))
         out[i] = signed if isinstance(out[i], np.ndarray) else signed[()]
     return out
 
@@ -152,7 +152,7 @@ def unsigned_result(value: Any, t: JType) -> Any:
         return unsigned_result(value[1], t.item) if value[0] else None
     if isinstance(t, Tuple):
         return tuple(unsigned_result(v, i) for v, i in zip(value, t.items))
-    if isinstance(t, Array) and t.dtype.kind == "uint":
+    if isinstance(t, Array) and t.dtype.kind in ("uint", "bool"):
         return value.view(t.dtype.dtype)
     if isinstance(t, Scalar) and t.kind == "uint":
         return t.dtype.type(int(value) & ((1 << t.bits) - 1))

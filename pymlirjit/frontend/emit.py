@@ -250,19 +250,13 @@ class Emitter(ArraysMixin, CallsMixin, ComplexMixin, ElementwiseMixin, OpsMixin,
             return self.flat(base)
         if isinstance(node, ast.Subscript):
             return self.load_element(node)
+        if self.fusable(node):  # element by element, one loop for the whole expression
+            return self.fused(node)
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left), self.expr(node.right)
-            if isinstance(t, Array):
-                op, divisor, dtype = node.op, node.right, t.dtype
-                return self.elementwise(
-                    lambda v: self.binop(op, v[0], v[1], dtype, divisor), [left, right], t)
             return self.binop(node.op, left, right, t, node.right)
         if isinstance(node, ast.UnaryOp):
-            operand = self.expr(node.operand)
-            if isinstance(t, Array):
-                unary, dtype = node, t.dtype
-                return self.elementwise(lambda v: self.unary(unary, v[0], dtype), [operand], t)
-            return self.unary(node, operand, t)
+            return self.unary(node, self.expr(node.operand), t)
         if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
             return self.is_none(node)
         if isinstance(node, ast.Compare):

@@ -127,6 +127,25 @@ class EmitBase:
     def release(self, v: Value) -> None:
         raise NotImplementedError
 
+    def fusable(self, node: ast.expr) -> bool:
+        raise NotImplementedError
+
+    def fused(self, node: ast.expr) -> Value:
+        raise NotImplementedError
+
+    def ufunc_binop(self, op: ast.operator, a: Value, b: Value, t: Scalar) -> Value:
+        raise NotImplementedError
+
+    def broadcast_loop(self, out: Value, dims: list[str], leaves: dict[ast.AST, Value],
+                       compute: Callable[[dict[ast.AST, Value]], Value]) -> None:
+        raise NotImplementedError
+
+    def intrinsic(self, f: Any, args: list[Value], t: JType) -> Value:
+        raise NotImplementedError
+
+    def float_divmod(self, op: ast.operator, a: Value, b: Value) -> Value:
+        raise NotImplementedError
+
     def unary(self, node: ast.UnaryOp, v: Value, result: JType) -> Value:
         raise NotImplementedError
 
@@ -258,6 +277,24 @@ class EmitBase:
             if st.kind == "bool":
                 stored = self.op(f"arith.extui {stored} : i1 to i8")
             self.do(f"memref.store {stored}, {s}[] : memref<{_slot_type(st)}>")
+
+    def load_at(self, a: Value, idx: list[str]) -> Value:
+        """The element of the array ``a`` at ``idx`` (index values)."""
+        t = a.type
+        assert isinstance(t, Array)
+        v = self.op(f"memref.load {a.ssa}[{', '.join(idx)}] : {t.mlir}")
+        if t.dtype.kind == "bool":
+            v = self.op(f"arith.trunci {v} : i8 to i1")
+        return Value(v, t.dtype)
+
+    def store_at(self, v: Value, a: Value, idx: list[str]) -> None:
+        """Store ``v`` (converted to the element type) into ``a`` at ``idx``."""
+        t = a.type
+        assert isinstance(t, Array)
+        x = self.convert(v, t.dtype).ssa
+        if t.dtype.kind == "bool":
+            x = self.op(f"arith.extui {x} : i1 to i8")
+        self.do(f"memref.store {x}, {a.ssa}[{', '.join(idx)}] : {t.mlir}")
 
     # -- conversions --------------------------------------------------------------------
 

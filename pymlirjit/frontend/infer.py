@@ -15,7 +15,7 @@ from . import complexes
 from .calls import Target
 from .diagnostics import JitTypeError
 from .host import Host
-from .infer_arrays import array_binop, array_unary
+from .infer_arrays import array_binop, array_compare, array_unary, in_place_type
 from .infer_calls import type_call
 from .intrinsics import CONSTANTS, scalar_type_of
 from .jtypes import (
@@ -137,8 +137,7 @@ class Inference:
                 return
             if isinstance(current, Array):
                 self._elementwise(current, value, stmt.value)  # a += v, a[1:] += v: in place
-                element = value.dtype if isinstance(value, Array) else value
-                t = self.binop(stmt.op, current.dtype, element, stmt)
+                t = in_place_type(self, stmt, current, value)
             else:
                 t = self.binop(stmt.op, current, value, stmt)
             self.types[stmt] = t
@@ -227,11 +226,10 @@ class Inference:
                              "assign to names, tuples of names and array elements")
 
     def _elementwise(self, view: Array, value: JType, node: ast.AST) -> None:
-        """Check ``view[...] = value``: a scalar, or an array of the view's rank."""
-        if isinstance(value, Array) and value.ndim != view.ndim:
+        """Check ``view[...] = value``: a scalar, or an array that broadcasts to it."""
+        if isinstance(value, Array) and value.ndim > view.ndim:
             raise self.error(node, f"cannot assign a {value.ndim}-d array to a "
-                             f"{view.ndim}-d view", "broadcasting is not supported: "
-                             "give both the same rank, or write a loop")
+                             f"{view.ndim}-d view")
         if not isinstance(value, (Scalar, Array)):
             raise self.error(node, f"cannot assign {value} to an array view")
 
@@ -366,6 +364,11 @@ class Inference:
             return WEAK_BOOL
         if isinstance(node, ast.Compare):
             compared = [self.expr(operand) for operand in [node.left, *node.comparators]]
+            sides = compared[:2]
+            if any(isinstance(c, Array) for c in sides):
+                if sides[0] is None or sides[1] is None:
+                    return None
+                return array_compare(self, node, sides[0], sides[1])
             for operand, c in zip([node.left, *node.comparators], compared):
                 if c is not None and not isinstance(c, Scalar):
                     raise self.error(operand, f"comparisons of {c} are not supported",
@@ -433,6 +436,10 @@ class Inference:
         if not isinstance(base, Array):
             raise self.error(node, f"{base} cannot be indexed")
         indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        dots = [i for i, n in enumerate(indices) if isinstance(n, ast.Constant) and n.value is ...]
+        if dots and dots != [len(indices) - 1]:
+            raise self.error(node.slice, "... is supported as the last index only")
+        indices = indices[:-1] if dots else indices
         if len(indices) > base.ndim:
             raise self.error(node.slice, f"too many indices for a {base.ndim}-d array")
         kept = base.ndim - len(indices)

@@ -8,6 +8,7 @@ from typing import Any
 
 from .calls import target_of
 from .complexes import method_type
+from .infer_arrays import ELEMENTWISE_KINDS, array_call, where_type
 from .intrinsics import Intrinsic, fill_of, find, result_type, scalar_type_of
 from .jtypes import F64, NONE, Array, JType, NoneT, Scalar, Tuple
 
@@ -78,12 +79,13 @@ def type_call(self: Any, node: ast.Call) -> JType | None:
     if any(a is None for a in args):
         return None
     known = [a for a in args if a is not None]
-    if intrinsic is not None and intrinsic.kind in ("np1", "abs") and len(known) == 1 and \
-            isinstance(known[0], Array):  # np.sqrt(a), abs(a): element by element
-        element = result_type(intrinsic, [known[0].dtype])
-        assert isinstance(element, Scalar)
+    if intrinsic is not None and intrinsic.kind == "where":
         self.targets[node] = intrinsic
-        return Array(element.strong, known[0].ndim, True)
+        return where_type(self, node, known)
+    if intrinsic is not None and intrinsic.kind in ELEMENTWISE_KINDS and (
+            intrinsic.kind == "ufunc" or any(isinstance(a, Array) for a in known)):
+        self.targets[node] = intrinsic  # np.sqrt(a), abs(a), np.sign(x): element by element
+        return array_call(self, node, func, known)
     if intrinsic is not None:
         t = result_type(intrinsic, known)
         if isinstance(t, str):

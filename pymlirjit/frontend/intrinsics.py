@@ -107,6 +107,9 @@ _add([np.min, np.amin], "reduce", "min")
 _add([np.max, np.amax], "reduce", "max")
 _add([np.mean], "reduce", "mean")
 _add([np.empty_like, np.zeros_like, np.ones_like], "alloc_like", "")
+_add([np.sign], "ufunc", "sign")
+_add([np.rint], "ufunc", "roundeven")
+_add([np.where], "where", "where")
 for _t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
            np.uint8, np.uint16, np.uint32, np.uint64, np.bool_, np.complex64, np.complex128):
     _add([_t], "npcast", np.dtype(_t).name)

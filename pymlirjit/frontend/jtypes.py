@@ -78,12 +78,17 @@ class Array:
     contiguous: bool = True
 
     @property
+    def element_mlir(self) -> str:
+        """The type an element is stored as (bools as bytes: i1 memrefs do not lower)."""
+        return "i8" if self.dtype.kind == "bool" else self.dtype.mlir
+
+    @property
     def mlir(self) -> str:
         dims = "?x" * self.ndim
         if self.contiguous:
-            return f"memref<{dims}{self.dtype.mlir}>"
+            return f"memref<{dims}{self.element_mlir}>"
         strides = ", ".join("?" * self.ndim) if self.ndim else ""
-        return f"memref<{dims}{self.dtype.mlir}, strided<[{strides}], offset: ?>>"
+        return f"memref<{dims}{self.element_mlir}, strided<[{strides}], offset: ?>>"
 
     def __repr__(self) -> str:
         layout = "C" if self.contiguous else "A"

@@ -186,7 +186,10 @@ class Program:
 
         def raiser() -> None:
             error = cls(*args)
-            error.add_note(f"raised at {where}") if hasattr(error, "add_note") else None
+            if hasattr(error, "add_note"):
+                error.add_note(f"raised at {where}")
+            else:  # Python 3.10 (no PEP 678): the same list, as boundary/callframe.py does
+                error.__notes__ = [f"raised at {where}"]
             raise error
 
         self.callbacks[name] = CallbackSpec(name, "() -> ()", raiser)

@@ -92,7 +92,7 @@ def check_subset(source: FunctionSource) -> None:
 def _keywords_allowed(node: ast.Call) -> bool:
     # Only the numpy constructors' dtype= (and print's end/sep, handled where called).
     names = {k.arg for k in node.keywords}
-    return None not in names and names <= {"dtype", "sep", "end"}
+    return None not in names and names <= {"dtype", "sep", "end", "axis", "endpoint", "num"}
 
 
 def target_names(target: ast.AST) -> Iterable[str]:

@@ -28,6 +28,7 @@ from ..boundary.memref import (
     descriptor_for_unranked,
     descriptor_type,
     free_unowned,
+    holds_elements,
     owned_array_from_descriptor,
 )
 from ..boundary.signature import Signature, argument_label
@@ -123,8 +124,16 @@ class CompiledFunction(NativeCallable):
     def with_options(self, display_name: str, param_names: list[str],
                      release_gil: bool | None = None) -> CompiledFunction:
         """The same function, naming itself and its parameters so in error messages,
-        and releasing the GIL as asked (``None``: as this one does)."""
+        and releasing the GIL as asked (``None``: as this one does). ``ValueError`` for
+        ``release_gil=False`` where threads the call runs call Python (they would wait
+        for the GIL its caller holds, for ever)."""
         release = self.release_gil if release_gil is None else release_gil
+        if release is False and getattr(self.module, "threads_call_python", False):
+            raise ValueError(
+                f"kernel {display_name!r}: release_gil=False would hang: its code runs "
+                f"threads (parallel loops, its own or a linked kernel's) that call Python "
+                f"callbacks, which need the GIL its caller would keep; leave release_gil "
+                f"unset or True")
         copy = CompiledFunction(
             self.engine, self.name, self.signature.with_names(param_names), self._raw_address,
             module=self.module, display_name=display_name, links_callbacks=self._links_callbacks,
@@ -283,7 +292,8 @@ class _PythonCall:
         self.names = [p.name for p in signature.params]
         self.labels = [argument_label(i, p.name) for i, p in enumerate(signature.params)]
         self.marshal = [_argument_marshaller(p.type, f"{display_name}() {label}",
-                                             p.name if label != f"argument {i + 1}" else "x")
+                                             p.name if label != f"argument {i + 1}" else "x",
+                                             p.read_only)
                         for i, (p, label) in enumerate(zip(signature.params, self.labels))]
         self.unmarshal = [_result_reader(t) for t in signature.results]
         self.discard = [(i, _result_freer(t)) for i, t in enumerate(signature.results)
@@ -394,7 +404,7 @@ Marshaller = Callable[[Any, list[Any], list[Any], dict[int, object]], None]
 _MISSING: Any = object()
 
 
-def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
+def _argument_marshaller(t: Type, what: str, name: str, read_only: bool) -> Marshaller:
     if isinstance(t, ScalarType):
         to_boundary = to_c(t, exact=True)
 
@@ -404,9 +414,9 @@ def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
     if isinstance(t, (MemRefType, TensorType)):
         def marshal_array(value: Any, out: list[Any], keepalive: list[Any],
                           owners: dict[int, object]) -> None:
-            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+            if not (isinstance(value, np.ndarray) and holds_elements(value.dtype, t.element)):
                 raise _array_type_error(value, t, what, name)
-            descriptor, array = descriptor_for_argument(value, t, what)
+            descriptor, array = descriptor_for_argument(value, t, what, read_only)
             keepalive.append(descriptor)
             owners.setdefault(descriptor.allocated or 0, array)
             out.append(ctypes.addressof(descriptor))
@@ -414,7 +424,7 @@ def _argument_marshaller(t: Type, what: str, name: str) -> Marshaller:
     if isinstance(t, UnrankedMemRefType):
         def marshal_unranked(value: Any, out: list[Any], keepalive: list[Any],
                              owners: dict[int, object]) -> None:
-            if not (isinstance(value, np.ndarray) and value.dtype == t.element.dtype):
+            if not (isinstance(value, np.ndarray) and holds_elements(value.dtype, t.element)):
                 raise _array_type_error(value, t, what, name)
             unranked, ranked, array = descriptor_for_unranked(value, t, what)
             keepalive += (unranked, ranked)

@@ -60,21 +60,26 @@ __all__ = ["LOADERS", "CompiledCode", "CompiledModule", "attach_native_entries",
 
 
 def call_policy(calls_back: bool, shared_libs: Sequence[str],
-                only_on_failure: bool = False) -> tuple[bool | None, bool]:
+                only_on_failure: bool = False, threads: bool = False,
+                ) -> tuple[bool | None, bool]:
     """Whether a module's functions release the GIL (``None``: only when other Python
     threads exist), and whether a failing callback may unwind their call at once.
     ``only_on_failure``: its only callback is checked mode's failure callback, which runs
-    when a check fails, so it is no reason to keep the GIL."""
+    when a check fails, so it is no reason to keep the GIL. ``threads``: it calls a
+    kernel that runs threads which call Python (a linked parallel kernel whose loop calls
+    back): as for a module with shared libraries, whose threads' callbacks need the GIL,
+    and whose calls must not be unwound while they run."""
     # Compiled code that calls back into Python gains nothing from dropping the GIL
     # and pays for re-taking it in every callback; but code that may start threads
     # (anything using shared libraries, such as MLIR's async runtime) must drop it,
     # or its threads' callbacks would wait for the GIL forever. Code that never calls
     # back drops it when other Python threads exist (None), for them to run.
     keeps_gil = calls_back and not only_on_failure
-    release_gil: bool | None = True if shared_libs else (False if keeps_gil else None)
+    threaded = bool(shared_libs) or threads
+    release_gil: bool | None = True if threaded else (False if keeps_gil else None)
     # For the same reason, only code without shared libraries may be unwound
     # (longjmp) out of when a callback fails: it has no threads and no runtime state.
-    return release_gil, calls_back and not shared_libs
+    return release_gil, calls_back and not threaded
 
 
 def _only_failure_callback(linked: Iterable[str]) -> bool:
@@ -122,7 +127,8 @@ class CompiledModule:
                  runtime_symbols: dict[str, Callback] | None = None,
                  native_entries: dict[str, int] | None = None, *,
                  context: Any = None, uncallable: Mapping[str, str] | None = None,
-                 guards: dict[str, int] | None = None, calls_python: bool = False) -> None:
+                 guards: dict[str, int] | None = None, calls_python: bool = False,
+                 linked_threads: bool = False, threads_call_python: bool = False) -> None:
         self.engine = engine
         self.source = source
         self._lowered = lowered
@@ -136,8 +142,16 @@ class CompiledModule:
         # calls_python: it calls a kernel (an extern) that calls Python callbacks, whose
         # errors reach this module's call record.
         links_callbacks = bool(callbacks) or calls_python
+        # linked_threads: it calls a kernel whose code runs threads;
+        # threads_call_python: one whose threads call Python.
+        self.runs_threads = linked_threads or any(map(_is_async_runtime, shared_libs))
+        #: Whether threads this module's calls run may call Python (then a call must
+        #: never keep the GIL: ``release_gil=False`` is refused).
+        self.threads_call_python = threads_call_python or (
+            self.runs_threads and links_callbacks)
         release_gil, unwind = call_policy(links_callbacks, shared_libs,
-                                          _only_failure_callback(callbacks) and not calls_python)
+                                          _only_failure_callback(callbacks) and not calls_python,
+                                          threads_call_python)
         guards = guards or {}
         self.functions: dict[str, CompiledFunction] = {
             name: CompiledFunction(engine, name, signature,
@@ -359,7 +373,16 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
                           prepared.linked, prepared.shared_libs(options),
                           prepared.registrations, context=prepared.context,
                           uncallable=prepared.uncallable,
-                          calls_python=any(e.calls_python for e in prepared.externs.values()))
+                          calls_python=any(e.calls_python for e in prepared.externs.values()),
+                          linked_threads=any(e.runs_threads for e in prepared.externs.values()),
+                          threads_call_python=any(e.runs_threads and e.calls_python
+                                                  for e in prepared.externs.values()))
+
+
+def _is_async_runtime(path: str) -> bool:
+    """Whether the shared library at ``path`` is MLIR's async runtime (whose threads
+    run a parallel module's loops)."""
+    return os.path.basename(path).startswith("libmlir_async_runtime")
 
 
 def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,

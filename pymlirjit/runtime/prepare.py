@@ -29,6 +29,7 @@ from ..boundary.abi import (
 )
 from ..boundary.callback import Callback
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
+from ..boundary.identitycasts import fold_identity_casts
 from ..boundary.signature import Signature, as_signature, from_func_op
 from ..boundary.sparse import has_sparse
 from ..boundary.sparseshims import (
@@ -48,12 +49,14 @@ from ..codegen.optimize import (
 )
 from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
+from ..codegen.readonly import read_only_parameters
 from ..codegen.vectormath import use_vector_library
 from ..errors import Diagnostic, MLIRError, SignatureError
 from ..lowering.deepinput import shallow
 from ..lowering.packs import BUFFERIZATION, decompose_packs
 from ..lowering.pipeline import lower as lower_module
 from ..lowering.pipeline import (
+    names_small_floats,
     new_context,
     parse_module,
     runtime_library,
@@ -93,6 +96,8 @@ class PreparedModule:
     #: Parsed from text :func:`~pymlirjit.lowering.deepinput.shallow` enough to lower on the
     #: caller's thread.
     shallow: bool = False
+    #: The text names bf16: LLVM may call ``__truncsfbf2`` for it (see :data:`BF16_LIBRARY`).
+    names_bf16: bool = False
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -123,6 +128,8 @@ def prepare(text: str, options: CompileOptions,
     context = new_context(COMPILE_DIALECTS)
     is_shallow = shallow(text)
     module = parse_module(text, context, filename, is_shallow)
+    if "unrealized_conversion_cast" in text:  # as a generic kernel's binding makes them
+        fold_identity_casts(module)
     _check_reserved_names(module, filename)
     public_names = _rename_definitions_named_like_c_functions(module)
     unit = ir.UnitAttr.get(context)
@@ -216,6 +223,7 @@ def prepare(text: str, options: CompileOptions,
                     continue
                 op.attributes["llvm.emit_c_interface"] = unit
                 _make_tensor_arguments_read_only(op, signature)
+                signature = signature.with_read_only(read_only_parameters(op))
                 entry = symbol_name
                 if abi.needs_shim:
                     entry = entry_shim_symbol(name)
@@ -232,6 +240,7 @@ def prepare(text: str, options: CompileOptions,
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
                           tuple(declared), uncallable, source=source_id(text),
+                          names_bf16="bf16" in text,
                           externs=externs, shallow=is_shallow)
 
 
@@ -253,9 +262,13 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
 
     def add_checks(module: Any) -> None:
-        inserted.append(insert_checks(module, boundscheck=options.boundscheck,
-                                      filename=prepared.filename, source=prepared.source,
-                                      error_model=options.error_model))
+        # Calls unwind at a failure unless the module links shared libraries (the async
+        # runtime of parallel loops, MLIR's APFloat runtime for f8 arithmetic included).
+        unwinds = not (options.shared_libs or options.parallel_loops)
+        inserted.append(insert_checks(
+            module, boundscheck=options.boundscheck, filename=prepared.filename,
+            source=prepared.source, error_model=options.error_model,
+            unwinds=lambda: unwinds and not names_small_floats(module)))
 
     hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
     # Checks go in before parallel loops are outlined as tasks (a failure then names the
@@ -283,6 +296,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
             builtin_callbacks()[FAIL_SYMBOL])
     _add_c_interfaces(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
+    if prepared.names_bf16:
+        prepared.runtime_libs += (runtime_library(BF16_LIBRARY),)
     return prepared
 
 
@@ -306,8 +321,16 @@ def builtin_callbacks() -> dict[str, Callback]:
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
-#: the lowering of the async dialect calls MLIR's async runtime.
-_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime"}
+#: the lowering of the async dialect calls MLIR's async runtime; arithmetic on floats
+#: LLVM lacks (f8, f6, f4) calls MLIR's APFloat wrappers in the C runner utilities.
+_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime",
+                        "_mlir_apfloat_": "mlir_c_runner_utils"}
+
+
+#: Rounding to bf16 is a call of ``__truncsfbf2``/``__truncdfbf2`` on CPUs without
+#: AVX512-BF16 (LLVM's lowering of ``fptrunc`` and of bf16 arithmetic), which libgcc before
+#: GCC 13 lacks; MLIR's float16 utilities define both, so modules naming bf16 link them.
+BF16_LIBRARY = "mlir_float16_utils"
 
 
 def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:

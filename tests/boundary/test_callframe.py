@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import pytest
@@ -61,3 +62,59 @@ def test_hand_over_moves_an_error_to_the_enclosing_call() -> None:
         outer.record.failed = 1
     assert caught.value is error
     assert inner.address not in callframe._errors
+
+
+def test_a_worker_failure_sets_the_foreign_flag_only_with_its_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record of threads without a call (a parallel loop's workers) is read by any
+    call that ends: its flag set before its error is kept made an unrelated call on
+    another Python thread raise "its exception could not be kept" (issue 31 item 9).
+    Each time an error is kept, the foreign flag is clear or its error is there."""
+    import threading
+
+    import numpy as np
+
+    from pymlirjit import Session, callback
+
+    session = Session()
+    seen: list[tuple[int, bool]] = []
+    record = callframe._record
+
+    def checked_record(address: int, error: BaseException, name: str) -> None:
+        if address == callframe._foreign.address:
+            with callframe._error_lock:
+                seen.append((callframe._foreign.record.failed, address in callframe._errors))
+        record(address, error, name)
+
+    monkeypatch.setattr(callframe, "_record", checked_record)
+
+    caller = threading.get_ident()
+
+    @callback("(index) -> f64", name="fail", session=session)
+    def fail(i: int) -> float:
+        if threading.get_ident() == caller:
+            return 1.0
+        raise KeyError(i)  # on the runtime's threads only
+
+    kernel = session.compile("""
+    func.func @k(%out: memref<?xf64>) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %n = memref.dim %out, %c0 : memref<?xf64>
+      scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+        %x = func.call @fail(%i) : (index) -> f64
+        memref.store %x, %out[%i] : memref<?xf64>
+        scf.reduce
+      }
+      return
+    }
+    func.func private @fail(index) -> f64
+    """, parallel=True).k
+    out = np.zeros(20000)  # enough for the runtime's threads to take blocks
+    for _ in range(100):
+        with contextlib.suppress(KeyError):
+            kernel(out)
+        if seen:
+            break
+    assert seen, "no failure on a worker thread in 100 calls"
+    assert all(failed == 0 or kept for failed, kept in seen), seen

@@ -51,7 +51,7 @@ def test_fflush_puts_c_output_before_later_python_output() -> None:
     # stdout is a pipe, so C buffers printf: without the flush its line would come last.
     result = _run(
         "import ctypes, os, sys\n"
-        f"sys.path.insert(0, {str(FFI_PATH.parent.parent)!r})\n"
+        f"sys.path.insert(0, {str(FFI_PATH.parents[2])!r})\n"
         "from pymlirjit.boundary import ffi\n"
         "ctypes.CDLL(None).printf(b'from C\\n')\n"
         "ffi.fflush(None)\n"
@@ -144,7 +144,7 @@ def test_dlclose_unloads_a_library_loaded_once(tmp_path: Path) -> None:
                    check=True, timeout=120)
     result = _run(
         "import ctypes, sys\n"
-        f"sys.path.insert(0, {str(FFI_PATH.parent.parent)!r})\n"
+        f"sys.path.insert(0, {str(FFI_PATH.parents[2])!r})\n"
         "from pymlirjit.boundary import ffi\n"
         f"library = ctypes.CDLL({str(library)!r})\n"
         "print(library.ffi_probe())\n"

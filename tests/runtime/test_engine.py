@@ -203,6 +203,20 @@ def test_a_module_not_lowered_to_the_llvm_dialect_names_what_is_left() -> None:
         ExecutionEngine(module)
 
 
+def test_a_module_not_lowered_raises_what_upstream_code_catches() -> None:
+    # Upstream's own test: `except RuntimeError` and the text "Failure while creating
+    # the ExecutionEngine."; pymlirjit's callers catch MLIRError.
+    from pymlirjit import EngineCreationError
+
+    module = parse_module("func.func @f() {\n  return\n}", new_context())
+    with pytest.raises(RuntimeError) as caught:
+        ExecutionEngine(module)
+    assert str(caught.value).startswith("Failure while creating the ExecutionEngine.")
+    assert isinstance(caught.value, MLIRError) and isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, EngineCreationError)
+    assert "'func.return' was not lowered" in str(caught.value)
+
+
 def test_duplicate_registration_raises_instead_of_aborting() -> None:
     # Upstream aborts the process here (LLVM "duplicate definition"): run it apart.
     script = textwrap.dedent("""
