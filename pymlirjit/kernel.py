@@ -52,6 +52,7 @@ from .lowering.builtsource import built_text
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
 from .runtime.firstcall import FirstCall, first_call, running_first_call
 from .runtime.function import CompiledFunction
+from .runtime.gilpolicy import refuse_kept_gil
 from .session import CompiledModule, Session, default_session, given_session
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
@@ -140,16 +141,18 @@ class Kernel(NativeCallable):
                     source, options=self._options, callbacks=self._callbacks,
                     cache=self._cache)
             except MLIRError as exc:  # on the user's line, naming the kernel
-                text = source if isinstance(source, str) else None
                 raise located_mlir_error(exc, f"@mlir_kernel {self.name!r}",
-                                         self.__dict__.get("_site"), text) from None
+                                         self.__dict__.get("_site"),
+                                         self._located_text(source)) from None
             if isinstance(source, str) and self.__dict__.get("_site") is not None:
-                register_source(source, self._site)  # failures then name its Python line
+                # Failures then name its Python line.
+                register_source(source, self._site, self._located_text(source))
             try:
                 function = state.function = module[self.name]
             except KeyError as exc:
                 raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
             stub = self.__wrapped__
+            refuse_kept_gil(self.name, self.release_gil, module)  # threads calling Python
             if self.release_gil in (None, function.release_gil):
                 function.ensure_native()  # shared by the copies below: built once
             if stub is not None:
@@ -308,6 +311,11 @@ class Kernel(NativeCallable):
         kernel (:mod:`pymlirjit.generic`) lists one per binding."""
         return [{}] if self._compiled is not None else []
 
+    def _located_text(self, source: str | Path) -> str | None:
+        """The text as it sits in the Python file (``None``: not inline), which MLIR's
+        line numbers in ``source`` refer to."""
+        return source if isinstance(source, str) else None
+
     def specialize(self, **types: Any) -> Kernel:
         """This kernel bound to ``types``: itself, its source having no alias to bind
         (see :meth:`pymlirjit.generic.GenericKernel.specialize`)."""
@@ -333,6 +341,7 @@ class GenericKernel(GenericDispatch, Kernel):
                              session=t._session, release_gil=t.release_gil, cache=t._cache,
                              **t._overrides.given())
         kernel.binding, kernel.generic = binding, self
+        kernel._site = t.__dict__.get("_site")  # MLIR errors and failures name the Python line
         return kernel
 
     def __copy__(self) -> GenericKernel:
@@ -356,8 +365,16 @@ class BoundKernel(Kernel):
         try:
             return super().compile()
         except MLIRError as exc:
-            raise MLIRError(f"@mlir_kernel {self.name!r} bound to {describe(self.binding)}: "
-                            f"{exc.summary}", exc.diagnostics) from exc
+            what = f"@mlir_kernel {self.name!r}"
+            rest = exc.summary.removeprefix(what)  # " (file.py:5:8): ..." or ": ..."
+            if rest == exc.summary:
+                rest = ": " + rest
+            raise MLIRError(f"{what} bound to {describe(self.binding)}{rest}",
+                            exc.diagnostics) from exc
+
+    def _located_text(self, source: str | Path) -> str | None:
+        # The bound text is the user's, the binding put in front on its first line.
+        return self.generic._text if isinstance(source, str) else None
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         return reduce_bound(self.generic, self.binding)

@@ -40,18 +40,13 @@ from .codegen.options import CompileOptions
 from .errors import LinkError
 from .lowering.builtsource import built_text
 from .lowering.pipeline import runtime_library
+from .runtime.artifacts import build_artifact, load
 from .runtime.asyncruntime import claim_task_pool
 from .runtime.cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
 from .runtime.externs import Linkable, LinkedExtern, listed_callbacks
 from .runtime.externs import linkable as _linkable
 from .runtime.function import CompiledFunction, set_origin
-from .runtime.module import (
-    CompiledModule,
-    build_artifact,
-    build_engine,
-    engine_module,
-    load,
-)
+from .runtime.module import CompiledModule, build_engine, engine_module
 from .runtime.prepare import builtin_callbacks, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",

@@ -21,7 +21,7 @@ from typing import Any, Protocol, SupportsIndex
 
 from ..errors import SignatureError
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
-from .callframe import ERROR_KEPT, call_machinery, culprit_token, record_current
+from .callframe import ERROR_KEPT, call_failed, call_machinery, culprit_token, record_current
 from .convert import from_c, result_scalar, to_c, to_memory
 from .memref import (
     UnrankedDescriptor,
@@ -350,6 +350,8 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     leading = [ctypes.c_void_p] * skip
 
     def entry(status: int, *c_args: Any) -> Any:
+        if call_failed():  # by another thread's callback (status left failed)
+            return failed
         try:
             value = deliver(function(*python_args(c_args)), c_args)
             status_word(status).value = 0

@@ -26,6 +26,7 @@ __all__ = [
     "CallFrame",
     "CallMachinery",
     "CallRecord",
+    "call_failed",
     "call_frame",
     "call_machinery",
     "culprit_token",
@@ -36,6 +37,7 @@ __all__ = [
     "lost_error",
     "native_frame_slot",
     "record_current",
+    "task_slot",
 ]
 
 # -- error capture across compiled frames ------------------------------------------------
@@ -116,6 +118,15 @@ class _NativeFrameSlot:
 @functools.cache
 def native_frame_slot() -> _NativeFrameSlot:
     """The pthread key native trampolines read (created on first use)."""
+    return _NativeFrameSlot()
+
+
+@functools.cache
+def task_slot() -> _NativeFrameSlot:
+    """The pthread key that says, per thread, whether the thread runs a task of a
+    parallel loop (non-NULL): compiled code then runs a nested parallel loop on that
+    thread instead of waiting for a thread pool it occupies (see
+    :mod:`pymlirjit.codegen.scheduling`)."""
     return _NativeFrameSlot()
 
 
@@ -252,6 +263,13 @@ def _record(address: int, error: BaseException, name: str) -> None:
             _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
     except BaseException:  # see the docstring
         pass
+
+
+def call_failed() -> bool:
+    """Whether the call running on this thread (or the foreign one) has failed: a
+    callback about to run then returns at once (another thread's callback may have
+    failed the call while this one waited for the GIL)."""
+    return bool(ctypes.c_int64.from_address(_current_record()).value)
 
 
 def record_current(name: str, error: BaseException) -> None:

@@ -20,6 +20,7 @@ from . import ffi
 from .types import MemRefType, ScalarType, TensorType, UnrankedMemRefType
 
 __all__ = [
+    "holds_elements",
     "ALIGNED",
     "ALLOCATED",
     "DESCRIPTOR_FIELDS",
@@ -159,6 +160,15 @@ def free_unowned(descriptor: Any, rank: int, owners: dict[int, object]) -> None:
         ffi.free(allocated)
 
 
+def holds_elements(dtype: np.dtype[Any], element: ScalarType) -> bool:
+    """Whether an array of ``dtype`` holds ``element`` values as they are: ``element``'s
+    own dtype or, MLIR integers being signless, an unsigned one of the same width (a
+    ``uint8`` array for ``memref<?xi8>``: the same bits, no copy)."""
+    own = element.dtype
+    return dtype == own or (own.kind == "i" and dtype.kind == "u" and dtype.isnative
+                            and dtype.itemsize == own.itemsize)
+
+
 def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
                  what: str, kind: str) -> np.ndarray[Any, Any]:
     if type(value) is not np.ndarray:
@@ -166,7 +176,7 @@ def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
             raise TypeError(f"{what}: expected a numpy array for {kind}, "
                             f"got {type(value).__name__}")
         _refuse_masked(value, what)
-    if value.dtype != element.dtype:
+    if not holds_elements(value.dtype, element):
         raise TypeError(f"{what}: expected dtype {element.dtype} for {kind}, got {value.dtype}")
     if value.ndim != len(shape):
         raise ValueError(f"{what}: expected a rank-{len(shape)} array for {kind}, "
@@ -229,13 +239,14 @@ def _check_layout(array: np.ndarray[Any, Any], memref: MemRefType, strides: tupl
 
 
 def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, what: str,
-                            ) -> tuple[Any, np.ndarray[Any, Any]]:
+                            read_only: bool = False) -> tuple[Any, np.ndarray[Any, Any]]:
     """Check ``value`` against a memref or tensor parameter and describe it.
 
     Returns the descriptor (aliasing the array's memory) and the array it aliases, which
     the caller keeps alive for the duration of the call. A tensor is value-semantic: a
     non-contiguous array is copied; a memref is never copied, so its layout must admit the
-    array's strides. ``what`` names the parameter in errors.
+    array's strides, and the array must be writable unless the function never writes the
+    memref (``read_only``). ``what`` names the parameter in errors.
     """
     if isinstance(array_type, TensorType):
         array = _check_array(value, array_type.element, array_type.shape, what,
@@ -246,9 +257,9 @@ def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, wha
     else:
         array = _check_array(value, array_type.element, array_type.shape, what,
                              array_type.mlir)
-        if not array.flags.writeable:
-            raise ValueError(f"{what}: the array is read-only, but a memref can be written "
-                             f"through; pass a writable copy")
+        if not (read_only or array.flags.writeable):
+            raise ValueError(f"{what}: the array is read-only, but the function may write "
+                             f"this memref; pass a writable copy")
         strides = _check_layout(array, array_type, _element_strides(array, what), what)
         static_offset = array_type.offset or 0
     return _describe(array, strides, static_offset), array

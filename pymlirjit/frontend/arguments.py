@@ -14,6 +14,7 @@ from ..boundary import types as pytypes
 from .jtypes import (
     BOOL,
     WEAK_BOOL,
+    WEAK_COMPLEX,
     WEAK_FLOAT,
     WEAK_INT,
     Array,
@@ -28,7 +29,7 @@ __all__ = ["constrained", "converted", "eager", "jtype_of", "key_of", "signed",
            "unsigned_result"]
 
 
-_PYTHON = {int: WEAK_INT, float: WEAK_FLOAT, bool: WEAK_BOOL}
+_PYTHON = {int: WEAK_INT, float: WEAK_FLOAT, bool: WEAK_BOOL, complex: WEAK_COMPLEX}
 
 
 def key_of(value: Any) -> Any:
@@ -44,9 +45,6 @@ def jtype_of(key: Any, value: Any, name: str) -> JType:
         dtype, ndim, contiguous = key
         if ndim == 0:
             raise TypeError(f"argument {name!r}: 0-d arrays are not supported; pass a scalar")
-        if dtype == np.bool_:
-            raise TypeError(f"argument {name!r}: arrays of bool are not supported yet; "
-                            f"pass a.view(np.uint8)")
         try:
             return Array(from_dtype(dtype), ndim, contiguous)
         except TypeError as exc:
@@ -55,14 +53,19 @@ def jtype_of(key: Any, value: Any, name: str) -> JType:
         return _PYTHON[key]
     if isinstance(value, np.ndarray):  # a subclass
         return jtype_of(key_of(np.asarray(value)), value, name)
-    if isinstance(value, (np.bool_, np.integer, np.floating)):
-        return from_dtype(value.dtype)
+    if isinstance(value, (np.bool_, np.integer, np.floating, np.complexfloating)):
+        try:
+            return from_dtype(value.dtype)
+        except TypeError as exc:
+            raise TypeError(f"argument {name!r}: {exc}") from None
     if isinstance(value, bool):
         return WEAK_BOOL
     if isinstance(value, int):
         return WEAK_INT
     if isinstance(value, float):
         return WEAK_FLOAT
+    if isinstance(value, complex):
+        return WEAK_COMPLEX
     raise TypeError(f"argument {name!r}: @jit functions take numbers and numpy arrays, "
                     f"got {type(value).__name__}")
 
@@ -72,13 +75,15 @@ def constrained(annotation: Any, actual: JType, name: str, fname: str) -> JType:
     what = f"@jit {fname!r}: argument {name!r}"
     if annotation is inspect.Parameter.empty or annotation is Any:
         return actual
-    if annotation in (int, float, bool):
+    if annotation in (int, float, bool, complex):
         if isinstance(actual, Scalar):
+            if annotation is complex and actual.kind != "bool":
+                return actual if actual.kind == "complex" else WEAK_COMPLEX
             if annotation is bool and actual.kind == "bool":
                 return actual
             if annotation is int and actual.kind in ("int", "uint", "bool"):
                 return WEAK_INT if actual.kind == "bool" else actual
-            if annotation is float and actual.kind != "bool":
+            if annotation is float and actual.kind not in ("bool", "complex"):
                 return actual if actual.kind == "float" else WEAK_FLOAT
         raise TypeError(f"{what} is annotated {annotation.__name__}, got {actual}")
     if annotation is np.ndarray or get_origin(annotation) is np.ndarray:
@@ -107,8 +112,8 @@ def constrained(annotation: Any, actual: JType, name: str, fname: str) -> JType:
 
 def eager(annotation: Any) -> JType | None:
     """The parameter type an annotation fixes without a value (for .compile())."""
-    if annotation in (int, float, bool):
-        return {int: WEAK_INT, float: WEAK_FLOAT, bool: BOOL}[annotation]
+    if annotation in (int, float, bool, complex):
+        return {int: WEAK_INT, float: WEAK_FLOAT, bool: BOOL, complex: WEAK_COMPLEX}[annotation]
     try:
         wanted = pytypes.to_type(annotation)
     except TypeError:
@@ -126,6 +131,8 @@ def converted(t: JType) -> bool:
         return True
     if isinstance(t, Tuple):
         return any(converted(i) for i in t.items)
+    if isinstance(t, Array) and t.dtype.kind == "bool":
+        return True  # bools cross as bytes
     return (t.dtype if isinstance(t, Array) else t).kind == "uint" if isinstance(
         t, (Array, Scalar)) else False
 
@@ -134,7 +141,8 @@ def signed(args: tuple[Any, ...], unsigned: tuple[tuple[int, ...], JType]) -> li
     out = list(args)
     for i in unsigned[0]:
         value = np.asarray(out[i])
-        signed = value.view(value.dtype.str.replace("u", "i"))
+        signed = value.view(np.int8 if value.dtype == np.bool_ else
+                            value.dtype.str.replace("u", "i"))
         out[i] = signed if isinstance(out[i], np.ndarray) else signed[()]
     return out
 
@@ -144,7 +152,7 @@ def unsigned_result(value: Any, t: JType) -> Any:
         return unsigned_result(value[1], t.item) if value[0] else None
     if isinstance(t, Tuple):
         return tuple(unsigned_result(v, i) for v, i in zip(value, t.items))
-    if isinstance(t, Array) and t.dtype.kind == "uint":
+    if isinstance(t, Array) and t.dtype.kind in ("uint", "bool"):
         return value.view(t.dtype.dtype)
     if isinstance(t, Scalar) and t.kind == "uint":
         return t.dtype.type(int(value) & ((1 << t.bits) - 1))

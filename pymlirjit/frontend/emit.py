@@ -12,10 +12,12 @@ from .calls import mlir_of
 from .emit_arrays import ArraysMixin
 from .emit_base import Value
 from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
+from .emit_complex import ComplexMixin
 from .emit_elementwise import ElementwiseMixin
 from .emit_loops import LoopsMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
+from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .ownership import freeable
 from .syntax import assignment_counts
@@ -28,7 +30,8 @@ from .source import FunctionSource
 __all__ = ["Emitter"]
 
 
-class Emitter(ArraysMixin, CallsMixin, ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin):
+class Emitter(ArraysMixin, CallsMixin, ComplexMixin, ElementwiseMixin, OpsMixin, ParallelMixin,
+              LoopsMixin, RandomMixin):
     """Emit one function: :meth:`function` returns its text."""
 
     def __init__(self, program: Host, source: FunctionSource, info: Inference,
@@ -228,13 +231,15 @@ class Emitter(ArraysMixin, CallsMixin, ElementwiseMixin, OpsMixin, ParallelMixin
         if isinstance(node, ast.Constant) and node.value is None:
             return Value("", NoneT())
         if isinstance(node, ast.Constant):
-            assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float))
+            assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float, complex))
             return self.const(node.value, t)
         if isinstance(node, ast.Name):
             return self.load_var(node.id)
         assert t is not None
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value)
+            if isinstance(base.type, Scalar):  # x.real, z.imag
+                return self.number_attribute(base, node.attr, t)
             assert isinstance(base.type, Array)
             if node.attr == "shape":
                 return self.shape(base)
@@ -245,19 +250,13 @@ class Emitter(ArraysMixin, CallsMixin, ElementwiseMixin, OpsMixin, ParallelMixin
             return self.flat(base)
         if isinstance(node, ast.Subscript):
             return self.load_element(node)
+        if self.fusable(node):  # element by element, one loop for the whole expression
+            return self.fused(node)
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left), self.expr(node.right)
-            if isinstance(t, Array):
-                op, divisor, dtype = node.op, node.right, t.dtype
-                return self.elementwise(
-                    lambda v: self.binop(op, v[0], v[1], dtype, divisor), [left, right], t)
             return self.binop(node.op, left, right, t, node.right)
         if isinstance(node, ast.UnaryOp):
-            operand = self.expr(node.operand)
-            if isinstance(t, Array):
-                unary, dtype = node, t.dtype
-                return self.elementwise(lambda v: self.unary(unary, v[0], dtype), [operand], t)
-            return self.unary(node, operand, t)
+            return self.unary(node, self.expr(node.operand), t)
         if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
             return self.is_none(node)
         if isinstance(node, ast.Compare):

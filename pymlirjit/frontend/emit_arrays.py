@@ -62,7 +62,8 @@ class ArraysMixin(EmitBase):
         return self.op(f"arith.select {neg}, {wrapped}, {i} : index")
 
     def indices(self, node: ast.Subscript) -> list[ast.expr]:
-        return list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+        found = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return [i for i in found if not (isinstance(i, ast.Constant) and i.value is ...)]
 
     def load_element(self, node: ast.Subscript) -> Value:
         base = self.expr(node.value)
@@ -75,8 +76,7 @@ class ArraysMixin(EmitBase):
         if any(isinstance(i, ast.Slice) for i in indices) or len(indices) < base.type.ndim:
             return self.view(base, indices, node)
         idx = [self.index_into(base, d, i) for d, i in enumerate(indices)]
-        t = base.type
-        return Value(self.op(f"memref.load {base.ssa}[{', '.join(idx)}] : {t.mlir}"), t.dtype)
+        return self.load_at(base, idx)
 
     def store_element(self, target: ast.Subscript, value: Value) -> None:
         base = self.expr(target.value)
@@ -86,8 +86,7 @@ class ArraysMixin(EmitBase):
             self.store_view(self.view(base, indices, target), value)
             return
         idx = [self.index_into(base, d, i) for d, i in enumerate(indices)]
-        v = self.convert(value, base.type.dtype)
-        self.do(f"memref.store {v.ssa}, {base.ssa}[{', '.join(idx)}] : {base.type.mlir}")
+        self.store_at(value, base, idx)
 
     def view(self, base: Value, indices: list[ast.expr], node: ast.AST) -> Value:
         """``base[...]`` with slices or fewer indices than dims: a strided view."""
@@ -115,55 +114,55 @@ class ArraysMixin(EmitBase):
 
     def store_view(self, view: Value, value: Value, op: ast.operator | None = None,
                    result: JType | None = None) -> None:
-        """``view[...] = value`` (or ``op=``): a scalar to every element, or an array of
-        the same shape (copied first, as numpy does, in case the two overlap)."""
+        """``view[...] = value`` (or ``op=``): a scalar to every element, or an array
+        broadcast to the view's shape (copied first, as numpy does, in case the two
+        overlap, unless this statement made it)."""
         t = view.type
         assert isinstance(t, Array)
         dims = [self.dim(view, d) for d in range(t.ndim)]
         source, copy = value, None
         fresh = value.ssa in self.fresh_temps  # made by this expression: cannot overlap
         if isinstance(value.type, Array):
+            vt = value.type
             bad = self.const(False, Scalar("bool", 1)).ssa
-            for d in range(t.ndim):
-                other = self.dim(value, d)
-                differ = self.op(f"arith.cmpi ne, {other}, {dims[d]} : index")
-                bad = self.op(f"arith.ori {bad}, {differ} : i1")
+            for k in range(vt.ndim):
+                other = self.dim(value, k)
+                d = dims[t.ndim - vt.ndim + k]
+                differ = self.op(f"arith.cmpi ne, {other}, {d} : index")
+                not_one = self.op(f"arith.cmpi ne, {other}, {self.index_const(1)} : index")
+                bad = self.op(f"arith.ori {bad}, {self.op(f'arith.andi {differ}, {not_one} : i1')}"
+                              f" : i1")
             fail, ok = self.label(), self.label()
             self.branch(bad, fail, ok)
             self.start(fail)
-            self.raise_python(ValueError, ("could not broadcast: the assigned array's shape "
-                                           "differs from the view's",))
+            self.raise_python(ValueError, ("could not broadcast the assigned array to the "
+                                           "view's shape",))
             self.start(ok)
-        if isinstance(value.type, Array) and not fresh:
-            copy = Value(self.op(f"memref.alloc({', '.join(dims)}) : "
-                                 f"{Array(value.type.dtype, t.ndim).mlir}"),
-                         Array(value.type.dtype, t.ndim))
-            self.each_element(dims, lambda idx: self._move(value, copy, idx))
-            source = copy
+            if not fresh:
+                own = [self.dim(value, k) for k in range(vt.ndim)]
+                copy = Value(self.op(f"memref.alloc({', '.join(own)}) : "
+                                     f"{Array(vt.dtype, vt.ndim).mlir}"), Array(vt.dtype, vt.ndim))
+                self.each_element(own, lambda idx: self.store_at(self.load_at(value, idx),
+                                                                 copy, idx))
+                source = copy
+        target, given = ast.Pass(), ast.Pass()
+        leaves: dict[ast.AST, Value] = {given: source}
+        if op is not None:
+            leaves[target] = view
 
-        def assign(idx: list[str]) -> None:
-            rhs = self._at(source, idx) if isinstance(source.type, Array) else source
-            if op is not None:
-                assert result is not None
-                rhs = self.binop(op, self._at(view, idx), rhs, result)
-            rhs = self.convert(rhs, t.dtype)
-            self.do(f"memref.store {rhs.ssa}, {view.ssa}[{', '.join(idx)}] : {t.mlir}")
+        def compute(env: dict[ast.AST, Value]) -> Value:
+            rhs = env[given]
+            if op is None:
+                return rhs
+            assert isinstance(result, Scalar)
+            a, b = self.convert(env[target], result), self.convert(rhs, result)
+            return self.ufunc_binop(op, a, b, result)
 
-        self.each_element(dims, assign)
+        self.broadcast_loop(view, dims, leaves, compute)
         self.release(value)
         if copy is not None:
             assert isinstance(copy.type, Array)
             self.do(f"memref.dealloc {copy.ssa} : {copy.type.mlir}")
-
-    def _at(self, a: Value, idx: list[str]) -> Value:
-        assert isinstance(a.type, Array)
-        return Value(self.op(f"memref.load {a.ssa}[{', '.join(idx)}] : {a.type.mlir}"),
-                     a.type.dtype)
-
-    def _move(self, src: Value, dst: Value, idx: list[str]) -> None:
-        assert isinstance(dst.type, Array)
-        v = self._at(src, idx)
-        self.do(f"memref.store {v.ssa}, {dst.ssa}[{', '.join(idx)}] : {dst.type.mlir}")
 
     def each_element(self, dims: list[str], body: Callable[[list[str]], None]) -> None:
         """Run ``body(indices)`` for every index of a ``dims``-shaped nest (a CFG)."""

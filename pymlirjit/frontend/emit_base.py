@@ -13,7 +13,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .diagnostics import JitTypeError
 from .host import Host
@@ -127,10 +127,57 @@ class EmitBase:
     def release(self, v: Value) -> None:
         raise NotImplementedError
 
+    def fusable(self, node: ast.expr) -> bool:
+        raise NotImplementedError
+
+    def fused(self, node: ast.expr) -> Value:
+        raise NotImplementedError
+
+    def ufunc_binop(self, op: ast.operator, a: Value, b: Value, t: Scalar) -> Value:
+        raise NotImplementedError
+
+    def broadcast_loop(self, out: Value, dims: list[str], leaves: dict[ast.AST, Value],
+                       compute: Callable[[dict[ast.AST, Value]], Value]) -> None:
+        raise NotImplementedError
+
+    def intrinsic(self, f: Any, args: list[Value], t: JType) -> Value:
+        raise NotImplementedError
+
+    def float_divmod(self, op: ast.operator, a: Value, b: Value) -> Value:
+        raise NotImplementedError
+
     def unary(self, node: ast.UnaryOp, v: Value, result: JType) -> Value:
         raise NotImplementedError
 
     def parallel_for(self, stmt: ast.For) -> bool:
+        raise NotImplementedError
+
+    def complex_literal(self, value: complex, t: Scalar) -> str:
+        raise NotImplementedError
+
+    def complex_cast(self, x: str, t: Scalar, to: Scalar) -> str:
+        raise NotImplementedError
+
+    def complex_binop(self, op: ast.operator, a: Value, b: Value, t: Scalar,
+                      right: ast.expr | None) -> Value:
+        raise NotImplementedError
+
+    def complex_compare(self, op: ast.cmpop, x: str, y: str, t: Scalar) -> str:
+        raise NotImplementedError
+
+    def complex_neg(self, v: Value) -> Value:
+        raise NotImplementedError
+
+    def parts(self, v: Value) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def make(self, re: str, im: str, t: Scalar) -> Value:
+        raise NotImplementedError
+
+    def complex_intrinsic(self, f: Any, args: list[Value], t: JType) -> Value | None:
+        raise NotImplementedError
+
+    def random_call(self, op: str, args: list[Value], t: JType) -> Value:
         raise NotImplementedError
 
     # -- text -------------------------------------------------------------------------
@@ -161,8 +208,16 @@ class EmitBase:
 
     # -- constants and slots ------------------------------------------------------------
 
-    def const(self, value: float | int | bool, t: Scalar) -> Value:
+    def const(self, value: complex | float | int | bool, t: Scalar) -> Value:
         """A constant of type ``t`` (hoisted to the entry block, made once)."""
+        if t.kind == "complex":
+            key = (self.complex_literal(complex(value), t), t.mlir)
+            if key not in self.consts:
+                self.consts[key] = self.fresh()
+                self.entry.append(f"    {self.consts[key]} = {key[0]}")
+            return Value(self.consts[key], t)
+        if isinstance(value, complex):
+            value = value.real
         if t.kind == "bool":
             text = "true" if value else "false"
         elif t.kind == "float":
@@ -223,6 +278,24 @@ class EmitBase:
                 stored = self.op(f"arith.extui {stored} : i1 to i8")
             self.do(f"memref.store {stored}, {s}[] : memref<{_slot_type(st)}>")
 
+    def load_at(self, a: Value, idx: list[str]) -> Value:
+        """The element of the array ``a`` at ``idx`` (index values)."""
+        t = a.type
+        assert isinstance(t, Array)
+        v = self.op(f"memref.load {a.ssa}[{', '.join(idx)}] : {t.mlir}")
+        if t.dtype.kind == "bool":
+            v = self.op(f"arith.trunci {v} : i8 to i1")
+        return Value(v, t.dtype)
+
+    def store_at(self, v: Value, a: Value, idx: list[str]) -> None:
+        """Store ``v`` (converted to the element type) into ``a`` at ``idx``."""
+        t = a.type
+        assert isinstance(t, Array)
+        x = self.convert(v, t.dtype).ssa
+        if t.dtype.kind == "bool":
+            x = self.op(f"arith.extui {x} : i1 to i8")
+        self.do(f"memref.store {x}, {a.ssa}[{', '.join(idx)}] : {t.mlir}")
+
     # -- conversions --------------------------------------------------------------------
 
     def convert(self, v: Value, to: JType) -> Value:
@@ -249,6 +322,8 @@ class EmitBase:
         raise self.error(self.at, f"cannot convert {t} to {to}")
 
     def _scalar_cast(self, x: str, t: Scalar, to: Scalar) -> str:
+        if "complex" in (t.kind, to.kind) and t.mlir != to.mlir:
+            return self.complex_cast(x, t, to)
         if t.mlir == to.mlir and (t.kind == to.kind or (t.kind != "float" and to.kind not in (
                 "float", "bool"))):
             return x

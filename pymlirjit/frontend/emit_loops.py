@@ -113,7 +113,7 @@ class LoopsMixin(EmitBase):
         assert isinstance(t, Array)
         i = self.op(f"arith.index_cast {k} : i64 to index")
         if t.ndim == 1:
-            return Value(self.op(f"memref.load {a.ssa}[{i}] : {t.mlir}"), t.dtype)
+            return self.load_at(a, [i])
         one, zero = self.index_const(1), self.index_const(0)
         result = Array(t.dtype, t.ndim - 1, False)
         dims = [self.dim(a, d) for d in range(1, t.ndim)]

@@ -11,16 +11,18 @@ from typing import Any
 
 import numpy as np
 
+from . import complexes
 from .calls import Target
 from .diagnostics import JitTypeError
 from .host import Host
-from .infer_arrays import array_binop, array_unary
+from .infer_arrays import array_binop, array_compare, array_unary, in_place_type
 from .infer_calls import type_call
 from .intrinsics import CONSTANTS, scalar_type_of
 from .jtypes import (
     F64,
     NONE,
     WEAK_BOOL,
+    WEAK_COMPLEX,
     WEAK_FLOAT,
     WEAK_INT,
     Array,
@@ -51,7 +53,9 @@ def literal_type(value: Any) -> Scalar | None:
         return WEAK_INT
     if isinstance(value, float):
         return WEAK_FLOAT
-    if isinstance(value, (np.bool_, np.integer, np.floating)):
+    if isinstance(value, complex):
+        return WEAK_COMPLEX
+    if isinstance(value, (np.bool_, np.integer, np.floating, np.complexfloating)):
         try:
             return from_dtype(value.dtype)
         except TypeError:
@@ -133,8 +137,7 @@ class Inference:
                 return
             if isinstance(current, Array):
                 self._elementwise(current, value, stmt.value)  # a += v, a[1:] += v: in place
-                element = value.dtype if isinstance(value, Array) else value
-                t = self.binop(stmt.op, current.dtype, element, stmt)
+                t = in_place_type(self, stmt, current, value)
             else:
                 t = self.binop(stmt.op, current, value, stmt)
             self.types[stmt] = t
@@ -223,11 +226,10 @@ class Inference:
                              "assign to names, tuples of names and array elements")
 
     def _elementwise(self, view: Array, value: JType, node: ast.AST) -> None:
-        """Check ``view[...] = value``: a scalar, or an array of the view's rank."""
-        if isinstance(value, Array) and value.ndim != view.ndim:
+        """Check ``view[...] = value``: a scalar, or an array that broadcasts to it."""
+        if isinstance(value, Array) and value.ndim > view.ndim:
             raise self.error(node, f"cannot assign a {value.ndim}-d array to a "
-                             f"{view.ndim}-d view", "broadcasting is not supported: "
-                             "give both the same rank, or write a loop")
+                             f"{view.ndim}-d view")
         if not isinstance(value, (Scalar, Array)):
             raise self.error(node, f"cannot assign {value} to an array view")
 
@@ -327,7 +329,8 @@ class Inference:
                 raise self.error(node, f"{getattr(static, '__name__', type(static).__name__)}"
                                  f" cannot be used as a value here",
                                  "globals are frozen into the code as constants: numbers only")
-            if id(static) in CONSTANTS or isinstance(static, (bool, int, float, np.generic)):
+            if id(static) in CONSTANTS or isinstance(static, (bool, int, float, complex,
+                                                                     np.generic)):
                 self.constants[node] = static
             return t
         if isinstance(node, ast.Attribute):
@@ -347,7 +350,7 @@ class Inference:
                 raise self.error(node, f"unary operators on {u} are not supported")
             if isinstance(node.op, ast.Not):
                 return WEAK_BOOL
-            if isinstance(node.op, ast.Invert) and u.kind == "float":
+            if isinstance(node.op, ast.Invert) and u.kind in ("float", "complex"):
                 raise self.error(node, "~ needs an integer")
             return WEAK_INT if u.kind == "bool" and not isinstance(node.op, ast.Not) else u
         if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot))
@@ -360,11 +363,17 @@ class Inference:
             self.expr(node.comparators[0], keep=True)
             return WEAK_BOOL
         if isinstance(node, ast.Compare):
-            for operand in [node.left, *node.comparators]:
-                c = self.expr(operand)
+            compared = [self.expr(operand) for operand in [node.left, *node.comparators]]
+            sides = compared[:2]
+            if any(isinstance(c, Array) for c in sides):
+                if sides[0] is None or sides[1] is None:
+                    return None
+                return array_compare(self, node, sides[0], sides[1])
+            for operand, c in zip([node.left, *node.comparators], compared):
                 if c is not None and not isinstance(c, Scalar):
                     raise self.error(operand, f"comparisons of {c} are not supported",
                                      "compare elements in a loop")
+            complexes.check_compare(self, node, compared)
             for op in node.ops:
                 if isinstance(op, (ast.In, ast.NotIn)):
                     raise self.error(node, f"the {type(op).__name__} operator is not supported")
@@ -402,6 +411,8 @@ class Inference:
         base = self.expr(node.value)
         if base is None:
             return None
+        if isinstance(base, Scalar):  # x.real, z.imag
+            return complexes.attribute_type(self, node, base)
         if isinstance(base, Array):
             if node.attr == "shape":
                 return Tuple((WEAK_INT,) * base.ndim)
@@ -425,6 +436,10 @@ class Inference:
         if not isinstance(base, Array):
             raise self.error(node, f"{base} cannot be indexed")
         indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        dots = [i for i, n in enumerate(indices) if isinstance(n, ast.Constant) and n.value is ...]
+        if dots and dots != [len(indices) - 1]:
+            raise self.error(node.slice, "... is supported as the last index only")
+        indices = indices[:-1] if dots else indices
         if len(indices) > base.ndim:
             raise self.error(node.slice, f"too many indices for a {base.ndim}-d array")
         kept = base.ndim - len(indices)
@@ -451,6 +466,9 @@ class Inference:
             raise self.error(node, f"arithmetic on {a} and {b} is not supported")
         if isinstance(op, ast.MatMult):
             raise self.error(node, "@ is not supported")
+        on_complex = complexes.binop_type(self, op, a, b, node)
+        if on_complex is not None:
+            return on_complex
         if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
             if a.kind == "bool" and b.kind == "bool":
                 return WEAK_BOOL if a.weak and b.weak else a.strong

@@ -7,6 +7,8 @@ import ast
 from typing import Any
 
 from .calls import target_of
+from .complexes import method_type
+from .infer_arrays import ELEMENTWISE_KINDS, array_call, where_type
 from .intrinsics import Intrinsic, fill_of, find, result_type, scalar_type_of
 from .jtypes import F64, NONE, Array, JType, NoneT, Scalar, Tuple
 
@@ -18,7 +20,7 @@ REDUCTIONS = ("sum", "prod", "min", "max", "mean")
 
 def reduction_type(dtype: Scalar, op: str) -> Scalar:
     """numpy's result type of ``a.op()`` for an array of ``dtype``."""
-    if op in ("min", "max"):
+    if op in ("min", "max") or dtype.kind == "complex":
         return dtype
     if op == "mean":
         return dtype if dtype.kind == "float" else F64
@@ -37,6 +39,15 @@ def type_call(self: Any, node: ast.Call) -> JType | None:
         if isinstance(base, Array):
             self.targets[node] = Intrinsic("reduce", node.func.attr)
             return reduction_type(base.dtype, node.func.attr)
+    if func is None and isinstance(node.func, ast.Attribute) and not node.args and \
+            node.func.attr == "conjugate":  # z.conjugate()
+        base = self.expr(node.func.value)
+        if base is None:
+            return None
+        method = method_type(base, "conjugate") if isinstance(base, Scalar) else None
+        if method is not None:
+            self.targets[node] = Intrinsic("npcomplex", "conj")
+            return method
     intrinsic = find(func) if func is not None else None
     if intrinsic is not None and intrinsic.kind == "reduce":
         if len(node.args) != 1:
@@ -68,12 +79,13 @@ def type_call(self: Any, node: ast.Call) -> JType | None:
     if any(a is None for a in args):
         return None
     known = [a for a in args if a is not None]
-    if intrinsic is not None and intrinsic.kind in ("np1", "abs") and len(known) == 1 and \
-            isinstance(known[0], Array):  # np.sqrt(a), abs(a): element by element
-        element = result_type(intrinsic, [known[0].dtype])
-        assert isinstance(element, Scalar)
+    if intrinsic is not None and intrinsic.kind == "where":
         self.targets[node] = intrinsic
-        return Array(element.strong, known[0].ndim, True)
+        return where_type(self, node, known)
+    if intrinsic is not None and intrinsic.kind in ELEMENTWISE_KINDS and (
+            intrinsic.kind == "ufunc" or any(isinstance(a, Array) for a in known)):
+        self.targets[node] = intrinsic  # np.sqrt(a), abs(a), np.sign(x): element by element
+        return array_call(self, node, func, known)
     if intrinsic is not None:
         t = result_type(intrinsic, known)
         if isinstance(t, str):

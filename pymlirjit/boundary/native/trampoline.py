@@ -445,6 +445,13 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.gil = b.phi(_i32)
         self.gil.add_incoming(ir.Constant(_i32, _GIL_ALREADY_HELD), before)
         self.gil.add_incoming(state, take)
+        # Again with the GIL: a callback of the call on another thread (a parallel
+        # loop's) may have failed it while this one waited for the GIL.
+        with b.if_then(b.icmp_signed("!=", b.load(self.record_at(FAILED)),
+                                     ir.Constant(_i64, 0)), likely=False):
+            restore_jump_buffer(b, self.frame_record, self.jump_buffer)
+            self.release_gil()
+            self.return_zero()
         # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
         # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
         args = iter(self.function.args)
