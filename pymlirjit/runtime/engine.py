@@ -311,7 +311,8 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         ``_mlir_ciface_add``), callable with its native signature."""
         self._check_linked()
         if not name:  # LLVM asserts (ends the process) on an empty name
-            raise LinkError("Unknown function '': a function has a name", [name])
+            raise LinkError(f"Unknown function {name}: the module defines no such function",
+                            [name])
         try:
             # The first lookup generates the code; LLVM prints why that failed (a symbol
             # no library defines) on stderr and returns 0: the error says it instead.

@@ -22,7 +22,8 @@ from typing import Any
 
 from ..boundary.buildgate import building
 
-__all__ = ["FirstCall", "first_call", "native_build", "running_first_call"]
+__all__ = ["FirstCall", "first_call", "first_call_running", "native_build",
+           "running_first_call"]
 
 _native_lock = threading.Lock()  # first calls from several threads build an entry once
 _local = threading.local()
@@ -71,6 +72,11 @@ def first_call(kernel: object) -> Iterator[FirstCall]:
         yield state
     finally:
         running.pop(id(kernel), None)
+
+
+def first_call_running(kernel: object) -> bool:
+    """Whether this thread is running ``kernel``'s first call (its compile)."""
+    return id(kernel) in _running()
 
 
 def running_first_call(kernel: object, name: str) -> Any:

@@ -59,8 +59,8 @@ from ..lowering.pipeline import lower as lower_module
 from ..lowering.pipeline import (
     names_small_floats,
     new_context,
+    normalize_pipeline,
     parse_module,
-    runs_top_level,
     runtime_library,
 )
 from .externs import LinkedExtern
@@ -258,7 +258,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
 
     def optimize_first(module: Any, pipeline: str) -> str:
         # Shapes are checked before linalg ops are tiled, where checked mode runs after.
-        if options.error_model != "numpy" and runs_top_level(pipeline, "convert-scf-to-cf"):
+        # Only with the default pipeline: the checks' index ops need its lowering.
+        if options.error_model != "numpy" and options.pipeline == normalize_pipeline(None):
             insert_shape_checks(module, prepared.filename)
         if not (options.fastmath or options.tiles_linalg or options.parallel_loops):
             return pipeline
