@@ -131,7 +131,8 @@ class ElementwiseMixin(EmitBase):
                 for n, v in env_arrays.items():
                     env[n] = self.load_at(v, idx)
                 self.store_at(compute(env), out, idx)
-            self.each_element(dims, body)
+            if not (self.program.parallel and self.parallel_each(dims, body)):
+                self.each_element(dims, body)
 
         same_rank = all(v.type.ndim == ndim for _, v in arrays)  # type: ignore[union-attr]
         if not arrays:
@@ -180,6 +181,26 @@ class ElementwiseMixin(EmitBase):
                 f"[{', '.join(dims)}], strides: [{', '.join(strides)}] : {base_t} to "
                 f"{view.mlir}")
         return Value(self.op(text), view)
+
+    def parallel_each(self, dims: list[str], body: Callable[[list[str]], None]) -> bool:
+        """``body(indices)`` for every index of ``dims`` as one ``scf.parallel`` (with
+        ``parallel=True``: the runtime's threads share it). False, with nothing emitted,
+        if the body needs blocks of its own (a branch), which a parallel loop cannot hold."""
+        saved = len(self.lines)
+        tag = f"%pe{self.counter}"
+        ivs = [f"{tag}_{d}" for d in range(len(dims))]
+        zeros = ", ".join([self.index_const(0)] * len(dims))
+        ones = ", ".join([self.index_const(1)] * len(dims))
+        self.lines.append(f"    scf.parallel ({', '.join(ivs)}) = ({zeros}) to "
+                          f"({', '.join(dims)}) step ({ones}) {{")
+        body(ivs)
+        if any(line.startswith("  ^") or " cf." in line for line in self.lines[saved:]):
+            del self.lines[saved:]
+            self.terminated = False
+            return False
+        self.lines.append("      scf.reduce")
+        self.lines.append(f"    }}{self.source.loc(self.at)}")
+        return True
 
     # -- one element --------------------------------------------------------------------
 
