@@ -95,7 +95,7 @@ def numpy_type(inference: Any, node: ast.Call, func: Any) -> Any:
     t = _typed(inference, node, name, args, axes)
     if t is not None:
         simple = name in ("sum", "prod", "min", "max", "mean") and isinstance(t, Scalar) \
-            and len(node.args) == (0 if func is None else 1)
+            and t.kind != "bool" and len(node.args) == (0 if func is None else 1)
         inference.targets[node] = Intrinsic("reduce", name) if simple else \
             NumpyCall("numpy", name, axes.get("axis"))
     return t
