@@ -189,3 +189,9 @@ def count_true(a):
 def test_reductions_of_bool_arrays() -> None:
     check(count_true, np.array([0.1, 0.7, 0.9, 0.2]))
     check(count_true, np.array([[0.6], [0.2]]))
+
+
+def test_big_results_ask_for_huge_pages() -> None:
+    x = np.linspace(0.0, 1.0, 600_000)  # 4.8 MB: madvise(MADV_HUGEPAGE), as numpy's
+    check(axpb, 2.0, x, 1.0)
+    assert "func.call @madvise" in axpb.inspect_mlir()
