@@ -42,7 +42,7 @@ class LinalgMixin(EmitBase):
             assert isinstance(t, Array)
             dims = ([self.dim(a2, 0)] if ta.ndim == 2 else []) + \
                 ([self.dim(b2, 1)] if tb.ndim == 2 else [])
-            out = self.op(f"memref.alloc({', '.join(dims)}) : {t.mlir}")
+            out = self.new_array(dims, t).ssa
             self.do(f"linalg.fill ins({zero} : {dtype.mlir}) outs({out} : {t.mlir})")
             name = {(2, 2): "matmul", (2, 1): "matvec", (1, 2): "vecmat"}[(ta.ndim, tb.ndim)]
             self.do(f"linalg.{name} {operands} outs({out} : {t.mlir})")

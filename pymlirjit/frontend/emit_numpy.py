@@ -58,7 +58,7 @@ class NumpyMixin(EmitBase):
     def _new(self, dims: list[str], t: Array) -> Value:
         zero = self.index_const(0)
         dims = [self.op(f"arith.maxsi {d}, {zero} : index") for d in dims]
-        out = Value(self.op(f"memref.alloc({', '.join(dims)}) : {t.mlir}"), t)
+        out = self.new_array(dims, t)
         self.fresh_temps.add(out.ssa)
         return out
 
