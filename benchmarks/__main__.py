@@ -30,6 +30,7 @@ CASES: dict[str, str] = {
     "g": "call_shapes",
     "h": "ufuncs",
     "i": "sparse",
+    "m": "checked_code",
 }
 
 

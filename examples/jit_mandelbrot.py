@@ -13,11 +13,11 @@ from pymlirjit import jit
 @jit
 def mandel(x, y, max_iters):
     """How many iterations z = z*z + c takes to leave the radius-2 disk (or max_iters)."""
-    zr = 0.0
-    zi = 0.0
+    c = complex(x, y)
+    z = 0.0j
     for i in range(max_iters):
-        zr, zi = zr * zr - zi * zi + x, 2.0 * zr * zi + y  # complex z*z + c, in floats
-        if zr * zr + zi * zi >= 4.0:
+        z = z * z + c
+        if (z.real * z.real + z.imag * z.imag) >= 4:
             return i
     return max_iters
 

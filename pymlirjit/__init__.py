@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 from ._version import __version__
 from .boundary.signature import Parameter, Signature
 from .callbacks import Callback, CallbackRegistry, callback
-from .errors import Diagnostic, LinkError, MLIRError, PyMLIRJitError, SignatureError
+from .errors import (
+    Diagnostic,
+    EngineCreationError,
+    LinkError,
+    MLIRError,
+    PyMLIRJitError,
+    SignatureError,
+)
 from .jit import jit, prange
 from .kernel import Kernel, mlir_kernel
 from .lowering.pipeline import DEFAULT_PIPELINE
@@ -73,6 +80,7 @@ __all__ = [
     "CompiledFunction",
     "CompiledModule",
     "Diagnostic",
+    "EngineCreationError",
     "ExecutionEngine",
     "Extern",
     "Kernel",

@@ -85,6 +85,19 @@ class MLIRError(PyMLIRJitError, ValueError):
         return self.summary + "\n" + "\n".join(str(d) for d in self.diagnostics)
 
 
+class EngineCreationError(MLIRError, RuntimeError):
+    """An ``ExecutionEngine`` was given a module it cannot JIT-compile (one not lowered to
+    the LLVM dialect). Both an :class:`MLIRError` naming the ops left over and the
+    ``RuntimeError`` upstream MLIR raises ("Failure while creating the ExecutionEngine."),
+    so code written for upstream catches it as before."""
+
+    #: Upstream's message, which this error's text starts with.
+    UPSTREAM_MESSAGE = "Failure while creating the ExecutionEngine."
+
+    def __init__(self, summary: str, diagnostics: Sequence[Diagnostic] = ()) -> None:
+        super().__init__(f"{self.UPSTREAM_MESSAGE} {summary}", diagnostics)
+
+
 class LinkError(PyMLIRJitError, RuntimeError):
     """A symbol the compiled code needs (or that was asked for) cannot be found.
 

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .boundary.aliases import Binder, ExactTypes, describe, free_aliases, header
+from .boundary.identitycasts import identity_casts
 from .boundary.typeparser import parsed_type
 from .boundary.types import to_type
 from .boundary.vectorcall import NativeCallable, clear_entry, set_entry
@@ -157,8 +158,10 @@ class GenericDispatch(NativeCallable):
             stub = self.__wrapped__
             stand_in = None if stub is None else (stub.__name__, tuple(
                 inspect.signature(stub).parameters))
-            # On the first line: the source's own line numbers stay as they are.
-            text = " ".join(f"!{a} = {v}" for a, v in binding.items()) + " " + self._text
+            # On the first line: the source's own line numbers stay as they are. Casts
+            # between types the binding makes equal (extf of f64 to f64) are identities.
+            text = (" ".join(f"!{a} = {v}" for a, v in binding.items()) + " "
+                    + identity_casts(self._text, binding))
             kernel = self._make_bound(stand_in, text, binding)
             kernel = self._bound.setdefault(key, kernel)
         return kernel

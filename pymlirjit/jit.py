@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 import numpy as np
 
 from .boundary.pickling import StandInStub, function_by_value, importable, loads_parts
+from .boundary.signature import annotations_of
 from .boundary.vectorcall import NativeCallable, clear_entry, set_entry
 from .callbacks import Callback, default_registry
 from .errors import MLIRError
@@ -46,6 +47,7 @@ from .frontend.diagnostics import JitError, JitSyntaxError, JitTypeError
 from .frontend.jtypes import (
     JType,
 )
+from .frontend.randoms import STATE_SYMBOL
 from .kernel import Kernel
 from .session import Session, default_session
 
@@ -226,9 +228,8 @@ class JitFunction(NativeCallable):
 
     def _annotations(self) -> dict[str, Any]:
         if self._hints is None:
-            try:
-                import typing
-                hints = typing.get_type_hints(self.py_func)
+            try:  # not typing.get_type_hints: Python 3.10's rejects MemRef[f64, None]
+                hints = annotations_of(self.py_func)
             except Exception:
                 hints = dict(getattr(self.py_func, "__annotations__", {}))
             self._hints = hints
@@ -264,6 +265,7 @@ class JitFunction(NativeCallable):
             except JitError as exc:  # the message says where: the frontend's frames are noise
                 raise exc.with_traceback(None) from exc.__cause__
             callbacks = [c.existing if c.existing is not None else
+                         _random_state() if c.name == STATE_SYMBOL else
                          Callback(c.function, c.signature, name=c.name)  # type: ignore[arg-type]
                          for c in spec.callbacks]
             stub = StandInStub(self.__name__, self.__qualname__, self.__module__, self.__doc__,
@@ -296,6 +298,14 @@ class JitFunction(NativeCallable):
         self._native = True
         self._chain()
         return kernel
+
+    @property
+    def annotated(self) -> bool:
+        """Whether every parameter's annotation fixes its type, so that :meth:`compile`
+        can compile without arguments."""
+        hints = self._annotations()
+        return all(eager(hints.get(name, inspect.Parameter.empty)) is not None
+                   for name in self._names)
 
     @property
     def signatures(self) -> list[tuple[str, ...]]:
@@ -346,6 +356,14 @@ class JitFunction(NativeCallable):
 
     def __repr__(self) -> str:
         return f"<@jit {self.__qualname__} ({len(self._specs)} specializations)>"
+
+
+def _random_state() -> Any:
+    """The extern giving compiled code its thread's random state (native, built once)."""
+    from .boundary.native.randomstate import random_state_address
+    from .runtime.externs import extern
+
+    return extern(STATE_SYMBOL, random_state_address(), "() -> !llvm.ptr")
 
 
 def _params_of(spec: Specialization) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex
 
+from .boundary.buildgate import building
 from .boundary.cprototype import function_pointer
 from .boundary.failures import register_source
 from .boundary.pickling import StandInStub, rebuilds
@@ -49,7 +50,9 @@ from .kernelpickling import (
 from .kernelstub import check_stub
 from .lowering.builtsource import built_text
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
+from .runtime.firstcall import FirstCall, first_call, running_first_call
 from .runtime.function import CompiledFunction
+from .runtime.gilpolicy import refuse_kept_gil
 from .session import CompiledModule, Session, default_session, given_session
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
@@ -109,12 +112,20 @@ class Kernel(NativeCallable):
         function = self._compiled
         if function is not None:
             return function
+        # Called again by a signal handler during this first call: no second compile.
+        running = running_first_call(self, f"@mlir_kernel {self.name!r}")
+        if running is not None:
+            return running  # type: ignore[no-any-return]
+        with first_call(self) as state:
+            return self._compile(state)
+
+    def _compile(self, state: FirstCall) -> CompiledFunction:
         session = self.session
         compile_targets(self, self._callbacks)  # first: outside this session's lock
         # Under the session's lock: compiling, clearing the cache and retiring functions
         # (invalidate) never interleave, so the vectorcall slot only ever points at the
         # entry of a function this kernel keeps.
-        with session.lock:
+        with building(), session.lock:  # a fork waits for the compile, then this lock
             if self._compiled is not None:  # another thread compiled it meanwhile
                 return self._compiled
             # Subscribe before compiling: a callback redefined meanwhile (registries
@@ -130,16 +141,18 @@ class Kernel(NativeCallable):
                     source, options=self._options, callbacks=self._callbacks,
                     cache=self._cache)
             except MLIRError as exc:  # on the user's line, naming the kernel
-                text = source if isinstance(source, str) else None
                 raise located_mlir_error(exc, f"@mlir_kernel {self.name!r}",
-                                         self.__dict__.get("_site"), text) from None
+                                         self.__dict__.get("_site"),
+                                         self._located_text(source)) from None
             if isinstance(source, str) and self.__dict__.get("_site") is not None:
-                register_source(source, self._site)  # failures then name its Python line
+                # Failures then name its Python line.
+                register_source(source, self._site, self._located_text(source))
             try:
-                function = module[self.name]
+                function = state.function = module[self.name]
             except KeyError as exc:
                 raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
             stub = self.__wrapped__
+            refuse_kept_gil(self.name, self.release_gil, module)  # threads calling Python
             if self.release_gil in (None, function.release_gil):
                 function.ensure_native()  # shared by the copies below: built once
             if stub is not None:
@@ -298,6 +311,11 @@ class Kernel(NativeCallable):
         kernel (:mod:`pymlirjit.generic`) lists one per binding."""
         return [{}] if self._compiled is not None else []
 
+    def _located_text(self, source: str | Path) -> str | None:
+        """The text as it sits in the Python file (``None``: not inline), which MLIR's
+        line numbers in ``source`` refer to."""
+        return source if isinstance(source, str) else None
+
     def specialize(self, **types: Any) -> Kernel:
         """This kernel bound to ``types``: itself, its source having no alias to bind
         (see :meth:`pymlirjit.generic.GenericKernel.specialize`)."""
@@ -323,6 +341,7 @@ class GenericKernel(GenericDispatch, Kernel):
                              session=t._session, release_gil=t.release_gil, cache=t._cache,
                              **t._overrides.given())
         kernel.binding, kernel.generic = binding, self
+        kernel._site = t.__dict__.get("_site")  # MLIR errors and failures name the Python line
         return kernel
 
     def __copy__(self) -> GenericKernel:
@@ -346,8 +365,16 @@ class BoundKernel(Kernel):
         try:
             return super().compile()
         except MLIRError as exc:
-            raise MLIRError(f"@mlir_kernel {self.name!r} bound to {describe(self.binding)}: "
-                            f"{exc.summary}", exc.diagnostics) from exc
+            what = f"@mlir_kernel {self.name!r}"
+            rest = exc.summary.removeprefix(what)  # " (file.py:5:8): ..." or ": ..."
+            if rest == exc.summary:
+                rest = ": " + rest
+            raise MLIRError(f"{what} bound to {describe(self.binding)}{rest}",
+                            exc.diagnostics) from exc
+
+    def _located_text(self, source: str | Path) -> str | None:
+        # The bound text is the user's, the binding put in front on its first line.
+        return self.generic._text if isinstance(source, str) else None
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         return reduce_bound(self.generic, self.binding)

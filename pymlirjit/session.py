@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
 from .boundary.abi import symbol_references
+from .boundary.buildgate import building
 from .boundary.pickling import by_value, interned, loads_parts, pickle_token, rebuilds
 from .boundary.sourcelines import read_mlir_file
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry
@@ -39,18 +40,13 @@ from .codegen.options import CompileOptions
 from .errors import LinkError
 from .lowering.builtsource import built_text
 from .lowering.pipeline import runtime_library
+from .runtime.artifacts import build_artifact, load
 from .runtime.asyncruntime import claim_task_pool
 from .runtime.cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
 from .runtime.externs import Linkable, LinkedExtern, listed_callbacks
 from .runtime.externs import linkable as _linkable
 from .runtime.function import CompiledFunction, set_origin
-from .runtime.module import (
-    CompiledModule,
-    build_artifact,
-    build_engine,
-    engine_module,
-    load,
-)
+from .runtime.module import CompiledModule, build_engine, engine_module
 from .runtime.prepare import builtin_callbacks, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
@@ -107,7 +103,9 @@ class Session:
     ``@callback(session=s)`` adds to it; callbacks registered without a session are
     visible to every session. ``cache_dir`` turns on the on-disk cache (see
     :mod:`pymlirjit.runtime.cache`): a new process then loads modules compiled before instead
-    of compiling them again. ``disk_cache`` is the session's store: a
+    of compiling them again; ``""`` means the default folder
+    (:func:`~pymlirjit.runtime.cache.default_cache_dir`), never the current one.
+    ``disk_cache`` is the session's store: a
     :class:`~pymlirjit.runtime.cache.DiskCache`, or a :class:`~pymlirjit.runtime.cache.NullCache`
     without ``cache_dir``.
     """
@@ -121,6 +119,8 @@ class Session:
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise TypeError(f"cache_dir must be a folder's path (a str or pathlib.Path), got "
                             f"{type(cache_dir).__name__}")
+        if cache_dir is not None and not os.fspath(cache_dir):
+            cache_dir = default_cache_dir()  # as an empty $PYMLIRJIT_CACHE_DIR: not "."
         # Without a folder, the store every session shares: it keeps and counts nothing.
         self.disk_cache: CacheStore = DiskCache(cache_dir) if cache_dir is not None else _NO_CACHE
         self._disk_hits = 0
@@ -239,7 +239,8 @@ class Session:
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
             error_model).resolved()
         key = _ModuleKey(text, chosen, explicit)
-        with self._lock:  # memory -> store -> compile -> store
+        # A fork waits for the compile (see boundary/buildgate); then this lock.
+        with building(), self._lock:  # memory -> store -> compile -> store
             declared = self._declared.get(key)
             if declared is not None:
                 full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))

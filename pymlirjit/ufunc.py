@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .boundary import ffi
+from .boundary.failures import FAIL_SYMBOL
 from .boundary.signature import Signature, from_func_op
 from .boundary.sourcelines import read_mlir_file
 from .boundary.types import MemRefType, ScalarType, Type, to_type
@@ -176,6 +177,12 @@ class _Builder:
                 loop_text = gufunc_loop(loop_name, name, signature, operands, layout)
                 nin = len(layout[0])
             module = self._compile(text + "\n" + loop_text, where)
+            if FAIL_SYMBOL in module.callbacks:  # checked mode's: not the user's
+                raise TypeError(f"{where}: @{name} has a check that can fail at run time "
+                                f"(a cf.assert); a ufunc loop cannot raise, so ufuncs take "
+                                f"only code that cannot fail (compute a NaN or a flag "
+                                f"output with arith.select instead, or use @mlir_kernel, "
+                                f"whose cf.assert raises AssertionError)")
             if module.callbacks:
                 raise TypeError(f"{where}: @{name} calls the Python callback(s) "
                                 f"{', '.join('@' + n for n in sorted(module.callbacks))}; a "

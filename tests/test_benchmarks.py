@@ -20,9 +20,9 @@ def test_quick_benchmarks_run_and_print_the_table() -> None:
     output = completed.stdout
     headers = [line for line in output.splitlines()
                if line.startswith("case") and "median ns" in line and "ratio" in line]
-    assert len(headers) == 9, output
+    assert len(headers) == 10, output
     assert "machine:" in output and "numpy:" in output
-    for letter in "abcdefghi":
+    for letter in "abcdefghim":
         assert f"\n{letter}. " in output, f"case {letter} missing:\n{output}"
     assert "targets (design.md):" in output
     # Case f checked every path against numpy: none computed something else or crashed.
@@ -34,6 +34,7 @@ def test_quick_benchmarks_run_and_print_the_table() -> None:
     assert "g     two scalar results (a tuple): pymlirjit" in output
     assert "h     pymlirjit mlir_ufunc, add body" in output
     assert "i     SpMV 2000x2000 CSR" in output and "passing a CSR matrix" in output
+    assert "m     stencil, boundscheck=True" in output
 
 
 def test_kernel_suite_places_each_paths_output_where_the_specs_is() -> None:

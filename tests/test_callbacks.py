@@ -186,6 +186,29 @@ def test_exception_in_callback_reaches_the_caller_with_a_note(session: Session) 
     assert module.twice(0.25) == 0.5  # and the next call starts clean
 
 
+def test_the_same_exception_object_raised_again_gets_its_note_once(
+        session: Session) -> None:
+    shared = KeyError("always the same")
+
+    @callback(session=session)
+    def again(x: f64) -> f64:
+        raise shared
+
+    module = session.compile("""
+    func.func @k(%x: f64) -> f64 {
+      %y = call @again(%x) : (f64) -> f64
+      return %y : f64
+    }
+    func.func private @again(f64) -> f64
+    """)
+    for call in (module.k, module.k.call_python) * 5:  # native entry, Python path
+        with pytest.raises(KeyError) as caught:
+            call(1.0)
+        assert caught.value is shared
+    assert shared.__notes__ == [
+        "raised in callback 'again' called from compiled MLIR code"]
+
+
 @pytest.mark.parametrize(("returned", "error", "message"), [
     ("text", TypeError, "expected a float"),
     (None, TypeError, "expected a float"),

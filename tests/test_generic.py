@@ -641,3 +641,63 @@ def test_recompiling_the_scalar_chain_during_its_calls() -> None:
     assert done.stderr == ""
     rounds = [2.0, 3.0, 6.0, 7.0] * 2
     assert done.stdout.split("\n")[0] == f"{[4.0, 0.5, *rounds]} {[1.5, 2.5, 0.25, 0.25] * 2} 0 []"
+
+
+def test_casts_between_types_the_binding_makes_equal_are_identities() -> None:
+    # Bound to f64, `arith.extf %x : !T to f64` would be invalid MLIR (extf must widen).
+    @mlir_kernel(source="""
+    func.func @widened(%a: memref<?x!T>, %k: !I) -> f64 {
+      %c0 = arith.constant 0 : index
+      %x = memref.load %a[%c0] : memref<?x!T>
+      %y = arith.extf %x : !T to f64
+      %z = arith.truncf %y : f64 to !T
+      %w = arith.extf %z : !T to f64
+      %n = arith.extsi %k : !I to i64
+      %f = arith.sitofp %n : i64 to f64
+      %r = arith.addf %w, %f : f64
+      return %r : f64
+    }""", session=Session())
+    def widened(a: np.ndarray, k: int) -> float: ...
+
+    assert widened(np.array([1.5]), np.int64(2)) == 3.5  # !T = f64, !I = i64: identities
+    assert widened(np.array([1.5], np.float32), np.int32(2)) == 3.5  # real casts
+    assert {"T": "f64", "I": "i64"} in widened.signatures
+
+
+def test_identity_casts_on_tensors() -> None:
+    @mlir_kernel(source="""
+    func.func @widened(%a: tensor<?x!T>) -> tensor<?xf64> {
+      %y = arith.extf %a : tensor<?x!T> to tensor<?xf64>
+      return %y : tensor<?xf64>
+    }""", session=Session())
+    def widened(a: np.ndarray) -> np.ndarray: ...
+
+    assert widened(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
+    assert widened(np.arange(3, dtype=np.float16)).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_bindings_mlir_errors_and_failures_name_the_python_line() -> None:
+    @mlir_kernel(source="""
+    func.func @bad(%a: memref<?x!T>) -> !T {
+      %c0 = arith.constant 0 : index
+      %x = memref.load %a[%c0] : memref<?x!T>
+      %y = arith.addf %x, %c0 : !T
+      return %y : !T
+    }""", session=Session())
+    def bad(a: np.ndarray) -> float: ...
+
+    line = bad.__wrapped__.__code__.co_firstlineno + 4  # the arith.addf line
+    with pytest.raises(MLIRError, match=rf"^@mlir_kernel 'bad' bound to !T = f64 "
+                                        rf"\(\S*test_generic\.py:{line}:\d+\): use of value"):
+        bad(np.ones(2))
+
+    @mlir_kernel(source="""
+    func.func @ratio(%a: !T, %b: !T) -> !T {
+      %r = arith.divsi %a, %b : !T
+      return %r : !T
+    }""", session=Session())
+    def ratio(a: int, b: int) -> int: ...
+
+    line = ratio.__wrapped__.__code__.co_firstlineno + 2
+    with pytest.raises(ZeroDivisionError, match=rf"test_generic\.py:{line}\)"):
+        ratio(np.int32(1), np.int32(0))

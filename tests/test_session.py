@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -257,6 +258,18 @@ def test_a_cache_dir_that_is_no_path_is_a_type_error_naming_it() -> None:
     # It was Path()'s "expected str, bytes or os.PathLike object, not int".
     with pytest.raises(TypeError, match=r"^cache_dir must be a folder's path .*got int$"):
         Session(cache_dir=5)  # type: ignore[arg-type]
+
+
+def test_an_empty_cache_dir_is_the_default_folder_not_the_current_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    here, default = tmp_path / "here", tmp_path / "default"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("PYMLIRJIT_CACHE_DIR", str(default))
+    session = Session(cache_dir="")
+    assert session.compile(SQUARE).square(3.0) == 9.0
+    assert list(here.iterdir()) == []  # no secret.key, no entries in the current folder
+    assert any(default.iterdir())
 
 
 def test_sessions_without_a_cache_folder_share_a_store_that_keeps_nothing() -> None:

@@ -8,6 +8,7 @@ import sys
 import threading
 import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -249,6 +250,23 @@ def test_a_python_callback_in_the_body_is_refused() -> None:
         func.func private @twice(f64) -> f64""")
 
 
+@pytest.mark.parametrize("make", [mlir_ufunc, mlir_gufunc])
+def test_a_cf_assert_is_refused_naming_it_not_a_python_callback(make: Any) -> None:
+    # It was "calls the Python callback(s) @__pymlirjit_fail".
+    options: dict[str, Any] = {"layout": "()->()"} if make is mlir_gufunc else {}
+    with pytest.raises(TypeError, match=r"@pos has a check that can fail at run time "
+                                        r"\(a cf.assert\).*arith.select") as caught:
+        make(session=Session(), **options, source="""
+        func.func @pos(%x: f64) -> f64 {
+          %z = arith.constant 0.0 : f64
+          %ok = arith.cmpf oge, %x, %z : f64
+          cf.assert %ok, "x must be >= 0"
+          return %x : f64
+        }""")
+    assert "__pymlirjit" not in str(caught.value)
+    assert "Python callback" not in str(caught.value)
+
+
 def test_the_ufunc_owns_its_code() -> None:
     session = Session()
     add = mlir_ufunc(source=ADD, session=session)
@@ -339,6 +357,34 @@ def test_gufunc_strided_memref_takes_any_core_strides() -> None:
     out = np.zeros((3, 3)).T
     normalize(a[:, :3], out=out)
     np.testing.assert_allclose(out, a[:, :3] / a[:, :3].sum(axis=1, keepdims=True))
+
+
+UNIT_STRIDE_SUM = """
+func.func @total(%a: memref<?xf64, strided<[1], offset: ?>>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %z = arith.constant 0.0 : f64
+  %n = memref.dim %a, %c0 : memref<?xf64, strided<[1], offset: ?>>
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %z) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64, strided<[1], offset: ?>>
+    %t = arith.addf %acc, %x : f64
+    scf.yield %t : f64
+  }
+  return %s : f64
+}"""
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 1), (4, 1), (2, 0), (0, 3)])
+def test_gufunc_unit_stride_core_takes_empty_and_one_element_cores(
+        shape: tuple[int, ...]) -> None:
+    # A core dimension of 0 or 1 elements has a stride that means nothing: they were
+    # refused ("pass np.ascontiguousarray", which changed nothing).
+    total = mlir_gufunc(source=UNIT_STRIDE_SUM, layout="(n)->()", session=Session())
+    a = np.arange(float(np.prod(shape))).reshape(shape)
+    np.testing.assert_array_equal(total(a), a.sum(axis=1))
+    np.testing.assert_array_equal(total(np.ones((3, 4))[:, :1]), np.ones(3))
+    with pytest.raises(ValueError, match="core strides"):  # a real stride is checked
+        total(np.ones((3, 4))[:, ::2])
 
 
 def test_gufunc_scalar_inputs_and_generic_types() -> None:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, SupportsIndex
 
 from ..errors import SignatureError
 from .abi import BoundaryABI, boundary_abi, native_callback_supported
-from .callframe import call_machinery, culprit_token, record_current
+from .callframe import ERROR_KEPT, call_failed, call_machinery, culprit_token, record_current
 from .convert import from_c, result_scalar, to_c, to_memory
 from .memref import (
     UnrankedDescriptor,
@@ -284,8 +284,10 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     """The ctypes function for a callback whose types no trampoline serves. Its C ABI is
     the callback's, after a first parameter: the address of a status word that the
     native wrapper (``NativeBatch.add_ctypes_wrapper``) sets to 1 and this function
-    clears when the callback succeeded. Anything else (the callback raised, or Python
-    could not even run it) leaves 1: the wrapper then fails the call."""
+    clears when the callback succeeded, and sets to
+    :data:`~pymlirjit.boundary.callframe.ERROR_KEPT` when it failed and its error was
+    handed to the call's record (flag included). Anything else (Python could
+    not even run it) leaves 1: the wrapper then fails the call itself."""
     abi = cb.abi
     signature = cb.signature
     function = cb.__wrapped__
@@ -348,13 +350,17 @@ def _build_ctypes_entry(cb: Callback) -> Any:
     leading = [ctypes.c_void_p] * skip
 
     def entry(status: int, *c_args: Any) -> Any:
+        if call_failed():  # by another thread's callback (status left failed)
+            return failed
         try:
             value = deliver(function(*python_args(c_args)), c_args)
             status_word(status).value = 0
             return value
         except BaseException as error:
-            try:  # noqa: SIM105 - contextlib.suppress would need Python frames
+            # Not contextlib.suppress: it would need Python frames.
+            try:
                 record_current(name, error)
+                status_word(status).value = ERROR_KEPT
             except BaseException:  # nothing may reach ctypes (it prints); the
                 pass  # wrapper fails the call all the same
             return failed

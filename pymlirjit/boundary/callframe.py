@@ -18,6 +18,7 @@ from typing import NamedTuple
 from . import ffi
 
 __all__ = [
+    "ERROR_KEPT",
     "FAILED",
     "HOLDS_GIL",
     "JUMP_BUFFER",
@@ -25,6 +26,7 @@ __all__ = [
     "CallFrame",
     "CallMachinery",
     "CallRecord",
+    "call_failed",
     "call_frame",
     "call_machinery",
     "culprit_token",
@@ -35,6 +37,7 @@ __all__ = [
     "lost_error",
     "native_frame_slot",
     "record_current",
+    "task_slot",
 ]
 
 # -- error capture across compiled frames ------------------------------------------------
@@ -54,6 +57,10 @@ __all__ = [
 # is asked to keep the exception, because keeping it may fail in turn (a RecursionError
 # at the recursion limit, a broken `__notes__`). A call whose flag is set and that has
 # no exception raises a RuntimeError naming the callback instead: never a result.
+
+#: The status word of a callback's ctypes entry (see ``pymlirjit.boundary.callback``)
+#: when the callback failed and its error went to the call's record, flag included.
+ERROR_KEPT = 2
 
 # The record's fields, by index (each one 64 bits), as the IR builders address them.
 FAILED = 0
@@ -111,6 +118,15 @@ class _NativeFrameSlot:
 @functools.cache
 def native_frame_slot() -> _NativeFrameSlot:
     """The pthread key native trampolines read (created on first use)."""
+    return _NativeFrameSlot()
+
+
+@functools.cache
+def task_slot() -> _NativeFrameSlot:
+    """The pthread key that says, per thread, whether the thread runs a task of a
+    parallel loop (non-NULL): compiled code then runs a nested parallel loop on that
+    thread instead of waiting for a thread pool it occupies (see
+    :mod:`pymlirjit.codegen.scheduling`)."""
     return _NativeFrameSlot()
 
 
@@ -231,13 +247,15 @@ def _current_record() -> int:
 
 def _record(address: int, error: BaseException, name: str) -> None:
     """Keep the first error of the call whose record is at ``address``, noting which
-    callback raised it, and set the record's flag. Never raises: what cannot be done is
-    left undone (the flag, set first, still fails the call)."""
+    callback raised it, and set the record's flag (with the error, under the lock that
+    :func:`finish_call` reads both under). Never raises: what cannot be done is left
+    undone (native code sets the flag of its thread's own call first, and the foreign
+    one's if Python could not be asked to keep the error: the call still fails)."""
     try:
         flag = ctypes.c_int64.from_address(address)
-        if not flag.value:
-            flag.value = 1
-        with _error_lock:
+        with _error_lock:  # the flag with the error: finish_call reads both under it
+            if not flag.value:
+                flag.value = 1
             if address in _errors:
                 return
             _errors[address] = error
@@ -245,6 +263,13 @@ def _record(address: int, error: BaseException, name: str) -> None:
             _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
     except BaseException:  # see the docstring
         pass
+
+
+def call_failed() -> bool:
+    """Whether the call running on this thread (or the foreign one) has failed: a
+    callback about to run then returns at once (another thread's callback may have
+    failed the call while this one waited for the GIL)."""
+    return bool(ctypes.c_int64.from_address(_current_record()).value)
 
 
 def record_current(name: str, error: BaseException) -> None:
@@ -258,6 +283,9 @@ def record_current(name: str, error: BaseException) -> None:
 
 def _add_note(error: BaseException, note: str) -> None:
     try:
+        notes = getattr(error, "__notes__", None)
+        if isinstance(notes, list) and note in notes:  # the same object raised again
+            return
         if hasattr(error, "add_note"):
             error.add_note(note)
         else:  # Python 3.10

@@ -20,6 +20,7 @@ from . import ffi
 from .types import MemRefType, ScalarType, TensorType, UnrankedMemRefType
 
 __all__ = [
+    "holds_elements",
     "ALIGNED",
     "ALLOCATED",
     "DESCRIPTOR_FIELDS",
@@ -159,6 +160,15 @@ def free_unowned(descriptor: Any, rank: int, owners: dict[int, object]) -> None:
         ffi.free(allocated)
 
 
+def holds_elements(dtype: np.dtype[Any], element: ScalarType) -> bool:
+    """Whether an array of ``dtype`` holds ``element`` values as they are: ``element``'s
+    own dtype or, MLIR integers being signless, an unsigned one of the same width (a
+    ``uint8`` array for ``memref<?xi8>``: the same bits, no copy)."""
+    own = element.dtype
+    return dtype == own or (own.kind == "i" and dtype.kind == "u" and dtype.isnative
+                            and dtype.itemsize == own.itemsize)
+
+
 def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
                  what: str, kind: str) -> np.ndarray[Any, Any]:
     if type(value) is not np.ndarray:
@@ -166,7 +176,7 @@ def _check_array(value: Any, element: ScalarType, shape: tuple[int | None, ...],
             raise TypeError(f"{what}: expected a numpy array for {kind}, "
                             f"got {type(value).__name__}")
         _refuse_masked(value, what)
-    if value.dtype != element.dtype:
+    if not holds_elements(value.dtype, element):
         raise TypeError(f"{what}: expected dtype {element.dtype} for {kind}, got {value.dtype}")
     if value.ndim != len(shape):
         raise ValueError(f"{what}: expected a rank-{len(shape)} array for {kind}, "
@@ -191,35 +201,52 @@ def _refuse_masked(array: np.ndarray[Any, Any], what: str) -> None:
 
 def _element_strides(array: np.ndarray[Any, Any], what: str) -> tuple[int, ...]:
     itemsize = array.itemsize
-    if any(s % itemsize for s in array.strides):
+    # The stride of a dimension of 0 or 1 elements (of any dimension of an empty array)
+    # carries no information: never checked.
+    free = _free_axes(array)
+    if any(s % itemsize for axis, s in enumerate(array.strides) if axis not in free):
         raise ValueError(f"{what}: strides {array.strides} are not a multiple of the item "
                          f"size {itemsize}; pass a copy")
     return tuple(s // itemsize for s in array.strides)
 
 
+def _free_axes(array: np.ndarray[Any, Any]) -> set[int]:
+    """The axes whose stride no element's address depends on: those of 0 or 1 elements,
+    every axis of an empty array."""
+    if array.size == 0:
+        return set(range(array.ndim))
+    return {axis for axis, size in enumerate(array.shape) if size <= 1}
+
+
 def _check_layout(array: np.ndarray[Any, Any], memref: MemRefType, strides: tuple[int, ...],
-                  what: str) -> None:
+                  what: str) -> tuple[int, ...]:
+    """``strides`` checked against ``memref``'s layout; those of free axes (see
+    :func:`_free_axes`) made what a static layout declares."""
     if memref.strides is None:
         if not array.flags.c_contiguous:
             raise ValueError(
                 f"{what}: {memref.mlir} has the identity layout, so it needs a C-contiguous "
                 f"array (got strides {array.strides}); pass np.ascontiguousarray(...) or "
                 f"declare a strided layout such as strided<[?, ...], offset: ?>")
-        return
-    for axis, (want, got, size) in enumerate(zip(memref.strides, strides, array.shape)):
-        if want is not None and want != got and size > 1:
+        return strides
+    free = _free_axes(array)
+    for axis, (want, got) in enumerate(zip(memref.strides, strides)):
+        if want is not None and want != got and axis not in free:
             raise ValueError(f"{what}: {memref.mlir} needs stride {want} in dim {axis}, "
                              f"the array has {got} (in elements)")
+    return tuple(got if want is None or axis not in free else want
+                 for axis, (want, got) in enumerate(zip(memref.strides, strides)))
 
 
 def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, what: str,
-                            ) -> tuple[Any, np.ndarray[Any, Any]]:
+                            read_only: bool = False) -> tuple[Any, np.ndarray[Any, Any]]:
     """Check ``value`` against a memref or tensor parameter and describe it.
 
     Returns the descriptor (aliasing the array's memory) and the array it aliases, which
     the caller keeps alive for the duration of the call. A tensor is value-semantic: a
     non-contiguous array is copied; a memref is never copied, so its layout must admit the
-    array's strides. ``what`` names the parameter in errors.
+    array's strides, and the array must be writable unless the function never writes the
+    memref (``read_only``). ``what`` names the parameter in errors.
     """
     if isinstance(array_type, TensorType):
         array = _check_array(value, array_type.element, array_type.shape, what,
@@ -230,11 +257,10 @@ def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, wha
     else:
         array = _check_array(value, array_type.element, array_type.shape, what,
                              array_type.mlir)
-        if not array.flags.writeable:
-            raise ValueError(f"{what}: the array is read-only, but a memref can be written "
-                             f"through; pass a writable copy")
-        strides = _element_strides(array, what)
-        _check_layout(array, array_type, strides, what)
+        if not (read_only or array.flags.writeable):
+            raise ValueError(f"{what}: the array is read-only, but the function may write "
+                             f"this memref; pass a writable copy")
+        strides = _check_layout(array, array_type, _element_strides(array, what), what)
         static_offset = array_type.offset or 0
     return _describe(array, strides, static_offset), array
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, get_args, get_origin
 
 from ..errors import SignatureError
@@ -49,10 +49,13 @@ def argument_label(index: int, name: str) -> str:
 
 @dataclass(frozen=True)
 class Parameter:
-    """One parameter: its name (``arg<i>`` where MLIR gives none) and type."""
+    """One parameter: its name (``arg<i>`` where MLIR gives none) and type;
+    ``read_only``: a memref the function provably never writes, for which a read-only
+    array may pass (not part of equality: the types are the signature)."""
 
     name: str
     type: Type
+    read_only: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,14 @@ class Signature:
     def with_names(self, names: Sequence[str]) -> Signature:
         """The same types, with the given parameter names."""
         return Signature(
-            tuple(Parameter(n, p.type) for n, p in zip(names, self.params)), self.results
+            tuple(Parameter(n, p.type, p.read_only) for n, p in zip(names, self.params)),
+            self.results
         )
+
+    def with_read_only(self, positions: Container[int]) -> Signature:
+        """The same signature, the parameters at ``positions`` marked ``read_only``."""
+        return Signature(tuple(replace(p, read_only=True) if i in positions else p
+                               for i, p in enumerate(self.params)), self.results)
 
     def check_matches(self, actual: Signature, what: str, expected_from: str,
                       actual_from: str, annotated: bool = True) -> None:
@@ -345,12 +354,14 @@ def from_func_op(func_op: Any) -> Signature:
 
 def encode_signature(signature: Signature) -> dict[str, Any]:
     """A JSON-ready description of ``signature`` (read back without MLIR)."""
-    return {"params": [[p.name, _encode_type(p.type)] for p in signature.params],
+    return {"params": [[p.name, _encode_type(p.type), *[True] * p.read_only]
+                       for p in signature.params],
             "results": [_encode_type(t) for t in signature.results]}
 
 
 def decode_signature(data: dict[str, Any]) -> Signature:
-    return Signature(tuple(Parameter(name, _decode_type(t)) for name, t in data["params"]),
+    return Signature(tuple(Parameter(name, _decode_type(t), bool(read_only))
+                           for name, t, *read_only in data["params"]),
                      tuple(_decode_type(t) for t in data["results"]))
 
 

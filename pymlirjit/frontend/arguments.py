@@ -14,6 +14,7 @@ from ..boundary import types as pytypes
 from .jtypes import (
     BOOL,
     WEAK_BOOL,
+    WEAK_COMPLEX,
     WEAK_FLOAT,
     WEAK_INT,
     Array,
@@ -28,7 +29,7 @@ __all__ = ["constrained", "converted", "eager", "jtype_of", "key_of", "signed",
            "unsigned_result"]
 
 
-_PYTHON = {int: WEAK_INT, float: WEAK_FLOAT, bool: WEAK_BOOL}
+_PYTHON = {int: WEAK_INT, float: WEAK_FLOAT, bool: WEAK_BOOL, complex: WEAK_COMPLEX}
 
 
 def key_of(value: Any) -> Any:
@@ -52,14 +53,19 @@ def jtype_of(key: Any, value: Any, name: str) -> JType:
         return _PYTHON[key]
     if isinstance(value, np.ndarray):  # a subclass
         return jtype_of(key_of(np.asarray(value)), value, name)
-    if isinstance(value, (np.bool_, np.integer, np.floating)):
-        return from_dtype(value.dtype)
+    if isinstance(value, (np.bool_, np.integer, np.floating, np.complexfloating)):
+        try:
+            return from_dtype(value.dtype)
+        except TypeError as exc:
+            raise TypeError(f"argument {name!r}: {exc}") from None
     if isinstance(value, bool):
         return WEAK_BOOL
     if isinstance(value, int):
         return WEAK_INT
     if isinstance(value, float):
         return WEAK_FLOAT
+    if isinstance(value, complex):
+        return WEAK_COMPLEX
     raise TypeError(f"argument {name!r}: @jit functions take numbers and numpy arrays, "
                     f"got {type(value).__name__}")
 
@@ -69,13 +75,15 @@ def constrained(annotation: Any, actual: JType, name: str, fname: str) -> JType:
     what = f"@jit {fname!r}: argument {name!r}"
     if annotation is inspect.Parameter.empty or annotation is Any:
         return actual
-    if annotation in (int, float, bool):
+    if annotation in (int, float, bool, complex):
         if isinstance(actual, Scalar):
+            if annotation is complex and actual.kind != "bool":
+                return actual if actual.kind == "complex" else WEAK_COMPLEX
             if annotation is bool and actual.kind == "bool":
                 return actual
             if annotation is int and actual.kind in ("int", "uint", "bool"):
                 return WEAK_INT if actual.kind == "bool" else actual
-            if annotation is float and actual.kind != "bool":
+            if annotation is float and actual.kind not in ("bool", "complex"):
                 return actual if actual.kind == "float" else WEAK_FLOAT
         raise TypeError(f"{what} is annotated {annotation.__name__}, got {actual}")
     if annotation is np.ndarray or get_origin(annotation) is np.ndarray:
@@ -104,8 +112,8 @@ def constrained(annotation: Any, actual: JType, name: str, fname: str) -> JType:
 
 def eager(annotation: Any) -> JType | None:
     """The parameter type an annotation fixes without a value (for .compile())."""
-    if annotation in (int, float, bool):
-        return {int: WEAK_INT, float: WEAK_FLOAT, bool: BOOL}[annotation]
+    if annotation in (int, float, bool, complex):
+        return {int: WEAK_INT, float: WEAK_FLOAT, bool: BOOL, complex: WEAK_COMPLEX}[annotation]
     try:
         wanted = pytypes.to_type(annotation)
     except TypeError:

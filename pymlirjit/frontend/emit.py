@@ -12,12 +12,14 @@ from .calls import mlir_of
 from .emit_arrays import ArraysMixin
 from .emit_base import Value
 from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
+from .emit_complex import ComplexMixin
 from .emit_elementwise import ElementwiseMixin
 from .emit_linalg import LinalgMixin
 from .emit_loops import LoopsMixin
 from .emit_numpy import NumpyMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
+from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .npfunctions import NumpyCall
 from .ownership import freeable
@@ -32,8 +34,8 @@ from .source import FunctionSource
 __all__ = ["Emitter"]
 
 
-class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
-              ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin):
+class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin, ComplexMixin,
+              ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin, RandomMixin):
     """Emit one function: :meth:`function` returns its text."""
 
     def __init__(self, program: Host, source: FunctionSource, info: Inference,
@@ -235,13 +237,15 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
         if isinstance(node, ast.Constant) and node.value is None:
             return Value("", NoneT())
         if isinstance(node, ast.Constant):
-            assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float))
+            assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float, complex))
             return self.const(node.value, t)
         if isinstance(node, ast.Name):
             return self.load_var(node.id)
         assert t is not None
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value)
+            if isinstance(base.type, Scalar):  # x.real, z.imag
+                return self.number_attribute(base, node.attr, t)
             assert isinstance(base.type, Array)
             if node.attr == "shape":
                 return self.shape(base)

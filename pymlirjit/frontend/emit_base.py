@@ -155,6 +155,34 @@ class EmitBase:
     def parallel_for(self, stmt: ast.For) -> bool:
         raise NotImplementedError
 
+    def complex_literal(self, value: complex, t: Scalar) -> str:
+        raise NotImplementedError
+
+    def complex_cast(self, x: str, t: Scalar, to: Scalar) -> str:
+        raise NotImplementedError
+
+    def complex_binop(self, op: ast.operator, a: Value, b: Value, t: Scalar,
+                      right: ast.expr | None) -> Value:
+        raise NotImplementedError
+
+    def complex_compare(self, op: ast.cmpop, x: str, y: str, t: Scalar) -> str:
+        raise NotImplementedError
+
+    def complex_neg(self, v: Value) -> Value:
+        raise NotImplementedError
+
+    def parts(self, v: Value) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def make(self, re: str, im: str, t: Scalar) -> Value:
+        raise NotImplementedError
+
+    def complex_intrinsic(self, f: Any, args: list[Value], t: JType) -> Value | None:
+        raise NotImplementedError
+
+    def random_call(self, op: str, args: list[Value], t: JType) -> Value:
+        raise NotImplementedError
+
     # -- text -------------------------------------------------------------------------
 
     def fresh(self) -> str:
@@ -183,8 +211,16 @@ class EmitBase:
 
     # -- constants and slots ------------------------------------------------------------
 
-    def const(self, value: float | int | bool, t: Scalar) -> Value:
+    def const(self, value: complex | float | int | bool, t: Scalar) -> Value:
         """A constant of type ``t`` (hoisted to the entry block, made once)."""
+        if t.kind == "complex":
+            key = (self.complex_literal(complex(value), t), t.mlir)
+            if key not in self.consts:
+                self.consts[key] = self.fresh()
+                self.entry.append(f"    {self.consts[key]} = {key[0]}")
+            return Value(self.consts[key], t)
+        if isinstance(value, complex):
+            value = value.real
         if t.kind == "bool":
             text = "true" if value else "false"
         elif t.kind == "float":
@@ -289,6 +325,8 @@ class EmitBase:
         raise self.error(self.at, f"cannot convert {t} to {to}")
 
     def _scalar_cast(self, x: str, t: Scalar, to: Scalar) -> str:
+        if "complex" in (t.kind, to.kind) and t.mlir != to.mlir:
+            return self.complex_cast(x, t, to)
         if t.mlir == to.mlir and (t.kind == to.kind or (t.kind != "float" and to.kind not in (
                 "float", "bool"))):
             return x

@@ -8,6 +8,7 @@ import ast
 from typing import Any
 
 from .calls import Callee, ForeignCall, mlir_of
+from .complexes import part_type
 from .emit_base import EmitBase, Value
 from .intrinsics import Intrinsic, fill_of
 from .jtypes import BOOL, WEAK_FLOAT, WEAK_INT, Array, JType, NoneT, Optional, Scalar, Tuple
@@ -64,7 +65,10 @@ class CallsMixin(EmitBase):
             if target.kind == "reduce":
                 arg = node.args[0] if node.args else node.func.value  # type: ignore[attr-defined]
                 return self.reduce(self.expr(arg), target.op, result)
-            return self.intrinsic(target, [self.expr(a) for a in node.args], result)
+            operands = node.args or ([node.func.value]  # z.conjugate()
+                                     if isinstance(node.func, ast.Attribute)
+                                     and target.kind == "npcomplex" else [])
+            return self.intrinsic(target, [self.expr(a) for a in operands], result)
         args = [self.expr(a) for a in node.args]
         if isinstance(target, Callee):
             return self.call_function(target.symbol, target.params, args, target.result)
@@ -95,6 +99,11 @@ class CallsMixin(EmitBase):
         if isinstance(t, Array) and kind in ("np1", "abs"):  # np.sqrt(a): element by element
             dtype = t.dtype
             return self.elementwise(lambda v: self.intrinsic(f, v, dtype), args, t)
+        if kind == "random":
+            return self.random_call(op, args, t)
+        on_complex = self.complex_intrinsic(f, args, t)
+        if on_complex is not None:
+            return on_complex
         if kind == "len":
             a = args[0]
             if isinstance(a.type, Tuple):
@@ -173,6 +182,9 @@ class CallsMixin(EmitBase):
         dims = [self.dim(a, d) for d in range(arr.ndim)]
         acc = self.slot(t)
         wide = t  # mean: a float type already (numpy: f64 for integer arrays)
+        if t.kind == "complex" and op in ("min", "max"):
+            raise self.error(self.at, f"{op}() of complex numbers is not supported",
+                             "compare abs() or .real in a loop")
         if op in ("min", "max"):
             count = self.const(1, Scalar("int", 64)).ssa
             for d in dims:
@@ -196,6 +208,11 @@ class CallsMixin(EmitBase):
         def step(idx: list[str]) -> None:
             v = self.convert(self.load_at(a, idx), wide)
             cur = self.op(f"memref.load {acc}[] : memref<{wide.mlir}>")
+            if wide.kind == "complex":  # CPython's product, as z * w
+                step = self.binop(ast.Add() if name == "add" else ast.Mult(),
+                                  Value(cur, wide), v, wide, None)
+                self.do(f"memref.store {step.ssa}, {acc}[] : memref<{wide.mlir}>")
+                return
             if wide.kind == "float":
                 fname = {"add": "addf", "mul": "mulf", "min": "minimumf", "max": "maximumf"}
             else:
@@ -210,11 +227,16 @@ class CallsMixin(EmitBase):
         total = Value(self.op(f"memref.load {acc}[] : memref<{wide.mlir}>"), wide)
         if op != "mean":
             return total
-        count = self.const(1.0, wide).ssa
+        pt = part_type(wide).strong
+        count = self.const(1.0, pt).ssa
         for d in dims:
             n = self.op(f"arith.index_cast {d} : index to i64")
             count = self.op(f"arith.mulf {count}, "
-                            f"{self.op(f'arith.sitofp {n} : i64 to {wide.mlir}')} : {wide.mlir}")
+                            f"{self.op(f'arith.sitofp {n} : i64 to {pt.mlir}')} : {pt.mlir}")
+        if wide.kind == "complex":  # numpy's (re / n, im / n)
+            re, im = self.parts(total)
+            return self.make(self.op(f"arith.divf {re}, {count} : {pt.mlir}"),
+                             self.op(f"arith.divf {im}, {count} : {pt.mlir}"), wide)
         return Value(self.op(f"arith.divf {total.ssa}, {count} : {wide.mlir}"), wide)
 
     def print_(self, node: ast.Call) -> Value:

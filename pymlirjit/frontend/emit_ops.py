@@ -27,6 +27,8 @@ class OpsMixin(EmitBase):
               divisor: ast.expr | None = None) -> Value:
         assert isinstance(result, Scalar)
         t = result
+        if t.kind == "complex":
+            return self.complex_binop(op, a, b, t, divisor)
         if isinstance(op, ast.Pow) and t.is_int:
             b = self.convert(b, t)
             a = self.convert(a, t)
@@ -121,6 +123,8 @@ class OpsMixin(EmitBase):
         assert isinstance(a.type, Scalar) and isinstance(b.type, Scalar)
         t = promote(a.type, b.type) if a.type.kind != "bool" or b.type.kind != "bool" else BOOL
         x, y = self.convert(a, t).ssa, self.convert(b, t).ssa
+        if t.kind == "complex":
+            return self.complex_compare(op, x, y, t)
         if t.kind == "float":
             return self.op(f"arith.cmpf {_CMP_FLOAT[type(op)]}, {x}, {y} : {t.mlir}")
         pred = _CMP_INT[type(op)]
@@ -138,6 +142,8 @@ class OpsMixin(EmitBase):
         if isinstance(node.op, ast.UAdd):
             return v
         if isinstance(node.op, ast.USub):
+            if result.kind == "complex":
+                return self.complex_neg(v)
             if result.kind == "float":
                 return Value(self.op(f"arith.negf {v.ssa} : {result.mlir}"), result)
             zero = self.const(0, result).ssa

@@ -188,6 +188,8 @@ class ParallelMixin(EmitBase):
     def _combine(self, kind: str, a: Value, b: Value, t: Scalar) -> Value:
         b = self.convert(b, t)
         a = self.convert(a, t)
+        if kind in ("+", "*") and t.kind == "complex":
+            return self.binop(ast.Add() if kind == "+" else ast.Mult(), a, b, t)
         if kind in ("+", "*"):
             op = {"+": "add", "*": "mul"}[kind] + ("f" if t.kind == "float" else "i")
             return Value(self.op(f"arith.{op} {a.ssa}, {b.ssa} : {t.mlir}"), t)

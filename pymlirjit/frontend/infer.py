@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from . import complexes
 from .calls import Target
 from .diagnostics import JitTypeError
 from .host import Host
@@ -21,6 +22,7 @@ from .jtypes import (
     F64,
     NONE,
     WEAK_BOOL,
+    WEAK_COMPLEX,
     WEAK_FLOAT,
     WEAK_INT,
     Array,
@@ -51,7 +53,9 @@ def literal_type(value: Any) -> Scalar | None:
         return WEAK_INT
     if isinstance(value, float):
         return WEAK_FLOAT
-    if isinstance(value, (np.bool_, np.integer, np.floating)):
+    if isinstance(value, complex):
+        return WEAK_COMPLEX
+    if isinstance(value, (np.bool_, np.integer, np.floating, np.complexfloating)):
         try:
             return from_dtype(value.dtype)
         except TypeError:
@@ -325,7 +329,8 @@ class Inference:
                 raise self.error(node, f"{getattr(static, '__name__', type(static).__name__)}"
                                  f" cannot be used as a value here",
                                  "globals are frozen into the code as constants: numbers only")
-            if id(static) in CONSTANTS or isinstance(static, (bool, int, float, np.generic)):
+            if id(static) in CONSTANTS or isinstance(static, (bool, int, float, complex,
+                                                                     np.generic)):
                 self.constants[node] = static
             return t
         if isinstance(node, ast.Attribute):
@@ -345,7 +350,7 @@ class Inference:
                 raise self.error(node, f"unary operators on {u} are not supported")
             if isinstance(node.op, ast.Not):
                 return WEAK_BOOL
-            if isinstance(node.op, ast.Invert) and u.kind == "float":
+            if isinstance(node.op, ast.Invert) and u.kind in ("float", "complex"):
                 raise self.error(node, "~ needs an integer")
             return WEAK_INT if u.kind == "bool" and not isinstance(node.op, ast.Not) else u
         if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot))
@@ -358,16 +363,17 @@ class Inference:
             self.expr(node.comparators[0], keep=True)
             return WEAK_BOOL
         if isinstance(node, ast.Compare):
-            sides = [self.expr(n) for n in (node.left, node.comparators[0])]
+            compared = [self.expr(operand) for operand in [node.left, *node.comparators]]
+            sides = compared[:2]
             if any(isinstance(c, Array) for c in sides):
                 if sides[0] is None or sides[1] is None:
                     return None
                 return array_compare(self, node, sides[0], sides[1])
-            for operand in [node.left, *node.comparators]:
-                c = self.expr(operand)
+            for operand, c in zip([node.left, *node.comparators], compared):
                 if c is not None and not isinstance(c, Scalar):
                     raise self.error(operand, f"comparisons of {c} are not supported",
                                      "compare elements in a loop")
+            complexes.check_compare(self, node, compared)
             for op in node.ops:
                 if isinstance(op, (ast.In, ast.NotIn)):
                     raise self.error(node, f"the {type(op).__name__} operator is not supported")
@@ -405,6 +411,8 @@ class Inference:
         base = self.expr(node.value)
         if base is None:
             return None
+        if isinstance(base, Scalar):  # x.real, z.imag
+            return complexes.attribute_type(self, node, base)
         if isinstance(base, Array):
             if node.attr == "shape":
                 return Tuple((WEAK_INT,) * base.ndim)
@@ -460,6 +468,9 @@ class Inference:
             raise self.error(node, f"arithmetic on {a} and {b} is not supported")
         if isinstance(op, ast.MatMult):
             raise self.error(node, "@ is not supported")
+        on_complex = complexes.binop_type(self, op, a, b, node)
+        if on_complex is not None:
+            return on_complex
         if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
             if a.kind == "bool" and b.kind == "bool":
                 return WEAK_BOOL if a.weak and b.weak else a.strong

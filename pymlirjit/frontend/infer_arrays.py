@@ -30,7 +30,7 @@ _UNARY_UFUNCS: dict[type, Any] = {ast.USub: np.negative, ast.UAdd: np.positive,
                                   ast.Invert: np.invert}
 #: Intrinsic kinds applied element by element to arrays.
 ELEMENTWISE_KINDS = ("np1", "abs", "np2", "pow", "minmax2", "test", "ufunc", "where")
-_PYTHON = {"int": int, "float": float, "bool": bool}
+_PYTHON = {"int": int, "float": float, "bool": bool, "complex": complex}
 
 
 def element(t: JType) -> Scalar:

@@ -7,6 +7,7 @@ import ast
 from typing import Any
 
 from .calls import target_of
+from .complexes import method_type
 from .infer_arrays import ELEMENTWISE_KINDS, array_call, where_type
 from .intrinsics import Intrinsic, fill_of, find, result_type, scalar_type_of
 from .jtypes import F64, NONE, Array, JType, NoneT, Scalar, Tuple
@@ -20,7 +21,7 @@ REDUCTIONS = ("sum", "prod", "min", "max", "mean")
 
 def reduction_type(dtype: Scalar, op: str) -> Scalar:
     """numpy's result type of ``a.op()`` for an array of ``dtype``."""
-    if op in ("min", "max"):
+    if op in ("min", "max") or dtype.kind == "complex":
         return dtype
     if op == "mean":
         return dtype if dtype.kind == "float" else F64
@@ -42,6 +43,15 @@ def type_call(self: Any, node: ast.Call) -> JType | None:
         if isinstance(base, Array):
             self.targets[node] = Intrinsic("reduce", node.func.attr)
             return reduction_type(base.dtype, node.func.attr)
+    if func is None and isinstance(node.func, ast.Attribute) and not node.args and \
+            node.func.attr == "conjugate":  # z.conjugate()
+        base = self.expr(node.func.value)
+        if base is None:
+            return None
+        method = method_type(base, "conjugate") if isinstance(base, Scalar) else None
+        if method is not None:
+            self.targets[node] = Intrinsic("npcomplex", "conj")
+            return method
     intrinsic = find(func) if func is not None else None
     if intrinsic is not None and intrinsic.kind == "reduce":
         if len(node.args) != 1:

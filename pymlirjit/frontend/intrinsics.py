@@ -14,8 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from .complexes import NP_COMPLEX, cmath_table
+from .complexes import call_type as complex_call_type
 from .jtypes import (
     BOOL,
+    C128,
     F64,
     WEAK_BOOL,
     WEAK_FLOAT,
@@ -28,6 +31,8 @@ from .jtypes import (
     from_dtype,
     promote,
 )
+from .randoms import functions as random_functions
+from .randoms import result_type as random_result_type
 
 __all__ = ["CONSTANTS", "Intrinsic", "find", "result_type", "scalar_type_of"]
 
@@ -83,6 +88,13 @@ _add([builtins.max], "minmax", "max")
 _add([builtins.int], "cast", "int")
 _add([builtins.float], "cast", "float")
 _add([builtins.bool], "cast", "bool")
+_add([builtins.complex], "cast", "complex")
+for _f, _op in cmath_table():
+    _add([_f], "cmath1", _op)
+for _f, _op in random_functions():
+    _add([_f], "random", _op)
+for _f in (np.real, np.imag, np.conj, np.conjugate):
+    _add([_f], "npcomplex", NP_COMPLEX[id(_f)])
 _add([builtins.len], "len", "len")
 _add([builtins.print], "print", "print")
 _add([builtins.range], "iter", "range")
@@ -99,7 +111,7 @@ _add([np.sign], "ufunc", "sign")
 _add([np.rint], "ufunc", "roundeven")
 _add([np.where], "where", "where")
 for _t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
-           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_):
+           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_, np.complex64, np.complex128):
     _add([_t], "npcast", np.dtype(_t).name)
 _FILL = {id(np.empty): "", id(np.zeros): "0", id(np.ones): "1", id(np.empty_like): "",
          id(np.zeros_like): "0", id(np.ones_like): "1"}
@@ -132,6 +144,8 @@ def scalar_type_of(value: Any) -> Scalar | None:
         return Scalar("int", 64)
     if value is bool:
         return BOOL
+    if value is complex:
+        return C128
     try:
         return from_dtype(np.dtype(value))
     except TypeError:
@@ -147,6 +161,12 @@ def result_type(intrinsic: Intrinsic, args: list[JType]) -> JType | str:
     """The result type of a call with these argument types (a str: why it is wrong)."""
     kind = intrinsic.kind
     scalars = [a for a in args if isinstance(a, Scalar)]
+    if kind == "random":
+        return random_result_type(intrinsic.op, args)
+    if len(scalars) == len(args):
+        on_complex = complex_call_type(kind, intrinsic.op, scalars)
+        if on_complex is not None:
+            return on_complex
     if kind in ("math1", "math_round", "np1", "test", "abs") and (
             len(args) != 1 or len(scalars) != 1):
         return "takes one scalar argument"

@@ -15,15 +15,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BOOL", "F32", "F64", "I64", "NONE", "WEAK_BOOL", "WEAK_FLOAT", "WEAK_INT",
+__all__ = ["BOOL", "C128", "F32", "F64", "I64", "NONE", "WEAK_BOOL", "WEAK_COMPLEX",
+           "WEAK_FLOAT", "WEAK_INT",
            "Array", "JType", "NoneT", "Optional", "Scalar", "Tuple", "from_dtype", "promote",
            "unify"]
 
 
 @dataclass(frozen=True)
 class Scalar:
-    """``kind``: "bool", "int", "uint" or "float"; ``bits``; ``weak``: a Python value (its
-    width is the other operand's, NEP 50); weak ints are i64, weak floats f64."""
+    """``kind``: "bool", "int", "uint", "float" or "complex"; ``bits`` (numpy's: 128 for
+    complex<f64>); ``weak``: a Python value (its width is the other operand's, NEP 50);
+    weak ints are i64, weak floats f64, weak complexes complex128."""
 
     kind: str
     bits: int
@@ -33,13 +35,16 @@ class Scalar:
     def mlir(self) -> str:
         if self.kind == "float":
             return {16: "f16", 32: "f32", 64: "f64"}[self.bits]
+        if self.kind == "complex":
+            return f"complex<f{self.bits // 2}>"
         return f"i{self.bits}"
 
     @property
     def dtype(self) -> np.dtype[Any]:
         if self.kind == "bool":
             return np.dtype(np.bool_)
-        return np.dtype(f"{ {'int': 'i', 'uint': 'u', 'float': 'f'}[self.kind]}{self.bits // 8}")
+        letter = {"int": "i", "uint": "u", "float": "f", "complex": "c"}[self.kind]
+        return np.dtype(f"{letter}{self.bits // 8}")
 
     @property
     def strong(self) -> Scalar:
@@ -55,7 +60,8 @@ class Scalar:
 
     def __repr__(self) -> str:
         return ("weak " if self.weak else "") + (
-            {"bool": "bool", "int": "int", "float": "float"}[self.kind] if self.weak
+            {"bool": "bool", "int": "int", "float": "float", "complex": "complex"}[self.kind]
+            if self.weak
             else (self.mlir if self.kind != "uint" else f"ui{self.bits}"))
 
     def __str__(self) -> str:
@@ -133,8 +139,10 @@ F64 = Scalar("float", 64)
 WEAK_BOOL = Scalar("bool", 1, True)
 WEAK_INT = Scalar("int", 64, True)
 WEAK_FLOAT = Scalar("float", 64, True)
+WEAK_COMPLEX = Scalar("complex", 128, True)
+C128 = Scalar("complex", 128)
 NONE = NoneT()
-_RANK = {"bool": 0, "int": 1, "uint": 1, "float": 2}
+_RANK = {"bool": 0, "int": 1, "uint": 1, "float": 2, "complex": 3}
 
 
 def literal_int(node: Any) -> int | None:
@@ -154,9 +162,11 @@ def from_dtype(dtype: Any) -> Scalar:
     dt = np.dtype(dtype)
     if dt.kind == "b":
         return BOOL  # a scalar; arrays of bools are refused where arrays are made
-    kinds = {"i": "int", "u": "uint", "f": "float"}
-    if dt.kind not in kinds or (dt.kind == "f" and dt.itemsize == 16):
-        raise TypeError(f"arrays of {dt} are not supported by @jit (bool, ints and floats are)")
+    kinds = {"i": "int", "u": "uint", "f": "float", "c": "complex"}
+    if dt.kind not in kinds or (dt.kind == "f" and dt.itemsize == 16) or \
+            (dt.kind == "c" and dt.itemsize == 32):
+        raise TypeError(f"arrays of {dt} are not supported by @jit (bool, ints, floats "
+                        f"and complex64/complex128 are)")
     return Scalar(kinds[dt.kind], dt.itemsize * 8)
 
 
@@ -173,7 +183,9 @@ def promote(a: Scalar, b: Scalar) -> Scalar:
         weak, strong = (a, b) if a.weak else (b, a)
         if _RANK[weak.kind] <= _RANK[strong.kind]:
             return strong
-        return F64  # a Python float with an integer: float64, as numpy
+        if weak.kind == "complex" and strong.kind == "float":
+            return Scalar("complex", max(64, 2 * strong.bits))  # f32 * 1j: complex64
+        return C128 if weak.kind == "complex" else F64  # a Python float with an int: f64
     return from_dtype(np.promote_types(a.dtype, b.dtype))
 
 

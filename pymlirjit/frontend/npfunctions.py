@@ -52,8 +52,8 @@ def reduction_type(dtype: Scalar, op: str) -> Scalar:
     if op in ("min", "max"):
         return dtype
     if op == "mean":
-        return dtype if dtype.kind == "float" else F64
-    if dtype.kind == "float":
+        return dtype if dtype.kind in ("float", "complex") else F64
+    if dtype.kind in ("float", "complex"):
         return dtype
     return Scalar("uint" if dtype.kind == "uint" else "int", 64)
 

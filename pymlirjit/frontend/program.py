@@ -24,6 +24,7 @@ from .defined import check_defined
 from .diagnostics import JitError, JitTypeError, Where
 from .infer import Inference
 from .jtypes import JType, NoneT, Scalar, Tuple
+from .randoms import STATE_SYMBOL
 from .source import FunctionSource, function_source
 from .syntax import check_subset
 
@@ -148,6 +149,11 @@ class Program:
         self.symbols.add(symbol)
         return symbol
 
+    def use_random_state(self) -> None:
+        """Declare the native function giving the thread's random state (linked by
+        :mod:`pymlirjit.jit`, see :mod:`.randoms`)."""
+        self.callbacks[STATE_SYMBOL] = CallbackSpec(STATE_SYMBOL, "() -> !llvm.ptr")
+
     def use_callback(self, cb: Any) -> None:
         self.callbacks[cb.name] = CallbackSpec(cb.name, cb.signature.mlir, existing=cb)
 
@@ -187,7 +193,10 @@ class Program:
 
         def raiser() -> None:
             error = cls(*args)
-            error.add_note(f"raised at {where}") if hasattr(error, "add_note") else None
+            if hasattr(error, "add_note"):
+                error.add_note(f"raised at {where}")
+            else:  # Python 3.10 (no PEP 678): the same list, as boundary/callframe.py does
+                error.__notes__ = [f"raised at {where}"]
             raise error
 
         self.callbacks[name] = CallbackSpec(name, "() -> ()", raiser)
@@ -195,8 +204,18 @@ class Program:
 
     def module(self) -> str:
         decls = [f"  func.func private @{c.name}{c.signature[:c.signature.index(')') + 1]}"
-                 f"{_results(c.signature)}" for c in self.callbacks.values()]
+                 f"{_results(c.signature)}{_STATE_ATTRIBUTES if c.name == STATE_SYMBOL else ''}"
+                 for c in self.callbacks.values()]
         return "module {\n" + "\n".join([*self.texts, *decls]) + "\n}\n"
+
+
+#: The random state function returns the same pointer at every call in a thread, and
+#: what it writes (a new thread's state) nothing has read yet: to LLVM it reads and
+#: writes no memory, so a loop calling it (a prange body inlined into its chunk) calls
+#: it once, before the loop.
+_STATE_ATTRIBUTES = (" attributes {memory_effects = #llvm.memory_effects<other = none, "
+                     "argMem = none, inaccessibleMem = none, errnoMem = none, targetMem0 = "
+                     "none, targetMem1 = none>, passthrough = [\"nounwind\", \"willreturn\"]}")
 
 
 def _results(signature: str) -> str:

@@ -80,9 +80,9 @@ def check_subset(source: FunctionSource) -> None:
             found = _UNSUPPORTED.get(type(node))
             if found is not None:
                 raise source.unsupported(node, found[0], found[1])
-            if isinstance(node, ast.Constant) and isinstance(node.value, (bytes, complex)):
-                raise source.unsupported(node, f"{type(node.value).__name__} constants are "
-                                         f"not supported", "bool, int and float are")
+            if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
+                raise source.unsupported(node, "bytes constants are not supported",
+                                         "bool, int, float and complex are")
             if isinstance(node, ast.Call) and node.keywords and not _keywords_allowed(node):
                 raise source.unsupported(node.keywords[0].value if node.keywords[0].arg
                                          else node, "keyword arguments are not supported "

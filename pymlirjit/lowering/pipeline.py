@@ -22,6 +22,7 @@ from ..boundary.abi import symbol_references
 from ..errors import Diagnostic, MLIRError, error_diagnostics
 from .checks import check_lowered, check_no_stack_results, check_no_sub_byte_access
 from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack, shallow
+from .hints import with_hints
 from .llvmoptions import enable_matrix_lowering
 from .passguards import GUARDED, check_before
 from .stderrcapture import stderr_captured
@@ -30,7 +31,7 @@ from .transformscripts import erase_schedules
 from .vectorscan import lower_vector_scans
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "default_pipeline_for",
-           "lower", "new_context",
+           "lower", "names_small_floats", "new_context", "run_pipeline", "runs_top_level",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
 
 #: The default pipeline's passes for floats LLVM lacks (arith and math become calls of
@@ -248,7 +249,7 @@ def _parse(source: str, context: Any, filename: str) -> Any:
         try:
             return ir.Module.parse(source)
         except ir.MLIRError as exc:
-            found = _diagnostics(exc, filename)
+            found = with_hints(_diagnostics(exc, filename), source)
             name = source.strip()
             if found and "\n" not in name and name.endswith(".mlir"):  # a file name given
                 first = found[0]
@@ -302,6 +303,26 @@ def default_pipeline_for(module: Any) -> str:
     if _SMALL_FLOAT_TYPE.search(text):
         return normalize_pipeline(DEFAULT_PIPELINE)
     return _default_without_small_floats()
+
+
+def run_pipeline(module: Any, pipeline: str, filename: str = "<source>") -> None:
+    """Run the textual ``pipeline`` (anchored on ``builtin.module``) on ``module`` in
+    place; its error diagnostics raise as an :class:`MLIRError`."""
+    from mlir.passmanager import PassManager
+
+    with module.context:
+        _run_passes(PassManager.parse(pipeline), module, filename)
+
+
+def runs_top_level(pipeline: str, name: str) -> bool:
+    """Whether the pass ``name`` runs at the top level of the textual ``pipeline``."""
+    return any(_first_pass(stage) == name for stage in _stages(pipeline, (name,)))
+
+
+def names_small_floats(module: Any) -> bool:
+    """Whether ``module`` names a float type LLVM lacks (f8, f6, f4): arithmetic on it
+    lowers to calls of MLIR's runtime (a shared library: see :data:`SMALL_FLOAT_PASSES`)."""
+    return bool(_SMALL_FLOAT_TYPE.search(module.operation.get_asm(large_elements_limit=16)))
 
 
 @functools.cache

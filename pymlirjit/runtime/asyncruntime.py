@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 from mlir.execution_engine import ExecutionEngine as _UpstreamEngine
 
 from ..boundary import ffi
-from ..codegen.scheduling import task_scheduling
+from ..boundary.callframe import native_frame_slot, task_slot
+from ..codegen.scheduling import SETUP, task_scheduling
 from ..errors import LinkError
 from ..lowering.pipeline import new_context, parse_module
 
@@ -148,10 +149,11 @@ class AsyncRuntime:
         # A Python-level function type: reading the count need not drop the GIL.
         self._in_flight = ctypes.PYFUNCTYPE(ctypes.c_int64)(in_flight)
         claim = engine_lookup(self._owner, _CLAIM)
-        if not claim:
+        setup = engine_lookup(self._owner, SETUP)
+        if not (claim and setup):
             raise LinkError(f"cannot set up MLIR's async runtime {path!r}: its task "
                             f"scheduling does not resolve", [path])
-        _claim_task_pool(claim)
+        _claim_task_pool(claim, setup)
 
     @classmethod
     def get(cls, path: str, library: ctypes.CDLL) -> AsyncRuntime | None:
@@ -224,14 +226,19 @@ def claim_task_pool(code: Any) -> None:
     owner, :class:`AsyncRuntime`, claims its own code)."""
     try:
         address = code.function_address(_CLAIM)
+        setup = code.function_address(SETUP)
     except LinkError:
         return  # schedules no task
-    _claim_task_pool(address)
+    _claim_task_pool(address, setup)
 
 
-def _claim_task_pool(address: int) -> None:
-    """Call the claim function at ``address`` unless this process is a fork of one that
-    claimed the pool before (whose workers the pool counts, and which are not here)."""
+def _claim_task_pool(address: int, setup: int) -> None:
+    """Set the code up with this process's pthread keys (the function at ``setup``), in
+    every process; call the claim function at ``address`` unless this process is a fork
+    of one that claimed the pool before (whose workers the pool counts, and which are
+    not here)."""
+    ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(setup)(
+        task_slot().key.value + 1, native_frame_slot().key.value + 1)
     with _fork_handler:
         if not _pool_state["watching"]:
             os.register_at_fork(after_in_child=_forked)

@@ -53,8 +53,11 @@ _FROM_CTYPES: dict[Any, Any] = {
 @dataclass(frozen=True)
 class LinkedExtern:
     """An extern resolved for one compile: compared by ``name``, ``address``,
-    ``signature`` and ``calls_python`` (whether the target is a kernel that calls Python
-    callbacks: the caller then opens a call record for their errors). ``keepalive``
+    ``signature``, ``calls_python`` (whether the target is a kernel that calls Python
+    callbacks: the caller then opens a call record for their errors) and
+    ``runs_threads`` (whether the target's code runs threads: a parallel kernel's, or
+    one linking such a kernel; if it calls Python too, its caller must release the
+    GIL, see :func:`pymlirjit.runtime.gilpolicy.call_policy`). ``keepalive``
     owns the target's code; while this value is referenced (by a session's cache key
     or an engine), the address cannot be reused by other code."""
 
@@ -64,6 +67,7 @@ class LinkedExtern:
     calls_python: bool = False
     keepalive: object = field(default=None, compare=False, repr=False)
     what: str = field(default="", compare=False, repr=False)
+    runs_threads: bool = False
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         raise pickle.PicklingError(f"extern @{self.name} ({self.what}) is linked by a "
@@ -114,7 +118,8 @@ class Extern:
                                           annotated=False)
         return LinkedExtern(self.name, function.address, signature,
                             bool(getattr(function, "_links_callbacks", False)),
-                            (function, function.module), f"kernel @{function.name}")
+                            (function, function.module), f"kernel @{function.name}",
+                            bool(getattr(function.module, "runs_threads", False)))
 
     def __repr__(self) -> str:
         return f"<extern @{self.name} -> {_describe(self.target)}>"

@@ -138,3 +138,20 @@ def test_the_disk_cache_keeps_half_entries_native(tmp_path: Path) -> None:
     first = run_python(CACHED, str(tmp_path)).split()
     assert first == ["SharedLibrary", "True", "0.0999755859375", "2.5", "0.10009765625", "0"]
     assert run_python(CACHED, str(tmp_path)).split() == [*first[:-1], "1"]
+
+
+def test_bf16_arithmetic_links_the_rounding_helpers_on_every_cpu() -> None:
+    # Without AVX512-BF16, LLVM rounds to bf16 by calling __truncsfbf2, which libgcc before
+    # GCC 13 does not define: the module must link MLIR's float16 utilities for it.
+    module = Session().compile("""
+func.func @mad(%x: bf16, %y: bf16, %z: f64) -> bf16 {
+  %p = arith.mulf %x, %y : bf16
+  %w = arith.truncf %z : f64 to bf16
+  %s = arith.addf %p, %w : bf16
+  return %s : bf16
+}""")
+    bf16 = ml_dtypes.bfloat16
+    for x, y, z in [(1.5, 2.25, 0.1), (-3.0, 1e-3, 1e30), (255.0, 255.0, -7.75)]:
+        product = bf16(np.float32(bf16(x)) * np.float32(bf16(y)))
+        want = bf16(np.float32(product) + np.float32(bf16(z)))
+        assert np.float32(module.mad(x, y, z)) == np.float32(want)

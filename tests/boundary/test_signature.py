@@ -188,3 +188,15 @@ def test_an_empty_signature_string_is_a_signature_error_not_an_abort() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "cannot parse MLIR function type '': the string is empty\n"
+
+
+def test_read_only_parameters_survive_renaming_and_the_disk_cache_encoding() -> None:
+    from pymlirjit.boundary.signature import decode_signature, encode_signature
+
+    signature = as_signature("(memref<?xf64>, memref<?xf64>) -> ()").with_read_only({1})
+    assert [p.read_only for p in signature.params] == [False, True]
+    assert signature == as_signature("(memref<?xf64>, memref<?xf64>) -> ()")  # types only
+    renamed = signature.with_names(["a", "b"])
+    assert [p.read_only for p in renamed.params] == [False, True]
+    decoded = decode_signature(encode_signature(renamed))
+    assert [(p.name, p.read_only) for p in decoded.params] == [("a", False), ("b", True)]

@@ -49,6 +49,10 @@ def test_demo_runs() -> None:
     result = pymlirjit("demo")
     assert result.returncode == 0, result.stderr
     assert "add(42.0, 2) -> 22.0" in result.stdout
+    assert ("positive mean per row -> [2.0, 0.0, 1.5], 2 rows with one (numpy says "
+            "[2.0, 0.0, 1.5])") in result.stdout
+    assert "_row_done for rows [0, 1, 2]" in result.stdout
+    assert "sum_of_squares([0.0, 1.0, 2.0, 3.0, 4.0]) -> 30.0" in result.stdout
 
 
 def test_version_names_pymlirjit_mlir_bindings_and_llvmlite() -> None:
@@ -567,6 +571,22 @@ def test_check_lists_a_generic_kernel_without_compiling_a_binding(tmp_path: Path
         "generic.py: 0 kernels compiled, 1 generic (bound at call time)"]
 
 
+def test_check_fails_on_a_generic_kernel_whose_every_binding_fails(tmp_path: Path) -> None:
+    # An undefined SSA value: no binding can compile it (it exited 0, "generic").
+    (tmp_path / "generic.py").write_text(
+        "from pymlirjit import mlir_kernel\n\n"
+        "@mlir_kernel(source='''\n"
+        "func.func @twice(%x: !T) -> !T {\n"
+        "  %r = arith.addf %x, %y : !T\n"
+        "  return %r : !T\n"
+        "}''')\n"
+        "def twice(x): ...\n")
+    result = pymlirjit("check", "generic.py", cwd=tmp_path)
+    assert_one_error_line(result, "generic.py: 1 of 1 kernel failed to compile")
+    assert "use of undeclared SSA value name" in result.stdout, result.stdout
+    assert "generic over" not in result.stdout
+
+
 def test_run_takes_and_saves_sparse_tensors_as_npz(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import scipy.sparse as sp
@@ -588,3 +608,53 @@ def test_run_takes_and_saves_sparse_tensors_as_npz(tmp_path: Path,
     assert_one_error_line(pymlirjit("run", str(DATA / "cli_sparse.mlir"),
                                     str(tmp_path / "dense.npy")),
                           "is not a scipy.sparse .npz file")
+
+
+JITTED = '''\
+from pymlirjit import MemRef, f64, jit
+
+
+@jit
+def scale(a: float, x: MemRef[f64, None]) -> None:
+    for i in range(len(x)):
+        x[i] *= a
+
+
+@jit
+def untyped(a, x):
+    return a * x[0]
+
+
+@jit
+def broken(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += undefined_name
+    return total
+'''
+
+
+def test_check_compiles_annotated_jit_functions_and_reports_errors_at_their_lines(
+        tmp_path: Path) -> None:
+    (tmp_path / "jitted.py").write_text(JITTED)
+    result = pymlirjit("check", "jitted.py", cwd=tmp_path)
+    assert_one_error_line(result, "jitted.py: 1 of 3 kernels failed to compile")
+    lines = result.stdout.splitlines()
+    decorators = [n for n, text in enumerate(JITTED.splitlines(), 1) if text == "@jit"]
+    line, column = _line_and_column(JITTED, "undefined_name")
+    assert lines[0] == f"@jit 'scale' (jitted.py:{decorators[0]}): ok"
+    assert lines[1] == (f"@jit 'untyped' (jitted.py:{decorators[1]}): compiled per argument "
+                        f"types at call time (annotate every parameter, e.g. "
+                        f"x: MemRef[f64, None], to check it here)")
+    assert lines[2].startswith(f"@jit 'broken' (jitted.py:{decorators[2]}): JitTypeError: ")
+    assert lines[2].endswith(f"jitted.py:{line}:{column}: name 'undefined_name' is not "
+                             f"defined (in @jit function 'broken')")
+    assert lines[3].strip() == "total += undefined_name"
+
+
+def test_check_of_typed_jit_functions_only_succeeds(tmp_path: Path) -> None:
+    text = JITTED.split("@jit\ndef untyped")[0]
+    (tmp_path / "ok.py").write_text(text)
+    result = pymlirjit("check", "ok.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "ok.py: 1 kernel compiled"

@@ -203,6 +203,20 @@ def test_a_module_not_lowered_to_the_llvm_dialect_names_what_is_left() -> None:
         ExecutionEngine(module)
 
 
+def test_a_module_not_lowered_raises_what_upstream_code_catches() -> None:
+    # Upstream's own test: `except RuntimeError` and the text "Failure while creating
+    # the ExecutionEngine."; pymlirjit's callers catch MLIRError.
+    from pymlirjit import EngineCreationError
+
+    module = parse_module("func.func @f() {\n  return\n}", new_context())
+    with pytest.raises(RuntimeError) as caught:
+        ExecutionEngine(module)
+    assert str(caught.value).startswith("Failure while creating the ExecutionEngine.")
+    assert isinstance(caught.value, MLIRError) and isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, EngineCreationError)
+    assert "'func.return' was not lowered" in str(caught.value)
+
+
 def test_duplicate_registration_raises_instead_of_aborting() -> None:
     # Upstream aborts the process here (LLVM "duplicate definition"): run it apart.
     script = textwrap.dedent("""
@@ -598,3 +612,21 @@ def test_engines_using_another_library_with_hooks_are_kept(tmp_path: Path) -> No
         del engine
         gc.collect()
     assert counts == [100, 200]
+
+
+def test_code_needing_an_undefined_symbol_is_a_link_error_not_text_on_stderr(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    # Generating the code fails in LLVM's JIT, which prints why on stderr: the error says
+    # it instead, naming the symbol (on CPUs without AVX512-BF16 that was __truncsfbf2).
+    from pymlirjit import Session
+
+    with pytest.raises(LinkError, match="nothing defines pymlirjit_test_undefined_global") as info:
+        Session().compile("""
+llvm.mlir.global external @pymlirjit_test_undefined_global() : i64
+func.func @read() -> i64 {
+  %p = llvm.mlir.addressof @pymlirjit_test_undefined_global : !llvm.ptr
+  %v = llvm.load %p : !llvm.ptr -> i64
+  return %v : i64
+}""").read()
+    assert list(info.value.missing) == ["pymlirjit_test_undefined_global"]
+    assert capfd.readouterr().err == ""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pymlirjit import MemRef, Session, callback, f64, i64, mlir_kernel
+from pymlirjit import MemRef, Session, callback, f64, i8, i64, mlir_kernel
 
 SPIN = """
 func.func @spin(%n: i64) -> i64 {
@@ -326,16 +326,18 @@ def test_a_warm_started_python_path_stops_at_a_failing_callback(tmp_path: Path) 
 
 def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
     """``call()``'s result (or exception), and how many calls the Python path (this
-    package's function.py) took during it."""
+    package's function.py and pythoncall.py) took during it."""
     import sys
 
     import pymlirjit.runtime.function
+    import pymlirjit.runtime.pythoncall
 
     seen = 0
+    files = {pymlirjit.runtime.function.__file__, pymlirjit.runtime.pythoncall.__file__}
 
     def profile(frame: Any, event: str, arg: object) -> None:
         nonlocal seen
-        if event == "call" and frame.f_code.co_filename == pymlirjit.runtime.function.__file__:
+        if event == "call" and frame.f_code.co_filename in files:
             seen += 1
 
     sys.setprofile(profile)
@@ -527,3 +529,111 @@ def test_a_keyword_call_that_recompiles_its_kernel_finishes(session: Session) ->
 
     for value in range(5):
         assert twice(x=float(value)) == 2.0 * value
+
+
+INCREMENT_I8 = """
+func.func @inc(%a: memref<?xi8>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1 : i8
+  %n = memref.dim %a, %c0 : memref<?xi8>
+  scf.for %i = %c0 to %n step %c1 {
+    %x = memref.load %a[%i] : memref<?xi8>
+    %y = arith.addi %x, %one : i8
+    memref.store %y, %a[%i] : memref<?xi8>
+  }
+  return
+}
+func.func @same(%a: tensor<?xi32>) -> tensor<?xi32> {
+  return %a : tensor<?xi32>
+}
+func.func @unranked(%a: memref<*xi16>) {
+  return
+}
+"""
+
+
+def test_unsigned_arrays_pass_for_signless_integers_without_a_copy() -> None:
+    # MLIR integers are signless: a uint8 array holds i8 bits as they are.
+    module = Session().compile(INCREMENT_I8)
+    a = np.array([1, 254, 255], np.uint8)
+    module.inc(a)
+    assert a.tolist() == [2, 255, 0]  # written in place: no copy was made
+    assert module.same(np.array([2**32 - 1], np.uint32)).tolist() == [-1]
+    module.unranked(np.zeros((2, 2), np.uint16))
+    for wrong in (np.zeros(2, np.uint16), np.zeros(2, np.int16), np.zeros(2, np.bool_)):
+        with pytest.raises(TypeError, match="expected a int8 array"):
+            module.inc(wrong)
+
+
+def test_a_callback_may_return_an_unsigned_array_for_signless_integers() -> None:
+    session = Session()
+
+    @callback(session=session)
+    def make(n: i8) -> MemRef[i8, None]:
+        return np.full(3, 200, np.uint8)
+
+    module = session.compile("""
+    func.func @first() -> i8 {
+      %n = arith.constant 1 : i8
+      %r = call @make(%n) : (i8) -> memref<?xi8>
+      %c0 = arith.constant 0 : index
+      %x = memref.load %r[%c0] : memref<?xi8>
+      memref.dealloc %r : memref<?xi8>
+      return %x : i8
+    }
+    func.func private @make(i8) -> memref<?xi8>
+    """)
+    assert module.first() == 200 - 256
+
+
+READS_AND_WRITES = """
+func.func @total(%a: memref<?xf64>, %out: memref<1xf64>, %b: memref<?xf64>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %view = memref.subview %b[1] [1] [1] : memref<?xf64> to memref<1xf64, strided<[1], offset: 1>>
+  %n = memref.dim %a, %c0 : memref<?xf64>
+  %zero = arith.constant 0.0 : f64
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64>
+    %t = arith.addf %acc, %x : f64
+    scf.yield %t : f64
+  }
+  memref.copy %a, %b : memref<?xf64> to memref<?xf64>
+  memref.store %s, %out[%c0] : memref<1xf64>
+  memref.store %s, %view[%c0] : memref<1xf64, strided<[1], offset: 1>>
+  return %s : f64
+}
+func.func @passes_on(%a: memref<?xf64>) -> f64 {
+  %z = arith.constant 0.0 : f64
+  call @writes(%a) : (memref<?xf64>) -> ()
+  return %z : f64
+}
+func.func private @writes(%a: memref<?xf64>) {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : f64
+  memref.store %z, %a[%c0] : memref<?xf64>
+  return
+}
+"""
+
+
+def test_read_only_arrays_pass_for_memrefs_the_function_never_writes() -> None:
+    module = Session().compile(READS_AND_WRITES)
+    a = np.arange(4.0)
+    a.flags.writeable = False  # read only: the kernel only loads it and copies from it
+    out, b = np.zeros(1), np.zeros(4)
+    assert module.total(a, out, b) == 6.0 and out[0] == 6.0 and b.tolist() == [0, 6, 2, 3]
+    broadcast = np.broadcast_to(np.ones(1), (3,))  # read-only, but not C-contiguous
+    frozen_out, frozen_b = np.zeros(1), np.zeros(4)
+    frozen_out.flags.writeable = frozen_b.flags.writeable = False
+    with pytest.raises(ValueError, match=r"argument 2: .*read-only.*may write"):
+        module.total(a, frozen_out, b)
+    with pytest.raises(ValueError, match=r"argument 3: .*read-only.*may write"):
+        module.total(a, out, frozen_b)  # written through a view and as a copy's target
+    with pytest.raises(ValueError, match="read-only"):
+        module.passes_on(a)  # passed to a call: counted as a write
+    with pytest.raises(ValueError, match="C-contiguous"):
+        module.total(broadcast, out, b)
+    assert module.total.signature.params[0].read_only
+    assert not module.total.signature.params[2].read_only

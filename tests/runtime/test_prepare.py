@@ -312,3 +312,20 @@ def test_the_failure_callback_has_the_signature_checked_code_declares() -> None:
     from pymlirjit.runtime.prepare import builtin_callbacks
 
     assert builtin_callbacks()[FAIL_SYMBOL].signature == as_signature(FAIL_SIGNATURE)
+
+
+def test_fp8_arithmetic_links_mlir_c_runner_utils_by_itself() -> None:
+    # Lowered, arith.negf on f8E4M3FN calls MLIR's APFloat wrappers (_mlir_apfloat_*),
+    # which libmlir_c_runner_utils.so defines: linked as the async runtime is.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    module = Session().compile("""
+    func.func @neg(%a: memref<?xf8E4M3FN>) {
+      %c0 = arith.constant 0 : index
+      %x = memref.load %a[%c0] : memref<?xf8E4M3FN>
+      %y = arith.negf %x : f8E4M3FN
+      memref.store %y, %a[%c0] : memref<?xf8E4M3FN>
+      return
+    }""")
+    a = np.array([1.5, 2.0], ml_dtypes.float8_e4m3fn)
+    module.neg(a)
+    assert a.astype(np.float32).tolist() == [-1.5, 2.0]

@@ -18,8 +18,8 @@ from .builder import (
     _i64,
     _ptr,
     _Unit,
-    _zero_results,
 )
+from .failedresults import fill_failed_results
 
 
 class _GuardBuilder(_FunctionBuilder):
@@ -103,4 +103,6 @@ class _GuardBuilder(_FunctionBuilder):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
         b.call(self.api["PyGILState_Release"], [state])
-        _zero_results(b, self.abi, self.function.args)
+        # Not zeros: compiled code calling a linked kernel may run on with its results.
+        fill_failed_results(self, self.abi, self.function.args,
+                            b.bitcast(previous, _i64.as_pointer()))

@@ -37,8 +37,8 @@ from .builder import (
     _i64,
     _ptr,
     _Unit,
-    _zero_results,
 )
+from .failedresults import fill_failed_results
 from .halffloat import _BITS_LAYOUTS, _bits_to_double, _double_to_bits
 from .unwindarea import unwind
 
@@ -113,8 +113,15 @@ class _TrampolineBuilder(_FunctionBuilder):
         Python cannot keep the exception), hand the raised exception to Python
         (``helpers.record``), then unwind to the call's entry or return zero."""
         b = self.builder
-        b.store(self.integer(self.helpers.culprit, self.slot_of("culprit")),
-                self.record_at(FAILED))
+        culprit = self.integer(self.helpers.culprit, self.slot_of("culprit"))
+        # The foreign record (threads without a call) is read by whichever call ends
+        # next: its flag is set with the error, under Python's lock (helpers.record),
+        # lest that call see a failure whose error is still on its way; here only if
+        # Python could not even be asked to keep it.
+        foreign = b.icmp_unsigned("==", b.ptrtoint(self.frame_record, _i64),
+                                  self.integer(self.helpers.foreign_record, FOREIGN_RECORD))
+        with b.if_then(b.not_(foreign)):
+            b.store(culprit, self.record_at(FAILED))
         slots = [b.alloca(_ptr) for _ in range(3)]
         b.call(self.api["PyErr_Fetch"], slots)
         b.call(self.api["PyErr_NormalizeException"], slots)
@@ -122,6 +129,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         with b.if_then(b.not_(self.is_null(traceback))):
             b.call(self.api["PyException_SetTraceback"], [value, traceback])
         done = self.call(self.pointer(self.helpers.record, self.slot_of("record")), [value])
+        with b.if_then(self.is_null(done), likely=False):  # kept nothing, not even it
+            b.store(culprit, self.record_at(FAILED))
         for obj in (done, kind, value, traceback):
             b.call(self.api["Py_DecRef"], [obj])
         b.call(self.api["PyErr_Clear"], [])
@@ -132,7 +141,8 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.return_zero()
 
     def return_zero(self) -> None:
-        _zero_results(self.builder, self.abi, self.function.args)
+        # Memref results get an allocated empty array: a call that cannot unwind runs on.
+        fill_failed_results(self, self.abi, self.function.args, self.frame_record)
         zero = self.zero()
         if zero is None:
             self.builder.ret_void()
@@ -435,6 +445,13 @@ class _TrampolineBuilder(_FunctionBuilder):
         self.gil = b.phi(_i32)
         self.gil.add_incoming(ir.Constant(_i32, _GIL_ALREADY_HELD), before)
         self.gil.add_incoming(state, take)
+        # Again with the GIL: a callback of the call on another thread (a parallel
+        # loop's) may have failed it while this one waited for the GIL.
+        with b.if_then(b.icmp_signed("!=", b.load(self.record_at(FAILED)),
+                                     ir.Constant(_i64, 0)), likely=False):
+            restore_jump_buffer(b, self.frame_record, self.jump_buffer)
+            self.release_gil()
+            self.return_zero()
         # No PyErr_CheckSignals here: the callback's own bytecode checks for signals, and
         # a pending Ctrl-C raises KeyboardInterrupt inside it (cheaper than checking).
         args = iter(self.function.args)

@@ -9,7 +9,7 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
-from ..callframe import FAILED
+from ..callframe import ERROR_KEPT, FAILED
 from ..memref import ALLOCATED
 from ..relocation import FOREIGN_RECORD, FRAME_KEY
 from ..types import MemRefType
@@ -23,6 +23,7 @@ from .builder import (
     _Unit,
     _zero_results,
 )
+from .failedresults import fill_failed_results
 from .unwindarea import unwind
 
 
@@ -57,9 +58,9 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
                 copies.append(b.bitcast(field, _ptr.as_pointer()))
         return copies
 
-    def return_zero(self) -> None:
+    def return_zero(self, record: ir.Value) -> None:
         b = self.builder
-        _zero_results(b, self.abi, self.function.args)
+        fill_failed_results(self, self.abi, self.function.args, record)
         return_type = self.function.function_type.return_type
         if isinstance(return_type, ir.VoidType):
             b.ret_void()
@@ -75,7 +76,7 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
         failed = b.gep(record, [ir.Constant(_i64, FAILED)])
         with b.if_then(b.icmp_signed("!=", b.load(failed), ir.Constant(_i64, 0)),
                        likely=False):
-            self.return_zero()
+            self.return_zero(record)
         status = b.alloca(_i64)
         b.store(ir.Constant(_i64, 1), status)
         copies = self.memref_result_copies()
@@ -93,10 +94,16 @@ class _CtypesWrapperBuilder(_FunctionBuilder):
             # The copies of the results stored before the failure are no one's.
             for copy in copies:
                 b.call(self.libc["free"], [b.load(copy)])
-            with b.if_then(b.icmp_signed("==", b.load(failed), ir.Constant(_i64, 0))):
+            # Not the foreign record's if its error was kept: the flag went with it,
+            # and another call may have raised and cleared both since.
+            kept = b.and_(b.icmp_signed("==", b.load(status), ir.Constant(_i64, ERROR_KEPT)),
+                          b.icmp_unsigned("==", b.ptrtoint(record, _i64), b.ptrtoint(
+                              foreign, _i64)))
+            with b.if_then(b.and_(b.not_(kept), b.icmp_signed("==", b.load(failed),
+                                                               ir.Constant(_i64, 0)))):
                 b.store(ir.Constant(_i64, self.helpers.culprit), failed)
             unwind(b, self.libc, record)
-            self.return_zero()
+            self.return_zero(record)
         for copy in copies:  # the call's now, as trampolines' copies are
             memory = b.load(copy)
             with b.if_then(b.not_(self.is_null(memory))):
