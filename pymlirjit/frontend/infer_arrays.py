@@ -89,8 +89,8 @@ def array_binop(inference: Any, op: ast.operator, a: JType, b: JType,
                 node: ast.AST) -> JType:
     """The type of ``a op b`` where one side is an array."""
     if isinstance(op, ast.MatMult):
-        raise inference.error(node, "@ (matrix product) is not supported yet",
-                              "write the loops (they vectorize)")
+        from .npfunctions import matmul_type
+        return matmul_type(inference, node, a, b)
     return _typed(inference, node, BINARY_UFUNCS[type(op)], [a, b],
                   f"the operator {type(op).__name__}")
 

@@ -135,6 +135,13 @@ class Program:
         symbol = self.fresh_symbol(f"{_ascii(function.__name__)}__{_mangle(params)}")
         return self.compile_function(function, params, symbol, True)
 
+    def declare(self, name: str, signature: str) -> None:
+        """Declare the C function ``name`` (``signature``: MLIR's ``(args) -> result``),
+        found in the process when the module links (``madvise``), once."""
+        if name not in self.symbols:
+            self.symbols.add(name)
+            self.texts.append(f"  func.func private @{name}{signature}")
+
     def fresh_symbol(self, base: str) -> str:
         symbol = base
         while symbol in self.symbols:
