@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex
 
+from .boundary.buildgate import building
 from .boundary.cprototype import function_pointer
 from .boundary.failures import register_source
 from .boundary.pickling import StandInStub, rebuilds
@@ -49,7 +50,9 @@ from .kernelpickling import (
 from .kernelstub import check_stub
 from .lowering.builtsource import built_text
 from .runtime.externs import Dependents, Linkable, compile_targets, listed_callbacks
+from .runtime.firstcall import FirstCall, first_call, running_first_call
 from .runtime.function import CompiledFunction
+from .runtime.gilpolicy import refuse_kept_gil
 from .session import CompiledModule, Session, default_session, given_session
 
 __all__ = ["BoundKernel", "GenericKernel", "Kernel", "mlir_kernel"]
@@ -109,12 +112,20 @@ class Kernel(NativeCallable):
         function = self._compiled
         if function is not None:
             return function
+        # Called again by a signal handler during this first call: no second compile.
+        running = running_first_call(self, f"@mlir_kernel {self.name!r}")
+        if running is not None:
+            return running  # type: ignore[no-any-return]
+        with first_call(self) as state:
+            return self._compile(state)
+
+    def _compile(self, state: FirstCall) -> CompiledFunction:
         session = self.session
         compile_targets(self, self._callbacks)  # first: outside this session's lock
         # Under the session's lock: compiling, clearing the cache and retiring functions
         # (invalidate) never interleave, so the vectorcall slot only ever points at the
         # entry of a function this kernel keeps.
-        with session.lock:
+        with building(), session.lock:  # a fork waits for the compile, then this lock
             if self._compiled is not None:  # another thread compiled it meanwhile
                 return self._compiled
             # Subscribe before compiling: a callback redefined meanwhile (registries
@@ -137,10 +148,11 @@ class Kernel(NativeCallable):
                 # Failures then name its Python line.
                 register_source(source, self._site, self._located_text(source))
             try:
-                function = module[self.name]
+                function = state.function = module[self.name]
             except KeyError as exc:
                 raise SignatureError(f"@mlir_kernel {self.name!r}: {exc.args[0]}") from None
             stub = self.__wrapped__
+            refuse_kept_gil(self.name, self.release_gil, module)  # threads calling Python
             if self.release_gil in (None, function.release_gil):
                 function.ensure_native()  # shared by the copies below: built once
             if stub is not None:

@@ -9,19 +9,30 @@ class: the kernels import it).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import pickle
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from .boundary.abi import symbol_references
-from .boundary.pickling import StandInStub, by_value, importable, interned, pickle_token
+from .boundary.pickling import (
+    StandInStub,
+    alias_token,
+    being_pickled,
+    by_value,
+    importable,
+    interned,
+    pickle_token,
+    rebuilds,
+    unpickled,
+)
 from .callbacks import Callback
 from .codegen.options import OptionOverrides
 from .runtime.externs import Linkable
 from .session import Session
 
-__all__ = ["PicklableKernel", "copied_state", "rebuilt_bound", "rebuilt_generic",
+__all__ = ["KernelByToken", "PicklableKernel", "copied_state", "rebuilt_bound", "rebuilt_generic",
            "rebuilt_kernel", "reduce_bound", "reduce_generic", "reduce_kernel"]
 
 K = TypeVar("K")
@@ -79,8 +90,66 @@ def reduce_kernel(kernel: PicklableKernel) -> Any:
         cb = session.find_callback(name, kernel._callbacks)
         if cb is not None and cb not in callbacks:
             callbacks.append(cb)  # linked by name here: shipped (then linked) explicitly
-    return by_value, ("kernel", pickle_token(kernel), fixed, tuple(callbacks),
+    token = _content_token(kernel, callbacks)
+    if any(being_pickled(cb) for cb in callbacks):
+        # Reached from the function of a callback it links (which calls the kernel):
+        # that callback is being pickled for this kernel, which follows it. A reference.
+        return by_value, ("kernel_ref", token)
+    return by_value, ("kernel", token, fixed, tuple(callbacks),
                       kernel._session, kernel.release_gil)
+
+
+def _content_token(kernel: PicklableKernel, callbacks: list[Any]) -> str:
+    """The kernel's token, and what names the callbacks it links now: a callback
+    redefined (a new object) makes a new token, so a receiver that unpickled the kernel
+    with the old one makes a new kernel rather than reusing it."""
+    base = pickle_token(kernel).split(":")[0]
+    names = [f"{getattr(cb, '__module__', '')}.{getattr(cb, '__qualname__', '')}"
+             if importable(cb) or not hasattr(cb, "__dict__") else pickle_token(cb)
+             for cb in callbacks]
+    token = f"{base}:{hashlib.sha256(chr(0).join(names).encode()).hexdigest()[:16]}"
+    alias_token(token, kernel)  # unpickled in this process: the kernel itself
+    return token
+
+
+class KernelByToken:
+    """A kernel pickled by value, as a callback's function refers to it (a kernel whose
+    callback calls the kernel again): unpickled before the kernel itself, it finds it by
+    its token when used."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def _kernel(self) -> Any:
+        kernel = unpickled(self._token)
+        if kernel is None:
+            raise RuntimeError(f"the kernel pickled by value as {self._token} is gone "
+                               f"from this process")
+        return kernel
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._kernel()(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_token":
+            raise AttributeError(name)
+        return getattr(self._kernel(), name)
+
+    def __reduce__(self) -> Any:
+        kernel = unpickled(self._token)
+        return (KernelByToken, (self._token,)) if kernel is None else (_same, (kernel,))
+
+
+def _same(obj: Any) -> Any:
+    return obj
+
+
+@rebuilds("kernel_ref")
+def rebuilt_kernel_ref(token: str) -> Any:
+    """The kernel pickled by value as ``token`` if this process has it, else a
+    :class:`KernelByToken` finding it when used."""
+    kernel = unpickled(token)
+    return kernel if kernel is not None else KernelByToken(token)
 
 
 def reduce_generic(kernel: Any, template: PicklableKernel) -> Any:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, SupportsIndex
 
 from .boundary.abi import symbol_references
+from .boundary.buildgate import building
 from .boundary.pickling import by_value, interned, loads_parts, pickle_token, rebuilds
 from .boundary.sourcelines import read_mlir_file
 from .callbacks import Callback, CallbackRegistry, Invalidated, default_registry
@@ -39,18 +40,13 @@ from .codegen.options import CompileOptions
 from .errors import LinkError
 from .lowering.builtsource import built_text
 from .lowering.pipeline import runtime_library
+from .runtime.artifacts import build_artifact, load
 from .runtime.asyncruntime import claim_task_pool
 from .runtime.cache import CachedModule, CacheStore, DiskCache, NullCache, default_cache_dir
 from .runtime.externs import Linkable, LinkedExtern, listed_callbacks
 from .runtime.externs import linkable as _linkable
 from .runtime.function import CompiledFunction, set_origin
-from .runtime.module import (
-    CompiledModule,
-    build_artifact,
-    build_engine,
-    engine_module,
-    load,
-)
+from .runtime.module import CompiledModule, build_engine, engine_module
 from .runtime.prepare import builtin_callbacks, lower, prepare
 
 __all__ = ["CacheInfo", "CompileOptions", "CompiledModule", "Session", "default_session",
@@ -243,7 +239,8 @@ class Session:
             pipeline, opt_level, shared_libs, fastmath, parallel, boundscheck,
             error_model).resolved()
         key = _ModuleKey(text, chosen, explicit)
-        with self._lock:  # memory -> store -> compile -> store
+        # A fork waits for the compile (see boundary/buildgate); then this lock.
+        with building(), self._lock:  # memory -> store -> compile -> store
             declared = self._declared.get(key)
             if declared is not None:
                 full_key = (key, tuple(self.find_callback(n, explicit) for n in declared))

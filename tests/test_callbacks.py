@@ -791,3 +791,65 @@ def test_a_wrong_session_or_registry_is_a_type_error_naming_it(
 
     with pytest.raises(TypeError, match=message):
         callback(**{keyword: value})(hook)  # type: ignore[call-overload]
+
+
+def test_kernel_address_and_ctypes_inside_callbacks_of_every_kind_of_outer_kernel() -> None:
+    """Issue 29 item 3 (a SIGSEGV once): a kernel called through ``.address`` or
+    ``.ctypes`` from another kernel's callback, where the outer kernel runs a parallel
+    loop or has shared libraries, and the inner one has them or fails."""
+    stdout = run_python("""
+        import ctypes
+        from pymlirjit import Session, callback, f64, mlir_kernel
+
+        session = Session()
+        boom = KeyError("inner")
+        inners = {}
+        for shared in (False, True):
+            for fail in (False, True):
+                def make(fail):
+                    def inner_cb(x):
+                        if fail:
+                            raise boom
+                        return x + 1
+                    return inner_cb
+                callback("(f64) -> f64", session=session,
+                         name=f"cb_{shared}_{fail}")(make(fail))
+                name = f"inner_{int(shared)}_{int(fail)}"
+                inners[shared, fail] = mlir_kernel(
+                    session=session, name=name,
+                    shared_libs=["mlir_c_runner_utils"] if shared else None, source=f'''
+                    func.func @{name}(%x: f64) -> f64 {{
+                      %y = call @cb_{shared}_{fail}(%x) : (f64) -> f64
+                      return %y : f64
+                    }}
+                    func.func private @cb_{shared}_{fail}(f64) -> f64''')(lambda x: None)
+        route = {}
+
+        @callback(session=session)
+        def relay(x: f64) -> f64:
+            kernel, how = route["now"]
+            if how == "ctypes":
+                return kernel.ctypes(x)
+            return ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(kernel.address)(x)
+
+        outers = [mlir_kernel(session=session, name=f"outer{i}", source=f'''
+            func.func @outer{i}(%x: f64) -> f64 {{
+              %y = call @relay(%x) : (f64) -> f64
+              return %y : f64
+            }}
+            func.func private @relay(f64) -> f64''', **options)(lambda x: None)
+            for i, options in enumerate([{}, {"parallel": True},
+                                         {"shared_libs": ["mlir_c_runner_utils"]}])]
+        results = []
+        for outer in outers:
+            for (shared, fail), inner in inners.items():
+                for how in ("address", "ctypes"):
+                    route["now"] = inner, how
+                    try:
+                        results.append(outer(2.0))
+                    except KeyError as error:
+                        assert error is boom and fail, (error, fail)
+                        results.append("raised")
+        print(results.count(3.0), results.count("raised"))
+    """)
+    assert stdout.split() == ["12", "12"]

@@ -9,7 +9,8 @@ import pytest
 
 MODULES = ["types", "boundary.types", "boundary.signature", "callbacks", "lowering.pipeline",
            "runtime.engine", "session", "kernel", "ufunc", "typing", "boundary.cprototype",
-           "runtime.externs", "lowering.walk"]
+           "runtime.externs", "lowering.walk", "frontend.complexes", "frontend.randoms",
+           "boundary.native.randomstate"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -649,3 +649,87 @@ def test_sessions_unpickled_with_equal_options_share_them() -> None:
     """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "1"]
+
+
+def test_a_kernel_whose_callback_calls_it_again_pickles_by_value() -> None:
+    # The reentrancy example of docs/threads.md, in __main__: pickling recursed ~60
+    # levels (kernel -> callback's function -> kernel ...) and failed.
+    done = run("""
+        import pickle, subprocess, sys
+        from pymlirjit import callback, mlir_kernel, f64, i64
+
+        @callback
+        def down(n: i64) -> f64:
+            return 0.0 if n <= 0 else 1.0 + countdown(n - 1)
+
+        @mlir_kernel(source='''
+        func.func @countdown(%n: i64) -> f64 {
+          %x = call @down(%n) : (i64) -> f64
+          return %x : f64
+        }
+        func.func private @down(i64) -> f64
+        ''')
+        def countdown(n: i64) -> f64: ...
+
+        data = pickle.dumps(countdown)
+        assert pickle.loads(data) is countdown  # in this process: the kernel itself
+        receiver = subprocess.run(
+            [sys.executable, "-c", "import pickle, sys; "
+             "k = pickle.loads(sys.stdin.buffer.read()); print(k(4), k(2))"],
+            input=data, capture_output=True, timeout=120)
+        print(countdown(3), receiver.stdout.decode().strip(), receiver.stderr.decode())
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3.0", "4.0", "2.0"], done.stdout
+
+
+def test_a_kernel_sent_again_after_its_callback_was_redefined_runs_the_new_one() -> None:
+    # The token named the kernel alone: a receiver that had it reused the old callback.
+    done = run("""
+        import pickle, subprocess, sys
+        from pymlirjit import callback, mlir_kernel, f64
+
+        RECEIVER = '''
+        import pickle, sys
+        while True:
+            size = sys.stdin.buffer.readline()
+            if not size:
+                break
+            kernel = pickle.loads(sys.stdin.buffer.read(int(size)))
+            print(kernel(1.0), flush=True)
+        '''
+
+        @callback
+        def step(x: f64) -> f64:
+            return x + 1.0
+
+        @mlir_kernel(source='''
+        func.func @apply(%x: f64) -> f64 {
+          %y = call @step(%x) : (f64) -> f64
+          return %y : f64
+        }
+        func.func private @step(f64) -> f64
+        ''')
+        def apply(x: f64) -> f64: ...
+
+        receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE)
+
+        def send():
+            data = pickle.dumps(apply)
+            receiver.stdin.write(b"%d\\n" % len(data) + data)
+            receiver.stdin.flush()
+            return receiver.stdout.readline().decode().strip()
+
+        first = send()
+
+        @callback
+        def step(x: f64) -> f64:  # redefined: apply links the new one
+            return x + 10.0
+
+        print(first, send(), apply(1.0))
+        receiver.stdin.close()
+        receiver.wait(timeout=60)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2.0", "11.0", "11.0"], done.stdout

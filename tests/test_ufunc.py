@@ -359,6 +359,34 @@ def test_gufunc_strided_memref_takes_any_core_strides() -> None:
     np.testing.assert_allclose(out, a[:, :3] / a[:, :3].sum(axis=1, keepdims=True))
 
 
+UNIT_STRIDE_SUM = """
+func.func @total(%a: memref<?xf64, strided<[1], offset: ?>>) -> f64 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %z = arith.constant 0.0 : f64
+  %n = memref.dim %a, %c0 : memref<?xf64, strided<[1], offset: ?>>
+  %s = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %z) -> f64 {
+    %x = memref.load %a[%i] : memref<?xf64, strided<[1], offset: ?>>
+    %t = arith.addf %acc, %x : f64
+    scf.yield %t : f64
+  }
+  return %s : f64
+}"""
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 1), (4, 1), (2, 0), (0, 3)])
+def test_gufunc_unit_stride_core_takes_empty_and_one_element_cores(
+        shape: tuple[int, ...]) -> None:
+    # A core dimension of 0 or 1 elements has a stride that means nothing: they were
+    # refused ("pass np.ascontiguousarray", which changed nothing).
+    total = mlir_gufunc(source=UNIT_STRIDE_SUM, layout="(n)->()", session=Session())
+    a = np.arange(float(np.prod(shape))).reshape(shape)
+    np.testing.assert_array_equal(total(a), a.sum(axis=1))
+    np.testing.assert_array_equal(total(np.ones((3, 4))[:, :1]), np.ones(3))
+    with pytest.raises(ValueError, match="core strides"):  # a real stride is checked
+        total(np.ones((3, 4))[:, ::2])
+
+
 def test_gufunc_scalar_inputs_and_generic_types() -> None:
     scale = mlir_gufunc(layout="(n),()->(n)", types=["f32", "f64"], session=Session(),
                         source="""

@@ -39,6 +39,7 @@ __all__ = [
     "BoundaryABI",
     "boundary_abi",
     "callback_shim",
+    "c_interface_wrapper",
     "callback_shim_symbol",
     "ciface_name",
     "ciface_symbol",
@@ -315,3 +316,25 @@ def symbol_references(text: str) -> Counter[str]:
     """How often MLIR ``text`` names each symbol (``@name`` or ``@"quoted name"``),
     declarations and definitions included; read from the text, without parsing it."""
     return Counter(m.group(1) or m.group(2) for m in _SYMBOL_REFERENCE.finditer(text))
+
+
+def c_interface_wrapper(entry: str, signature: Signature) -> tuple[str, str]:
+    """An ``llvm.func @_mlir_ciface_<entry>`` calling ``@entry`` with the same scalars,
+    and the declaration of ``@entry`` it needs to verify alone."""
+    def llvm(t: Any) -> str:
+        return "i64" if t.mlir == "index" else str(t.mlir)  # index lowered to i64 here
+
+    params = [llvm(t) for t in signature.param_types]
+    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(params))
+    values = ", ".join(f"%a{i}" for i in range(len(params)))
+    result = llvm(signature.results[0]) if signature.results else "()"
+    call_type = f"({', '.join(params)}) -> {result}"
+    returns = f" -> {result}" if signature.results else ""
+    declaration = f"llvm.func @{entry}({', '.join(params)}){returns}"
+    if signature.results:
+        return declaration, (
+            f"llvm.func @{CIFACE_PREFIX}{entry}({args}) -> {result} {{\n"
+            f"  %r = llvm.call @{entry}({values}) : {call_type}\n"
+            f"  llvm.return %r : {result}\n}}")
+    return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
+                         f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 __all__ = ["ALLOCATION_TRACKERS", "ASSERTION", "FAIL_SIGNATURE", "FAIL_SYMBOL", "INDEX",
-           "SEPARATOR", "ZERO_DIVISION", "raise_failure", "register_source", "source_id"]
+           "SEPARATOR", "SHAPE", "ZERO_DIVISION", "raise_failure", "register_source", "source_id"]
 
 #: The runtime symbol checked code calls to record a failure (a reserved name).
 FAIL_SYMBOL = "__pymlirjit_fail"
@@ -31,10 +31,11 @@ ALLOCATION_TRACKERS = {"malloc": "__pymlirjit_malloc",
                        "aligned_alloc": "__pymlirjit_aligned_alloc",
                        "free": "__pymlirjit_free"}
 
-#: The kinds of failure.
-ZERO_DIVISION, INDEX, ASSERTION = 1, 2, 3
+#: The kinds of failure (SHAPE: operands of a linalg or elementwise op that disagree).
+ZERO_DIVISION, INDEX, ASSERTION, SHAPE = 1, 2, 3, 4
 _EXCEPTIONS: dict[int, type[Exception]] = {
-    ZERO_DIVISION: ZeroDivisionError, INDEX: IndexError, ASSERTION: AssertionError}
+    ZERO_DIVISION: ZeroDivisionError, INDEX: IndexError, ASSERTION: AssertionError,
+    SHAPE: ValueError}
 
 
 def source_id(text: str) -> str:

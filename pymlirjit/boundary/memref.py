@@ -201,25 +201,41 @@ def _refuse_masked(array: np.ndarray[Any, Any], what: str) -> None:
 
 def _element_strides(array: np.ndarray[Any, Any], what: str) -> tuple[int, ...]:
     itemsize = array.itemsize
-    if any(s % itemsize for s in array.strides):
+    # The stride of a dimension of 0 or 1 elements (of any dimension of an empty array)
+    # carries no information: never checked.
+    free = _free_axes(array)
+    if any(s % itemsize for axis, s in enumerate(array.strides) if axis not in free):
         raise ValueError(f"{what}: strides {array.strides} are not a multiple of the item "
                          f"size {itemsize}; pass a copy")
     return tuple(s // itemsize for s in array.strides)
 
 
+def _free_axes(array: np.ndarray[Any, Any]) -> set[int]:
+    """The axes whose stride no element's address depends on: those of 0 or 1 elements,
+    every axis of an empty array."""
+    if array.size == 0:
+        return set(range(array.ndim))
+    return {axis for axis, size in enumerate(array.shape) if size <= 1}
+
+
 def _check_layout(array: np.ndarray[Any, Any], memref: MemRefType, strides: tuple[int, ...],
-                  what: str) -> None:
+                  what: str) -> tuple[int, ...]:
+    """``strides`` checked against ``memref``'s layout; those of free axes (see
+    :func:`_free_axes`) made what a static layout declares."""
     if memref.strides is None:
         if not array.flags.c_contiguous:
             raise ValueError(
                 f"{what}: {memref.mlir} has the identity layout, so it needs a C-contiguous "
                 f"array (got strides {array.strides}); pass np.ascontiguousarray(...) or "
                 f"declare a strided layout such as strided<[?, ...], offset: ?>")
-        return
-    for axis, (want, got, size) in enumerate(zip(memref.strides, strides, array.shape)):
-        if want is not None and want != got and size > 1:
+        return strides
+    free = _free_axes(array)
+    for axis, (want, got) in enumerate(zip(memref.strides, strides)):
+        if want is not None and want != got and axis not in free:
             raise ValueError(f"{what}: {memref.mlir} needs stride {want} in dim {axis}, "
                              f"the array has {got} (in elements)")
+    return tuple(got if want is None or axis not in free else want
+                 for axis, (want, got) in enumerate(zip(memref.strides, strides)))
 
 
 def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, what: str,
@@ -244,8 +260,7 @@ def descriptor_for_argument(value: Any, array_type: MemRefType | TensorType, wha
         if not (read_only or array.flags.writeable):
             raise ValueError(f"{what}: the array is read-only, but the function may write "
                              f"this memref; pass a writable copy")
-        strides = _element_strides(array, what)
-        _check_layout(array, array_type, strides, what)
+        strides = _check_layout(array, array_type, _element_strides(array, what), what)
         static_offset = array_type.offset or 0
     return _describe(array, strides, static_offset), array
 

@@ -29,7 +29,8 @@ from typing import Any, ClassVar, TypeVar
 
 from .types import SCALARS, ScalarType, ptr
 
-__all__ = ["KEPT", "StandInStub", "by_value", "forget_unpickled", "function_by_value",
+__all__ = ["KEPT", "StandInStub", "alias_token", "being_pickled", "by_value",
+           "forget_unpickled", "function_by_value", "unpickled",
            "importable", "interned", "is_canonical_scalar", "loads_parts", "pickle_token",
            "pickled_once", "rebuilds", "scalar_type"]
 
@@ -243,11 +244,46 @@ def _function_pickler() -> Callable[[io.BytesIO], pickle.Pickler]:
 
 def pickled_once(obj: Any, make: Callable[[], T]) -> T:
     """``obj``'s pickled parts: what ``make()`` returns, made on its first pickling (the
-    first of two threads pickling it at once wins, so a token never names two values)."""
+    first of two threads pickling it at once wins, so a token never names two values).
+    While ``make()`` runs, :func:`being_pickled` says so on this thread (a callback whose
+    function refers to a kernel linking it: that kernel is then pickled as a reference)."""
     parts: T | None = obj.__dict__.get("_pickled_parts")
     if parts is None:
-        parts = obj.__dict__.setdefault("_pickled_parts", make())
+        making = _making()
+        making.append(obj)
+        try:
+            parts = obj.__dict__.setdefault("_pickled_parts", make())
+        finally:
+            making.pop()
     return parts
+
+
+_pickling = threading.local()
+
+
+def _making() -> list[Any]:
+    stack: list[Any] | None = getattr(_pickling, "stack", None)
+    if stack is None:
+        stack = _pickling.stack = []
+    return stack
+
+
+def being_pickled(obj: Any) -> bool:
+    """Whether this thread is making ``obj``'s pickled parts (see :func:`pickled_once`)."""
+    return any(made is obj for made in _making())
+
+
+def alias_token(token: str, obj: Any) -> None:
+    """Register ``obj`` as ``token``'s too (a second token of a sender's object), so that
+    unpickling ``token`` in this process gives ``obj`` itself."""
+    with _token_lock:
+        if _alive(token) is None:
+            _register(token, obj)
+
+
+def unpickled(token: str) -> Any:
+    """The object registered with ``token`` in this process, or ``None``."""
+    return _alive(token)
 
 
 def loads_parts(data: bytes) -> Any:

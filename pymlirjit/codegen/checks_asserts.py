@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..boundary.failures import ASSERTION, INDEX
+from ..boundary.failures import ASSERTION, INDEX, SHAPE
 from .checks_writer import CheckWriter
+from .shapechecks import SHAPE_REASON, VERIFICATION
 
 __all__ = ["check_assertion"]
 
@@ -18,17 +19,19 @@ def check_assertion(w: CheckWriter, op: Any) -> None:
     from mlir.dialects import arith
 
     text = ir.StringAttr(op.attributes["msg"]).value
-    verification = text.startswith("ERROR: Runtime op verification failed")
+    verification = text.startswith(VERIFICATION)
     with ir.InsertionPoint(op), op.location:
         failed = arith.XOrIOp(op.operands[0],
                               w.constant(1, ir.IntegerType.get_signless(1))).result
         where = w.where(op)
+        kind = ASSERTION
         if verification:  # MLIR's: "ERROR: ...\n<op>\n^ <reason>\nLocation: ..."
             reason = next((line[2:] for line in text.splitlines()
                            if line.startswith("^ ")), "invalid operation")
-            message = f"runtime op verification failed in {where}: {reason}"
+            kind = SHAPE if SHAPE_REASON in reason else INDEX
+            message = (f"shape mismatch in {where}: {reason}" if kind == SHAPE
+                       else f"runtime op verification failed in {where}: {reason}")
         else:
             message = f"{text}, in {where}" if text else f"assertion failed in {where}"
-        w.if_failed(failed, lambda: w.fail(
-            INDEX if verification else ASSERTION, message))
+        w.if_failed(failed, lambda: w.fail(kind, message))
     op.erase()

@@ -172,7 +172,10 @@ def _scalar_attribute(type_: Any, value: int) -> Any:
     from mlir import ir
 
     if isinstance(type_, (ir.IntegerType, ir.IndexType)):
-        return ir.IntegerAttr.get(type_, value)
+        if -(2**63) <= value < 2**63:
+            return ir.IntegerAttr.get(type_, value)
+        # The binding takes int64 values only: wider ones (i128's minimum) are parsed.
+        return ir.Attribute.parse(f"{value} : {type_}")
     if isinstance(type_, ir.FloatType):
         return ir.FloatAttr.get(type_, float(value))
     return None

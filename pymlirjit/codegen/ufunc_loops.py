@@ -163,12 +163,14 @@ def gufunc_loop(loop: str, function: str, signature: Signature, operands: list[O
         lines += [f"%z{k} = arith.constant {o.itemsize} : i64",
                   f"%zero{k} = arith.constant 0 : i64",
                   f"%good{k}_0 = arith.constant true"]
+        lines += _free_strides(o, k)
         checks = 0
         for r, name in enumerate(o.dims):
             lines += _read("steps", core, f"cs{k}_{r}", "i64")
             core += 1
             lines += [f"%rem{k}_{r} = arith.remsi %cs{k}_{r}, %z{k} : i64",
-                      f"%al{k}_{r} = arith.cmpi eq, %rem{k}_{r}, %zero{k} : i64",
+                      f"%al{k}_{r}a = arith.cmpi eq, %rem{k}_{r}, %zero{k} : i64",
+                      f"%al{k}_{r} = arith.ori %al{k}_{r}a, %free{k}_{r} : i1",
                       f"%es{k}_{r} = arith.divsi %cs{k}_{r}, %z{k} : i64"]
             lines += _and(f"good{k}", checks, f"%al{k}_{r}")
             checks += 1
@@ -214,6 +216,21 @@ def _and(name: str, index: int, condition: str) -> list[str]:
     return [f"%{name}_{index + 1} = arith.andi %{name}_{index}, {condition} : i1"]
 
 
+def _free_strides(o: Operand, k: int) -> list[str]:
+    """``%free{k}_{r}``: whether the stride of core dimension ``r`` of operand ``k``
+    carries no information (the dimension has 0 or 1 elements, or the operand none):
+    such a stride is never checked."""
+    assert o.memref is not None
+    lines = [f"%empty{k}_0 = arith.constant false", f"%unit{k} = arith.constant 1 : i64"]
+    for r, name in enumerate(o.dims):
+        lines += [f"%nil{k}_{r} = arith.cmpi eq, %d_{name}, %zero{k} : i64",
+                  f"%empty{k}_{r + 1} = arith.ori %empty{k}_{r}, %nil{k}_{r} : i1"]
+    for r, name in enumerate(o.dims):
+        lines += [f"%tiny{k}_{r} = arith.cmpi sle, %d_{name}, %unit{k} : i64",
+                  f"%free{k}_{r} = arith.ori %tiny{k}_{r}, %empty{k}_{len(o.dims)} : i1"]
+    return lines
+
+
 def _layout_checks(o: Operand, k: int, checks: int) -> list[str]:
     """The element strides a memref parameter's layout requires: contiguous for the
     identity layout, the declared ones for a strided layout with static strides."""
@@ -227,9 +244,7 @@ def _layout_checks(o: Operand, k: int, checks: int) -> list[str]:
         # size 1 may have any stride).
         for r in reversed(range(rank)):
             lines += [f"%ct{k}_{r} = arith.cmpi eq, %es{k}_{r}, {expected[-1]} : i64",
-                      f"%u{k}_{r}c = arith.constant 1 : i64",
-                      f"%u{k}_{r} = arith.cmpi sle, %d_{o.dims[r]}, %u{k}_{r}c : i64",
-                      f"%y{k}_{r} = arith.ori %ct{k}_{r}, %u{k}_{r} : i1",
+                      f"%y{k}_{r} = arith.ori %ct{k}_{r}, %free{k}_{r} : i1",
                       f"%next{k}_{r} = arith.muli {expected[-1]}, %d_{o.dims[r]} : i64"]
             expected.append(f"%next{k}_{r}")
             lines += _and(f"good{k}", checks, f"%y{k}_{r}")
@@ -238,7 +253,8 @@ def _layout_checks(o: Operand, k: int, checks: int) -> list[str]:
         for r, stride in enumerate(o.memref.strides):
             if stride is not None:
                 lines += [f"%st{k}_{r} = arith.constant {stride} : i64",
-                          f"%ct{k}_{r} = arith.cmpi eq, %es{k}_{r}, %st{k}_{r} : i64"]
+                          f"%ct{k}_{r}a = arith.cmpi eq, %es{k}_{r}, %st{k}_{r} : i64",
+                          f"%ct{k}_{r} = arith.ori %ct{k}_{r}a, %free{k}_{r} : i1"]
                 lines += _and(f"good{k}", checks, f"%ct{k}_{r}")
                 checks += 1
     lines.append(f"%good{k}_last = arith.andi %good{k}_{checks}, %good{k}_0 : i1")
@@ -257,9 +273,14 @@ def _descriptor(o: Operand, k: int) -> list[str]:
              f"%v{k}_3 = llvm.insertvalue %zero{k}, %v{k}_2[2] : {struct}"]
     last = 3
     for r, name in enumerate(o.dims):
+        stride = f"%es{k}_{r}"
+        declared = o.memref.strides[r] if o.memref.strides is not None else None
+        if declared is not None:  # a free dimension's stride is what the layout says
+            lines += [f"%ds{k}_{r} = arith.select %free{k}_{r}, %st{k}_{r}, %es{k}_{r} : i64"]
+            stride = f"%ds{k}_{r}"
         lines += [f"%v{k}_{last + 1} = llvm.insertvalue %d_{name}, %v{k}_{last}[3, {r}] : "
                   f"{struct}",
-                  f"%v{k}_{last + 2} = llvm.insertvalue %es{k}_{r}, %v{k}_{last + 1}[4, {r}] : "
+                  f"%v{k}_{last + 2} = llvm.insertvalue {stride}, %v{k}_{last + 1}[4, {r}] : "
                   f"{struct}"]
         last += 2
     lines.append(f"%m{k} = builtin.unrealized_conversion_cast %v{k}_{last} : {struct} to "

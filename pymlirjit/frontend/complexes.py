@@ -6,7 +6,6 @@ A complex is a :class:`~.jtypes.Scalar` of kind ``"complex"`` (``bits`` as numpy
 128 for ``complex<f64>``); Python's ``complex`` is weak (NEP 50: ``z64 * 1j`` stays
 complex64, ``x32 * 1j`` is complex64 too).
 
->>> from .jtypes import F32, WEAK_COMPLEX
 >>> part_type(Scalar("complex", 64))
 f32
 """

@@ -14,12 +14,16 @@ from .emit_base import Value
 from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
 from .emit_complex import ComplexMixin
 from .emit_elementwise import ElementwiseMixin
+from .emit_linalg import LinalgMixin
 from .emit_loops import LoopsMixin
+from .emit_numpy import NumpyMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
 from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
+from .npfunctions import NumpyCall
 from .ownership import freeable
+from .reductions import ReductionsMixin
 from .syntax import assignment_counts
 
 if TYPE_CHECKING:
@@ -30,8 +34,8 @@ from .source import FunctionSource
 __all__ = ["Emitter"]
 
 
-class Emitter(ArraysMixin, CallsMixin, ComplexMixin, ElementwiseMixin, OpsMixin, ParallelMixin,
-              LoopsMixin, RandomMixin):
+class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin, ComplexMixin,
+              ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin, RandomMixin):
     """Emit one function: :meth:`function` returns its text."""
 
     def __init__(self, program: Host, source: FunctionSource, info: Inference,
@@ -44,7 +48,9 @@ class Emitter(ArraysMixin, CallsMixin, ComplexMixin, ElementwiseMixin, OpsMixin,
         allocating: set[ast.AST] = {
             c for c, t in info.targets.items()
             if getattr(t, "kind", "") in ("alloc", "alloc_like")
-            or (getattr(t, "kind", "") in ("np1", "abs") and isinstance(info.types.get(c), Array))}
+            or (getattr(t, "kind", "") in ("np1", "abs") and isinstance(info.types.get(c), Array))
+            or (getattr(t, "kind", "") == "numpy" and isinstance(info.types.get(c), Array)
+                and getattr(t, "op", "") not in ("transpose", "reshape"))}
         allocating |= {n for n, t in info.types.items()
                        if isinstance(n, (ast.BinOp, ast.UnaryOp)) and isinstance(t, Array)}
         self.freeable = freeable(source.tree, info.types, info.targets,
@@ -247,11 +253,18 @@ class Emitter(ArraysMixin, CallsMixin, ComplexMixin, ElementwiseMixin, OpsMixin,
                 return self.const(base.type.ndim, t)  # type: ignore[arg-type]
             if node.attr == "size":
                 return self.size(base)
+            if node.attr == "T":
+                return self.transposed(base, None)
             return self.flat(base)
         if isinstance(node, ast.Subscript):
             return self.load_element(node)
         if self.fusable(node):  # element by element, one loop for the whole expression
             return self.fused(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            return self.matmul(self.expr(node.left), self.expr(node.right), t)
+        target = self.info.targets.get(node) if isinstance(node, ast.Call) else None
+        if isinstance(target, NumpyCall):  # np.dot, a.sum(axis=0), np.arange...
+            return self.numpy_call(node, target.op, target.axis, t)  # type: ignore[arg-type]
         if isinstance(node, ast.BinOp):
             left, right = self.expr(node.left), self.expr(node.right)
             return self.binop(node.op, left, right, t, node.right)

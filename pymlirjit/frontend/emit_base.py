@@ -130,6 +130,9 @@ class EmitBase:
     def fusable(self, node: ast.expr) -> bool:
         raise NotImplementedError
 
+    def new_array(self, dims: list[str], t: Array) -> Value:
+        raise NotImplementedError
+
     def fused(self, node: ast.expr) -> Value:
         raise NotImplementedError
 

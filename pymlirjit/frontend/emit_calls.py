@@ -198,17 +198,15 @@ class CallsMixin(EmitBase):
             self.raise_python(ValueError, (f"zero-size array to reduction operation {op}imum "
                                            f"which has no identity",))
             self.start(ok)
-            zeros = ", ".join(self.index_const(0) for _ in dims)
-            first = self.op(f"memref.load {a.ssa}[{zeros}] : {arr.mlir}")
-            init = self.convert(Value(first, arr.dtype), t).ssa
+            first = self.load_at(a, [self.index_const(0)] * len(dims))
+            init = self.convert(first, t).ssa
         else:
             init = self.const(1 if op == "prod" else 0, wide).ssa
         self.do(f"memref.store {init}, {acc}[] : memref<{wide.mlir}>")
         name = {"sum": "add", "mean": "add", "prod": "mul"}.get(op, op)
 
         def step(idx: list[str]) -> None:
-            v = self.convert(Value(self.op(f"memref.load {a.ssa}[{', '.join(idx)}] : "
-                                           f"{arr.mlir}"), arr.dtype), wide)
+            v = self.convert(self.load_at(a, idx), wide)
             cur = self.op(f"memref.load {acc}[] : memref<{wide.mlir}>")
             if wide.kind == "complex":  # CPython's product, as z * w
                 step = self.binop(ast.Add() if name == "add" else ast.Mult(),

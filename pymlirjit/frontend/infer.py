@@ -420,6 +420,8 @@ class Inference:
                 return WEAK_INT
             if node.attr == "flat" and base.contiguous:
                 return Array(base.dtype, 1, True)
+            if node.attr == "T":  # a view with the axes reversed
+                return Array(base.dtype, base.ndim, False) if base.ndim > 1 else base
         raise self.error(node, f"{base} has no attribute {node.attr!r} in @jit code",
                          "arrays have .shape, .ndim, .size (and .flat when contiguous)")
 

@@ -30,7 +30,7 @@ _UNARY_UFUNCS: dict[type, Any] = {ast.USub: np.negative, ast.UAdd: np.positive,
                                   ast.Invert: np.invert}
 #: Intrinsic kinds applied element by element to arrays.
 ELEMENTWISE_KINDS = ("np1", "abs", "np2", "pow", "minmax2", "test", "ufunc", "where")
-_PYTHON = {"int": int, "float": float, "bool": bool}
+_PYTHON = {"int": int, "float": float, "bool": bool, "complex": complex}
 
 
 def element(t: JType) -> Scalar:
@@ -89,8 +89,8 @@ def array_binop(inference: Any, op: ast.operator, a: JType, b: JType,
                 node: ast.AST) -> JType:
     """The type of ``a op b`` where one side is an array."""
     if isinstance(op, ast.MatMult):
-        raise inference.error(node, "@ (matrix product) is not supported yet",
-                              "write the loops (they vectorize)")
+        from .npfunctions import matmul_type
+        return matmul_type(inference, node, a, b)
     return _typed(inference, node, BINARY_UFUNCS[type(op)], [a, b],
                   f"the operator {type(op).__name__}")
 

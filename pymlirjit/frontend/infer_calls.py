@@ -11,6 +11,7 @@ from .complexes import method_type
 from .infer_arrays import ELEMENTWISE_KINDS, array_call, where_type
 from .intrinsics import Intrinsic, fill_of, find, result_type, scalar_type_of
 from .jtypes import F64, NONE, Array, JType, NoneT, Scalar, Tuple
+from .npfunctions import NOT_HANDLED, numpy_type, unsupported_numpy
 
 __all__ = ["type_call"]
 
@@ -31,6 +32,9 @@ def reduction_type(dtype: Scalar, op: str) -> Scalar:
 
 def type_call(self: Any, node: ast.Call) -> JType | None:
     func = self._static_or_none(node.func)
+    typed = numpy_type(self, node, func)  # np.dot, a.sum(axis=0), a.T, np.arange...
+    if typed is not NOT_HANDLED:
+        return typed  # type: ignore[no-any-return]
     if func is None and isinstance(node.func, ast.Attribute) and \
             node.func.attr in REDUCTIONS and not node.args:  # a.sum(), a.max(), ...
         base = self.expr(node.func.value)
@@ -94,6 +98,10 @@ def type_call(self: Any, node: ast.Call) -> JType | None:
         return t
     if any(isinstance(a, NoneT) for a in known):
         raise self.error(node, "None cannot be passed")
+    numpy_name = unsupported_numpy(func)
+    if numpy_name is not None:
+        raise self.error(node.func, f"{numpy_name}() is not supported in @jit code",
+                         "see the table of supported numpy functions in docs/jit.md")
     target = target_of(self.program, self.source, node, func, known)
     self.targets[node] = target
     return target.result if not isinstance(target, Intrinsic) else None

@@ -135,6 +135,13 @@ class Program:
         symbol = self.fresh_symbol(f"{_ascii(function.__name__)}__{_mangle(params)}")
         return self.compile_function(function, params, symbol, True)
 
+    def declare(self, name: str, signature: str) -> None:
+        """Declare the C function ``name`` (``signature``: MLIR's ``(args) -> result``),
+        found in the process when the module links (``madvise``), once."""
+        if name not in self.symbols:
+            self.symbols.add(name)
+            self.texts.append(f"  func.func private @{name}{signature}")
+
     def fresh_symbol(self, base: str) -> str:
         symbol = base
         while symbol in self.symbols:
@@ -197,8 +204,18 @@ class Program:
 
     def module(self) -> str:
         decls = [f"  func.func private @{c.name}{c.signature[:c.signature.index(')') + 1]}"
-                 f"{_results(c.signature)}" for c in self.callbacks.values()]
+                 f"{_results(c.signature)}{_STATE_ATTRIBUTES if c.name == STATE_SYMBOL else ''}"
+                 for c in self.callbacks.values()]
         return "module {\n" + "\n".join([*self.texts, *decls]) + "\n}\n"
+
+
+#: The random state function returns the same pointer at every call in a thread, and
+#: what it writes (a new thread's state) nothing has read yet: to LLVM it reads and
+#: writes no memory, so a loop calling it (a prange body inlined into its chunk) calls
+#: it once, before the loop.
+_STATE_ATTRIBUTES = (" attributes {memory_effects = #llvm.memory_effects<other = none, "
+                     "argMem = none, inaccessibleMem = none, errnoMem = none, targetMem0 = "
+                     "none, targetMem1 = none>, passthrough = [\"nounwind\", \"willreturn\"]}")
 
 
 def _results(signature: str) -> str:

@@ -7,7 +7,7 @@ per thread kept natively (:mod:`pymlirjit.boundary.native.randomstate`), separat
 generators: ``np.random.seed(n)`` inside a kernel seeds the calling thread's state only.
 
 >>> result_type("np.randint", [Scalar("int", 64, True)])
-int
+weak int
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ def result_type(op: str, args: list[JType]) -> JType | str:
     """The result of a draw (a str: why the call is wrong)."""
     (least, most), result = _SIGNATURES[op]
     if not least <= len(args) <= most:
-        count = f"{least}" if least == most else f"{least} to {most}"
+        count = f"{least} argument" + ("" if least == 1 else "s") if least == most else \
+            f"{least} to {most} arguments"
         if op == "np.random" or (op == "np.normal" and len(args) > 2):
-            return (f"takes {count} arguments here (size= is not supported: fill an "
-                    f"array in a loop)")
-        return f"takes {count} arguments here"
+            return f"takes {count} here (size= is not supported: fill an array in a loop)"
+        return f"takes {count} here"
     for a in args:
         if not isinstance(a, Scalar) or a.kind == "complex":
             return f"takes real numbers, got {a}"

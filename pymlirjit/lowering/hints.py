@@ -4,7 +4,7 @@
 
 - a bare name where a type belongs (``memref<?xT>``: "expected non-function type"): a
   type alias is written with ``!`` (``!T``);
-- ``call`` (or ``return``) inside a region other than a function's body (``scf.for``):
+- ``call`` inside a region other than a function's body (``scf.for``):
   MLIR looks for an op of the empty dialect and lists every dialect; write ``func.call``;
 - an ``scf.yield`` passing fewer or more values than its loop or ``scf.if`` carries:
   MLIR dumps the op in its generic form; write ``scf.yield %v : T``.
@@ -38,7 +38,7 @@ _UNKNOWN_OP = re.compile(r"Dialect `' not found for custom op '(?P<op>\w+)'")
 _YIELD = re.compile(r"'(?P<op>[\w.]+)' op along control flow edge from Operation scf\.yield "
                     r"to .*: region branch point has (?P<given>\d+) operands, but region "
                     r"successor needs (?P<needed>\d+) inputs")
-_FUNC_OPS = {"call": "func.call", "return": "func.return"}
+_FUNC_OPS = {"call": "func.call"}
 
 
 def with_hints(diagnostics: Sequence[Diagnostic], source: str) -> list[Diagnostic]:

@@ -31,7 +31,7 @@ from .transformscripts import erase_schedules
 from .vectorscan import lower_vector_scans
 
 __all__ = ["DEFAULT_PIPELINE", "MAX_NESTING", "check_opt_level", "default_pipeline_for",
-           "lower", "names_small_floats", "new_context",
+           "lower", "names_small_floats", "new_context", "run_pipeline", "runs_top_level",
            "normalize_pipeline", "parse_module", "runtime_library", "runtime_library_defining"]
 
 #: The default pipeline's passes for floats LLVM lacks (arith and math become calls of
@@ -303,6 +303,20 @@ def default_pipeline_for(module: Any) -> str:
     if _SMALL_FLOAT_TYPE.search(text):
         return normalize_pipeline(DEFAULT_PIPELINE)
     return _default_without_small_floats()
+
+
+def run_pipeline(module: Any, pipeline: str, filename: str = "<source>") -> None:
+    """Run the textual ``pipeline`` (anchored on ``builtin.module``) on ``module`` in
+    place; its error diagnostics raise as an :class:`MLIRError`."""
+    from mlir.passmanager import PassManager
+
+    with module.context:
+        _run_passes(PassManager.parse(pipeline), module, filename)
+
+
+def runs_top_level(pipeline: str, name: str) -> bool:
+    """Whether the pass ``name`` runs at the top level of the textual ``pipeline``."""
+    return any(_first_pass(stage) == name for stage in _stages(pipeline, (name,)))
 
 
 def names_small_floats(module: Any) -> bool:

@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -35,9 +36,13 @@ from ..codegen.options import listed_option
 from ..errors import EngineCreationError, LinkError, MLIRError
 from ..lowering.checks import check_lowered
 from ..lowering.pipeline import check_opt_level, runtime_library
+from ..lowering.stderrcapture import stderr_captured
 from .asyncruntime import AsyncRuntime, engine_lookup, has_hooks
 
 __all__ = ["ExecutionEngine", "address_of"]
+
+#: What LLVM's JIT prints when generating a module's code needs symbols nothing defines.
+_MISSING_SYMBOLS = re.compile(r"Symbols not found: \[(?P<symbols>[^\]]*)\]")
 
 @functools.cache
 def _load_compiler_runtime() -> None:
@@ -305,9 +310,24 @@ class ExecutionEngine(_UpstreamEngine):  # type: ignore[misc]
         """The C-ABI address of the compiled function ``name`` (e.g. ``add`` or
         ``_mlir_ciface_add``), callable with its native signature."""
         self._check_linked()
-        # LLVM asserts (ends the process) on an empty name.
-        address = engine_lookup(self, name) if name else 0
-        if not address:
+        if not name:  # LLVM asserts (ends the process) on an empty name
             raise LinkError(f"Unknown function {name}: the module defines no such function",
                             [name])
+        try:
+            # The first lookup generates the code; LLVM prints why that failed (a symbol
+            # no library defines) on stderr and returns 0: the error says it instead.
+            with stderr_captured() as printed:
+                address = engine_lookup(self, name)
+                if not address:
+                    raise LinkError(f"Unknown function {name}: the module defines no such "
+                                    f"function", [name])
+        except LinkError as exc:
+            missing = _MISSING_SYMBOLS.search(printed.text)
+            if missing is None:
+                raise
+            symbols = [s.strip() for s in missing["symbols"].split(",") if s.strip()]
+            raise LinkError(f"the module's code cannot be linked: nothing defines "
+                            f"{', '.join(symbols)} (a symbol the code refers to, or a "
+                            f"function LLVM calls for an operation the CPU lacks); pass a "
+                            f"library defining it in shared_libs=", symbols) from exc
         return int(address)

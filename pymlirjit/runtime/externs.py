@@ -37,6 +37,7 @@ from ..boundary.types import f32, f64, i1, i8, i16, i32, i64, ptr
 from ..boundary.vectorcall import NativeCallable
 from ..errors import LinkError, SignatureError
 from .engine import ADDRESS_KINDS, address_of
+from .firstcall import first_call_running
 
 __all__ = ["Dependents", "Extern", "Linkable", "LinkedExtern", "compile_targets", "compiling",
            "extern", "linkable", "listed_callbacks"]
@@ -57,7 +58,7 @@ class LinkedExtern:
     callbacks: the caller then opens a call record for their errors) and
     ``runs_threads`` (whether the target's code runs threads: a parallel kernel's, or
     one linking such a kernel; if it calls Python too, its caller must release the
-    GIL, see :func:`pymlirjit.runtime.module.call_policy`). ``keepalive``
+    GIL, see :func:`pymlirjit.runtime.gilpolicy.call_policy`). ``keepalive``
     owns the target's code; while this value is referenced (by a session's cache key
     or an engine), the address cannot be reused by other code."""
 
@@ -222,7 +223,8 @@ def compiling(name: str, target: Any) -> Iterator[None]:
     block runs; refuse a cycle (a kernel linking itself, or A -> B -> A): it would
     compile forever."""
     stack: list[Any] = _in_progress.__dict__.setdefault("stack", [])
-    if any(t is target for t in stack):
+    # The kernel whose compile started the chain is in no stack: it runs its first call.
+    if any(t is target for t in stack) or first_call_running(target):
         raise LinkError(f"extern @{name}: kernel @{target.name} links to itself through "
                         f"callbacks= (a cycle); call it within one module instead", [name])
     stack.append(target)

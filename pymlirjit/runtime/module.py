@@ -1,9 +1,9 @@
 """Compiled modules: from a lowered module or a cache entry to Python callables.
 
 The stages after :mod:`pymlirjit.runtime.prepare`, each returning a value: :func:`build_engine`
-(a lowered module -> MLIR's JIT engine), :func:`build_artifact` (-> a cache entry: a
-shared library or an object file), :func:`load` (an entry -> :class:`CompiledCode`,
-through the :data:`LOADERS` table), and :class:`CompiledModule`, which gives the public
+(a lowered module -> MLIR's JIT engine), then :mod:`pymlirjit.runtime.artifacts`'
+``build_artifact`` (-> a cache entry) and ``load`` (an entry -> :class:`CompiledCode`),
+and :class:`CompiledModule`, which gives the public
 functions of any :class:`CompiledCode` as :class:`~pymlirjit.runtime.function.CompiledFunction`
 attributes under the module's GIL policy (:func:`call_policy`).
 :func:`attach_native_entries` generates the native entry points the code lacks.
@@ -11,14 +11,7 @@ attributes under the module's GIL policy (:func:`call_policy`).
 
 from __future__ import annotations
 
-import ctypes
-import dataclasses
-import logging
-import os
-import re
-import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from ..boundary.abi import (
@@ -30,7 +23,7 @@ from ..boundary.abi import (
 )
 from ..boundary.callback import Callback, TrampolineHelpers, prepare_entries
 from ..boundary.callframe import call_machinery, culprit_token
-from ..boundary.failures import ALLOCATION_TRACKERS, FAIL_SYMBOL
+from ..boundary.failures import ALLOCATION_TRACKERS
 from ..boundary.relocation import (
     ARRAY_FROM_DESCR,
     FINISH_CALL,
@@ -42,51 +35,21 @@ from ..boundary.relocation import (
     well_known,
 )
 from ..boundary.signature import Signature
-from ..boundary.sparseshims import with_flat_callbacks
 from ..codegen.options import CompileOptions
 from ..errors import LinkError, SignatureError
-from ..lowering.pipeline import runtime_library, runtime_library_defining
-from .cache import CachedModule
+from ..lowering.pipeline import runtime_library_defining
 from .engine import ExecutionEngine
 from .function import CompiledFunction
-from .objectfile import ObjectEngine
+from .gilpolicy import call_policy, is_async_runtime, only_failure_callback
 from .prepare import PreparedModule
-from .sharedlib import NativeCode, SharedLibrary, link_shared_library, supported
+from .sharedlib import NativeCode
 
-__all__ = ["LOADERS", "CompiledCode", "CompiledModule", "attach_native_entries",
-           "UncallableFunction", "build_artifact", "build_engine", "build_native_code",
-           "call_policy",
-           "engine_module", "load", "runtime_library_hint", "slot_values"]
-
-
-def call_policy(calls_back: bool, shared_libs: Sequence[str],
-                only_on_failure: bool = False, threads: bool = False,
-                ) -> tuple[bool | None, bool]:
-    """Whether a module's functions release the GIL (``None``: only when other Python
-    threads exist), and whether a failing callback may unwind their call at once.
-    ``only_on_failure``: its only callback is checked mode's failure callback, which runs
-    when a check fails, so it is no reason to keep the GIL. ``threads``: it calls a
-    kernel that runs threads which call Python (a linked parallel kernel whose loop calls
-    back): as for a module with shared libraries, whose threads' callbacks need the GIL,
-    and whose calls must not be unwound while they run."""
-    # Compiled code that calls back into Python gains nothing from dropping the GIL
-    # and pays for re-taking it in every callback; but code that may start threads
-    # (anything using shared libraries, such as MLIR's async runtime) must drop it,
-    # or its threads' callbacks would wait for the GIL forever. Code that never calls
-    # back drops it when other Python threads exist (None), for them to run.
-    keeps_gil = calls_back and not only_on_failure
-    threaded = bool(shared_libs) or threads
-    release_gil: bool | None = True if threaded else (False if keeps_gil else None)
-    # For the same reason, only code without shared libraries may be unwound
-    # (longjmp) out of when a callback fails: it has no threads and no runtime state.
-    return release_gil, calls_back and not threaded
+__all__ = ["CompiledCode", "CompiledModule", "UncallableFunction", "attach_native_entries",
+           "build_engine", "build_native_code", "engine_module", "has_global_constructors",
+           "runtime_library_hint", "slot_values", "trackers_needed"]
 
 
-def _only_failure_callback(linked: Iterable[str]) -> bool:
-    return set(linked) == {FAIL_SYMBOL}
-
-
-def _trackers_needed(needed: Iterable[str]) -> dict[str, int]:
+def trackers_needed(needed: Iterable[str]) -> dict[str, int]:
     """The allocation trackers of this process among the symbols ``needed``."""
     wanted = set(ALLOCATION_TRACKERS.values()).intersection(needed)
     if not wanted:
@@ -144,13 +107,13 @@ class CompiledModule:
         links_callbacks = bool(callbacks) or calls_python
         # linked_threads: it calls a kernel whose code runs threads;
         # threads_call_python: one whose threads call Python.
-        self.runs_threads = linked_threads or any(map(_is_async_runtime, shared_libs))
+        self.runs_threads = linked_threads or any(map(is_async_runtime, shared_libs))
         #: Whether threads this module's calls run may call Python (then a call must
         #: never keep the GIL: ``release_gil=False`` is refused).
         self.threads_call_python = threads_call_python or (
             self.runs_threads and links_callbacks)
         release_gil, unwind = call_policy(links_callbacks, shared_libs,
-                                          _only_failure_callback(callbacks) and not calls_python,
+                                          only_failure_callback(callbacks) and not calls_python,
                                           threads_call_python)
         guards = guards or {}
         self.functions: dict[str, CompiledFunction] = {
@@ -328,7 +291,7 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
     track_allocations(prepared.module)
     engine = ExecutionEngine(prepared.module, options.opt_level,
                              prepared.shared_libs(options))
-    for symbol, address in _trackers_needed(engine.needed_symbols).items():
+    for symbol, address in trackers_needed(engine.needed_symbols).items():
         engine.raw_register_runtime(symbol, address)
     prepare_entries(prepared.registrations.values())
     for symbol, cb in prepared.registrations.items():
@@ -358,7 +321,8 @@ def runtime_library_hint(missing: Iterable[str]) -> str:
                    for library, symbols in by_library.items())
 
 
-def _has_global_constructors(module: Any) -> bool:
+def has_global_constructors(module: Any) -> bool:
+    """Whether the lowered ``module`` has global constructors (``llvm.mlir.global_ctors``)."""
     return any(op.operation.name == "llvm.mlir.global_ctors"
                for op in module.body.operations)
 
@@ -367,7 +331,7 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
                   options: CompileOptions) -> CompiledModule:
     """The module of code JIT-compiled in this process (no native entries yet); its
     global constructors run now, as mlir-runner runs them before its entry."""
-    if _has_global_constructors(prepared.module):
+    if has_global_constructors(prepared.module):
         engine.initialize()
     return CompiledModule(engine, source, prepared.module, prepared.signatures,
                           prepared.linked, prepared.shared_libs(options),
@@ -379,136 +343,3 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
                                                   for e in prepared.externs.values()))
 
 
-def _is_async_runtime(path: str) -> bool:
-    """Whether the shared library at ``path`` is MLIR's async runtime (whose threads
-    run a parallel module's loops)."""
-    return os.path.basename(path).startswith("libmlir_async_runtime")
-
-
-def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
-                   options: CompileOptions) -> CachedModule:
-    """The disk-cache entry of a module JIT-compiled by ``engine``: a shared library with
-    its native entry points where one can be linked, else the object code alone."""
-    signatures = prepared.signatures
-    engine.function_address(ciface_symbol(next(iter(signatures.values()))[1]))
-    with tempfile.TemporaryDirectory(prefix="pymlirjit-") as scratch:
-        dumped = Path(scratch, "module.o")
-        engine.dump_to_object_file(str(dumped))  # the code generated by the lookup
-        object_code = dumped.read_bytes()
-    description = (signatures,
-                   {symbol: cb.name for symbol, cb in prepared.registrations.items()},
-                   prepared.declared, tuple(sorted(engine.needed_symbols)),
-                   str(prepared.module))
-    # By file name only: a loading process finds them in its own MLIR's folder.
-    runtime_libs = tuple(os.path.basename(path) for path in prepared.runtime_libs)
-    constructors = _initializer_symbols(prepared, object_code)
-    if supported():
-        release_gil, unwind = call_policy(bool(prepared.linked), prepared.shared_libs(options),
-                                          _only_failure_callback(prepared.linked))
-        native = build_native_code(signatures, prepared.registrations, release_gil, unwind,
-                                   bool(set(ALLOCATION_TRACKERS.values())
-                                        & set(engine.needed_symbols)))
-        parts = [object_code] + ([native.object_code] if native.object_code else [])
-        exported = tuple(f"pymlirjit_init_{i}" for i in range(len(constructors)))
-        if constructors:
-            parts.append(_exported_calls(dict(zip(exported, constructors))))
-        try:
-            return CachedModule("shared", link_shared_library(parts), *description,
-                                native.slots, native.entries, native.guards, runtime_libs,
-                                dict(prepared.uncallable), exported)
-        except LinkError as exc:  # a compiler that cannot: the object code alone
-            logging.getLogger("pymlirjit").debug("caching object code: %s", exc)
-    return CachedModule("object", object_code, *description, runtime_libs=runtime_libs,
-                        uncallable=dict(prepared.uncallable), initializers=constructors)
-
-
-# LLVM's JIT turns a module's llvm.global_ctors into a hidden function of this name
-# (suffixed with the module's name), which ExecutionEngine.initialize() calls.
-_INITIALIZER = re.compile(rb"__orc_init_func\.[A-Za-z0-9_.$]+")
-
-
-def _initializer_symbols(prepared: PreparedModule, object_code: bytes) -> tuple[str, ...]:
-    """The functions of ``object_code`` that run the module's global constructors."""
-    if not _has_global_constructors(prepared.module):
-        return ()
-    found = tuple(sorted({m.decode() for m in _INITIALIZER.findall(object_code)}))
-    if not found:  # a later LLVM naming them otherwise: never cache ctors that won't run
-        raise LinkError(f"{prepared.filename}: the object code of its global constructors "
-                        f"has no __orc_init_func; compile it with cache=False")
-    return found
-
-
-def _exported_calls(calls: Mapping[str, str]) -> bytes:
-    """An object file of exported functions (name -> the hidden function it calls): a
-    shared library exports no hidden symbol, and the initializers are hidden."""
-    import llvmlite.binding as llvm  # loaded already: the native entries were generated
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    text = "".join(f'declare hidden void @"{target}"()\n'
-                   f'define void @{name}() {{\n  call void @"{target}"()\n  ret void\n}}\n'
-                   for name, target in calls.items())
-    machine = llvm.Target.from_default_triple().create_target_machine(reloc="pic")
-    module = llvm.parse_assembly(text)
-    module.triple = machine.triple
-    return bytes(machine.emit_object(module))
-
-
-# The load stage: an artifact -> CompiledCode, one loader per kind of artifact.
-
-Loader = Callable[[CachedModule, dict[str, Callback], dict[str, Callback], CompileOptions],
-                  tuple[CompiledCode, dict[str, int], dict[str, int]]]
-
-
-def _load_shared(entry: CachedModule, symbols: dict[str, Callback],
-                 callbacks: dict[str, Callback], options: CompileOptions,
-                 ) -> tuple[CompiledCode, dict[str, int], dict[str, int]]:
-    library = SharedLibrary(entry.code, options.shared_libs)
-    library.bind(*slot_values(entry.slots, callbacks))
-    return (library, {name: library.function_address(symbol)
-                      for name, symbol in entry.native_entries.items()},
-            {name: library.function_address(symbol) for name, symbol in entry.guards.items()})
-
-
-def _load_object(entry: CachedModule, symbols: dict[str, Callback],
-                 callbacks: dict[str, Callback], options: CompileOptions,
-                 ) -> tuple[CompiledCode, dict[str, int], dict[str, int]]:
-    prepare_entries(symbols.values())
-    natives: dict[str, Any] = {**symbols, **_trackers_needed(entry.needed)}
-    return ObjectEngine(entry.code, natives, options.shared_libs, entry.needed), {}, {}
-
-
-#: The loader of each artifact kind a cache entry holds (``CachedModule.kind``): given
-#: the entry, its runtime symbols' callbacks, its callbacks by name and the options, the
-#: loaded code, the native entries and the guards compiled with it (function ->
-#: address).
-LOADERS: dict[str, Loader] = {"shared": _load_shared, "object": _load_object}
-
-
-def load(entry: CachedModule, source: str, linkable: Mapping[str, Callback],
-         options: CompileOptions) -> CompiledModule:
-    """The module of a cache entry, its callbacks bound to ``linkable`` ones (by name)
-    and its shared libraries those of ``options`` (key inputs) and the MLIR runtime
-    libraries the entry names, found in MLIR's own folder. Its global constructors run
-    once the code is loaded. Native entries the artifact lacks are not generated here
-    (see :func:`attach_native_entries`)."""
-    linkable = with_flat_callbacks(linkable, entry.callbacks.values())  # sparse ones
-    symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
-    callbacks = {name: linkable[name] for name in entry.callbacks.values()}
-    shared_libs = options.shared_libs + tuple(
-        path for path in map(_runtime_library_named, entry.runtime_libs)
-        if path not in options.shared_libs)
-    code, native, guards = LOADERS[entry.kind](
-        entry, symbols, callbacks, dataclasses.replace(options, shared_libs=shared_libs))
-    for symbol in entry.initializers:
-        ctypes.CFUNCTYPE(None)(code.function_address(symbol))()
-    return CompiledModule(code, source, entry.lowered_mlir, entry.functions, callbacks,
-                          shared_libs, symbols, native, guards=guards,
-                          uncallable=entry.uncallable)
-
-
-def _runtime_library_named(name: str) -> str:
-    """The path of the MLIR runtime library file ``name``, in MLIR's folder only."""
-    if os.path.basename(name) != name or name in ("", ".", ".."):
-        raise ValueError(f"a cache entry names a runtime library by a path: {name!r}")
-    return runtime_library(name)

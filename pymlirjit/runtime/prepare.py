@@ -15,15 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..boundary import ffi
 from ..boundary.abi import (
     CIFACE_PREFIX,
-    RESERVED_PREFIX,
     boundary_abi,
+    c_interface_wrapper,
     callback_shim,
     callback_shim_symbol,
     ciface_symbol,
-    defined_function_symbol,
     entry_shim_symbol,
     kernel_shim,
 )
@@ -41,6 +39,8 @@ from ..boundary.sparseshims import (
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
 from ..codegen.checks import insert_checks
+from ..codegen.deallocations import insert_deallocations
+from ..codegen.linalg_schedules import hoist_allocas_out_of_loops
 from ..codegen.optimize import (
     LOOP_ANNOTATIONS_BEFORE,
     attach_loop_annotations,
@@ -50,18 +50,21 @@ from ..codegen.optimize import (
 from ..codegen.options import CompileOptions
 from ..codegen.parallel import parallel_hooks, with_parallel_loops
 from ..codegen.readonly import read_only_parameters
+from ..codegen.shapechecks import insert_shape_checks
 from ..codegen.vectormath import use_vector_library
-from ..errors import Diagnostic, MLIRError, SignatureError
+from ..errors import MLIRError, SignatureError
 from ..lowering.deepinput import shallow
 from ..lowering.packs import BUFFERIZATION, decompose_packs
 from ..lowering.pipeline import lower as lower_module
 from ..lowering.pipeline import (
     names_small_floats,
     new_context,
+    normalize_pipeline,
     parse_module,
     runtime_library,
 )
 from .externs import LinkedExtern
+from .symbolnames import check_reserved_names, rename_definitions_named_like_c_functions
 
 __all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "lower",
            "prepare"]
@@ -130,8 +133,8 @@ def prepare(text: str, options: CompileOptions,
     module = parse_module(text, context, filename, is_shallow)
     if "unrealized_conversion_cast" in text:  # as a generic kernel's binding makes them
         fold_identity_casts(module)
-    _check_reserved_names(module, filename)
-    public_names = _rename_definitions_named_like_c_functions(module)
+    check_reserved_names(module, filename)
+    public_names = rename_definitions_named_like_c_functions(module)
     unit = ir.UnitAttr.get(context)
     signatures: dict[str, tuple[Signature, str]] = {}
     linked: dict[str, Callback] = {}
@@ -244,12 +247,22 @@ def prepare(text: str, options: CompileOptions,
                           externs=externs, shallow=is_shallow)
 
 
+#: The first top-level pass after convert-vector-to-scf in the default pipeline.
+VECTOR_BUFFERS_MADE_BEFORE = "lower-affine"
+
+
 def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
     returns ``prepared``."""
     tiled: list[bool] = []  # whether the schedules changed the module
 
     def optimize_first(module: Any, pipeline: str) -> str:
+        # Shapes are checked before linalg ops are tiled, where checked mode runs after.
+        # Only with the default pipeline: the checks' index ops need its lowering.
+        if options.error_model != "numpy" and options.pipeline == normalize_pipeline(None):
+            insert_shape_checks(module, prepared.filename)
+        if not (options.fastmath or options.tiles_linalg or options.parallel_loops):
+            return pipeline
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
                            filename=prepared.filename, parallel=options.parallel_loops)
         tiled.append(vectors)
@@ -262,6 +275,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
 
     def add_checks(module: Any) -> None:
+        insert_deallocations(module)  # the buffers a function forgets
         # Calls unwind at a failure unless the module links shared libraries (the async
         # runtime of parallel loops, MLIR's APFloat runtime for f8 arithmetic included).
         unwinds = not (options.shared_libs or options.parallel_loops)
@@ -278,6 +292,12 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     hooks[BUFFERIZATION] = _in_order(lambda module: decompose_packs(module, prepared.filename),
                                      hooks.get(BUFFERIZATION))
     if options.tiles_linalg:  # the microkernels' loops say how LLVM may transform them
+        # The buffers convert-vector-to-scf makes for the schedules' masked transfers sit
+        # in their loops: out of them, or every turn takes new stack (an f16 batch matmul
+        # of 32x256x256 overflowed 8 MB on CPUs without AVX512-FP16).
+        hooks[VECTOR_BUFFERS_MADE_BEFORE] = _in_order(
+            hooks.get(VECTOR_BUFFERS_MADE_BEFORE),
+            lambda module: any(tiled) and hoist_allocas_out_of_loops(module))
         hooks[LOOP_ANNOTATIONS_BEFORE] = _in_order(
             lambda module: any(tiled) and attach_loop_annotations(module),
             hooks.get(LOOP_ANNOTATIONS_BEFORE))
@@ -286,9 +306,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         return name in prepared.registrations or name in prepared.externs
 
     try:
-        lower_module(prepared.module, options.pipeline, prepared.filename,
-                     optimize_first if options.fastmath or options.tiles_linalg
-                     or options.parallel_loops else None, hooks, keep, prepared.shallow)
+        lower_module(prepared.module, options.pipeline, prepared.filename, optimize_first,
+                     hooks, keep, prepared.shallow)
     except MLIRError as exc:
         raise with_sparsifier_hint(exc) from None
     if any(inserted):  # they record failures through a built-in callback
@@ -403,7 +422,7 @@ def _add_c_interfaces(prepared: PreparedModule) -> None:
         if ciface_symbol(entry) in defined:
             continue
         if entry in defined and _all_scalars(signature) and len(signature.results) <= 1:
-            wrappers.extend(_c_interface(entry, signature))
+            wrappers.extend(c_interface_wrapper(entry, signature))
             continue
         del prepared.signatures[name]
         prepared.uncallable[name] = (
@@ -421,66 +440,6 @@ def _add_c_interfaces(prepared: PreparedModule) -> None:
                 prepared.module.body.append(op)
 
 
-def _c_interface(entry: str, signature: Signature) -> tuple[str, str]:
-    """An ``llvm.func @_mlir_ciface_<entry>`` calling ``@entry`` with the same scalars,
-    and the declaration of ``@entry`` it needs to verify alone."""
-    def llvm(t: Any) -> str:
-        return "i64" if t.mlir == "index" else str(t.mlir)  # index lowered to i64 here
-
-    params = [llvm(t) for t in signature.param_types]
-    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(params))
-    values = ", ".join(f"%a{i}" for i in range(len(params)))
-    result = llvm(signature.results[0]) if signature.results else "()"
-    call_type = f"({', '.join(params)}) -> {result}"
-    returns = f" -> {result}" if signature.results else ""
-    declaration = f"llvm.func @{entry}({', '.join(params)}){returns}"
-    if signature.results:
-        return declaration, (
-            f"llvm.func @{CIFACE_PREFIX}{entry}({args}) -> {result} {{\n"
-            f"  %r = llvm.call @{entry}({values}) : {call_type}\n"
-            f"  llvm.return %r : {result}\n}}")
-    return declaration, (f"llvm.func @{CIFACE_PREFIX}{entry}({args}) {{\n"
-                         f"  llvm.call @{entry}({values}) : {call_type}\n  llvm.return\n}}")
-
-
-def _rename_definitions_named_like_c_functions(module: Any) -> dict[str, str]:
-    """Rename each ``func.func`` defined in ``module`` whose name the process already
-    exports (``@exp``, ``@malloc``, ...): lowering passes call those C functions by name
-    (``math.exp`` becomes a call to ``@exp``, ``memref.alloc`` one to ``@malloc``) and
-    would call the module's own function instead. Returns new symbol -> name given."""
-    from mlir import ir
-
-    renamed: dict[str, str] = {}
-    for op in module.body.operations:
-        if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        if ffi.process_exports(name):
-            symbol = defined_function_symbol(name)
-            ir.SymbolTable.replace_all_symbol_uses(name, symbol, module.operation)
-            ir.SymbolTable.set_symbol_name(op, symbol)
-            renamed[symbol] = name
-    return renamed
-
-
-def _check_reserved_names(module: Any, filename: str) -> None:
-    """Refuse symbols named like pymlirjit's shims: the session would call a function
-    defined by the user with a shim's ABI."""
-    from mlir import ir
-
-    found = []
-    for op in module.body.operations:
-        attributes = op.operation.attributes
-        if "sym_name" not in attributes:
-            continue
-        name = ir.StringAttr(attributes["sym_name"]).value
-        if name.startswith(RESERVED_PREFIX):
-            found.append(Diagnostic(
-                "error", f"@{name}: symbols starting with {RESERVED_PREFIX!r} are reserved "
-                f"for pymlirjit's own functions; rename it", str(op.location),
-            ).renamed_source(filename))
-    if found:
-        raise MLIRError("reserved symbol names", found)
 
 
 def _make_tensor_arguments_read_only(op: Any, signature: Signature) -> None:

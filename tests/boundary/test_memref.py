@@ -388,6 +388,26 @@ def test_size_one_dims_ignore_static_strides() -> None:
     descriptor_for_argument(array, memref_type("memref<1x3xf64, strided<[7, 1]>>"), "p")
 
 
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (0, 1), (1, 1), (4, 1)])
+def test_empty_and_unit_dims_carry_no_stride_information(shape: tuple[int, ...]) -> None:
+    # An empty C-contiguous array has strides (0, 0): it was refused for strided<[?, 1]>.
+    array = np.zeros(shape)
+    t = memref_type("memref<?x?xf64, strided<[?, 1], offset: ?>>")
+    descriptor, _ = descriptor_for_argument(array, t, "p")
+    assert tuple(descriptor.sizes) == shape
+    assert descriptor.strides[1] == 1  # what the layout declares, whatever numpy says
+    kernel = Session().compile("""
+    func.func @rows(%a: memref<?x?xf64, strided<[?, 1], offset: ?>>) -> index {
+      %c0 = arith.constant 0 : index
+      %n = memref.dim %a, %c0 : memref<?x?xf64, strided<[?, 1], offset: ?>>
+      return %n : index
+    }""").rows
+    assert kernel(array) == kernel.call_python(array) == shape[0]
+    # An empty array with strides no itemsize divides (a view of bytes) is fine too.
+    odd = np.zeros((0, 24), np.uint8).view(np.float64)[:, :0]
+    descriptor_for_argument(np.lib.stride_tricks.as_strided(odd, (0, 3), (3, 5)), t, "p")
+
+
 def test_array_from_descriptor_is_zero_copy() -> None:
     buffer = (ctypes.c_float * 6)(*range(6))
     descriptor = descriptor_type(2)()

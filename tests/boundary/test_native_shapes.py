@@ -96,13 +96,13 @@ func.func @table() -> memref<3xf64> {
 }
 """
 
-#: where the Python path of a call runs (runtime/function.py)
-FUNCTION_PY = os.path.join("pymlirjit", "runtime", "function.py")
+#: where the Python path of a call runs (runtime/pythoncall.py)
+FUNCTION_PY = os.path.join("pymlirjit", "runtime", "pythoncall.py")
 
 
 def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
-    """``call()``'s result, and how many calls the Python path (function.py's
-    ``_PythonCall.__call__``) took during it."""
+    """``call()``'s result, and how many calls the Python path (pythoncall.py's
+    ``PythonCall.__call__``) took during it."""
     calls = 0
 
     def profile(frame: object, event: str, arg: object) -> None:

@@ -52,6 +52,10 @@ def test_demo_runs() -> None:
     result = pymlirjit("demo")
     assert result.returncode == 0, result.stderr
     assert "add(42.0, 2) -> 22.0" in result.stdout
+    assert ("positive mean per row -> [2.0, 0.0, 1.5], 2 rows with one (numpy says "
+            "[2.0, 0.0, 1.5])") in result.stdout
+    assert "_row_done for rows [0, 1, 2]" in result.stdout
+    assert "sum_of_squares([0.0, 1.0, 2.0, 3.0, 4.0]) -> 30.0" in result.stdout
 
 
 def test_version_names_pymlirjit_mlir_bindings_and_llvmlite() -> None:

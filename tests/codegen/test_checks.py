@@ -735,7 +735,7 @@ def test_a_failing_call_frees_the_arrays_it_would_have_returned(
                 code = frame.f_code
                 if (event == "call" and code.co_name == "__call__"
                         and code.co_filename.endswith(
-                            os.path.join("pymlirjit", "runtime", "function.py"))):
+                            os.path.join("pymlirjit", "runtime", "pythoncall.py"))):
                     calls.append(1)
             sys.setprofile(profile)
             try:
@@ -1349,3 +1349,20 @@ def test_an_unwound_call_frees_what_kernels_that_cannot_unwind_allocated_for_it(
     for name, grew in rows[1:5]:
         assert int(grew) < 2 << 20, f"{name}: {int(grew) >> 10} KiB more"
     assert rows[5] == ["301", "True"]
+
+
+def test_division_of_i128_is_checked() -> None:
+    # The checks' constants for i128 (its minimum, for the overflow check) exceed int64.
+    from pymlirjit import Session
+
+    module = Session().compile("""
+func.func @div(%a: i64, %b: i64) -> i64 {
+  %x = arith.extsi %a : i64 to i128
+  %y = arith.extsi %b : i64 to i128
+  %q = arith.divsi %x, %y : i128
+  %r = arith.trunci %q : i128 to i64
+  return %r : i64
+}""")
+    assert module.div(-7, 2) == -3
+    with pytest.raises(ZeroDivisionError):
+        module.div(1, 0)

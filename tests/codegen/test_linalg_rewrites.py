@@ -86,6 +86,22 @@ def test_tiled_batch_matmul_matches_numpy(session: Session, dtype: type) -> None
                                    err_msg=f"batch {q}, {n}x{k} @ {k}x{m}")
     assert re.search(r"vector<(32|16|8)x" + element, bmm.lowered_mlir)
     assert ("__pymlirjit_matmul" in bmm.lowered_mlir) == (dtype != np.float16)
+    assert not allocas_outside_entry_blocks(bmm.inspect_llvm())
+
+
+def allocas_outside_entry_blocks(llvm_ir: str) -> list[str]:
+    """The ``alloca`` instructions of ``llvm_ir`` that are not in their function's entry
+    block: each run of such an instruction takes new stack until the function returns
+    (in a loop, the stack overflows on large inputs, whatever the CPU)."""
+    found, in_entry = [], False
+    for line in llvm_ir.splitlines():
+        if line.startswith("define "):
+            in_entry = True
+        elif re.match(r"^[\w.$-]+:", line):  # a block label ends the entry block
+            in_entry = False
+        elif " alloca " in line and not in_entry:
+            found.append(line.strip())
+    return found
 
 
 CONV_NHWC = """

@@ -402,3 +402,56 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("threads", [2, CPUS + 1])
 def test_after_ctrl_c_no_thread_of_the_call_enters_python(threads: int) -> None:
     assert _run(INTERRUPTED, threads) == "interrupted 0\n"
+
+
+DIVIDE = """
+func.func @divide(%a: memref<?xi64>, %b: memref<?xi64>, %c: memref<?xi64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xi64>
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %x = memref.load %a[%i] : memref<?xi64>
+    %y = memref.load %b[%i] : memref<?xi64>
+    %q = arith.divsi %x, %y : i64
+    memref.store %q, %c[%i] : memref<?xi64>
+  }
+  return
+}
+"""
+
+
+def test_a_checked_division_failing_in_a_parallel_loop_fails_only_its_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked mode's failures take the callbacks' path: with a zero divisor at the end
+    (a worker's share), the parallel call raises ZeroDivisionError every time, and
+    serial checked calls on another Python thread never do (issue 31.5)."""
+    monkeypatch.setenv(THREADS_VARIABLE, "2")
+    session = Session()
+    parallel = session.compile(DIVIDE, parallel=True).divide
+    serial = session.compile(DIVIDE).divide
+    a = np.arange(1, 20001, dtype=np.int64)
+    zero_late, ones = a.copy(), np.ones_like(a)
+    zero_late[-3] = 0
+    out = np.zeros_like(a)
+    stop = threading.Event()
+    wrong: list[BaseException] = []
+
+    def unrelated() -> None:
+        mine = np.zeros_like(a)
+        while not stop.is_set():
+            try:
+                serial(a, ones, mine)
+            except BaseException as error:
+                wrong.append(error)
+                return
+
+    other = threading.Thread(target=unrelated)
+    other.start()
+    try:
+        for _ in range(100):
+            with pytest.raises(ZeroDivisionError):
+                parallel(a, zero_late, out)
+    finally:
+        stop.set()
+        other.join()
+    assert wrong == []

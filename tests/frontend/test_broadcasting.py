@@ -178,3 +178,20 @@ def test_bool_arrays() -> None:
     assert got.dtype == np.bool_ and got.tolist() == [True, True]
     check(in_place, np.array([True, False]), np.array([True, True]),
           np.array([False, True]))
+
+
+@jit
+def count_true(a):
+    m = a > 0.5
+    return m.sum(), m.max(), np.any(m), m.mean()
+
+
+def test_reductions_of_bool_arrays() -> None:
+    check(count_true, np.array([0.1, 0.7, 0.9, 0.2]))
+    check(count_true, np.array([[0.6], [0.2]]))
+
+
+def test_big_results_ask_for_huge_pages() -> None:
+    x = np.linspace(0.0, 1.0, 600_000)  # 4.8 MB: madvise(MADV_HUGEPAGE), as numpy's
+    check(axpb, 2.0, x, 1.0)
+    assert "func.call @madvise" in axpb.inspect_mlir()

@@ -250,3 +250,19 @@ def test_a_forked_child_draws_another_stream() -> None:
     os.close(read)
     os.waitpid(pid, 0)
     assert child != draw()  # the parent's next draw: the same without reseeding
+
+
+def test_the_state_is_fetched_once_per_chunk_not_per_iteration() -> None:
+    @jit(parallel=True)
+    def fill(out):
+        for i in prange(out.shape[0]):
+            out[i] = np.random.random()
+
+    fill(np.empty(10))
+    llvm = fill.inspect_llvm()
+    declaration = next(line for line in llvm.splitlines()
+                       if line.startswith(f"declare ptr @_mlir_ciface_{STATE_SYMBOL}"))
+    group = declaration.rsplit("#", 1)[1]
+    attributes = next(line for line in llvm.splitlines()
+                      if line.startswith(f"attributes #{group} "))
+    assert "memory(none)" in attributes  # so LLVM hoists it out of the chunk's loop

@@ -353,9 +353,10 @@ def test_default_pipeline_complex(dialects: object) -> None:
 
 def test_lowered_module_is_llvm_only(dialects: object) -> None:
     lowered = dialects.lowered_mlir  # type: ignore[attr-defined]
+    code = re.sub(r'"(?:[^"\\]|\\.)*"', '""', lowered)  # checks' messages name ops
     for dialect in ("scf.", "cf.", "memref.", "linalg.", "tensor.", "complex.", "math.",
                     "arith.", "func.func"):
-        assert f" {dialect}" not in lowered, dialect
+        assert f" {dialect}" not in code, dialect
 
 
 # -- mutation fuzz: damaged modules raise, never crash ----------------------------------------

@@ -612,3 +612,21 @@ def test_engines_using_another_library_with_hooks_are_kept(tmp_path: Path) -> No
         del engine
         gc.collect()
     assert counts == [100, 200]
+
+
+def test_code_needing_an_undefined_symbol_is_a_link_error_not_text_on_stderr(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    # Generating the code fails in LLVM's JIT, which prints why on stderr: the error says
+    # it instead, naming the symbol (on CPUs without AVX512-BF16 that was __truncsfbf2).
+    from pymlirjit import Session
+
+    with pytest.raises(LinkError, match="nothing defines pymlirjit_test_undefined_global") as info:
+        Session().compile("""
+llvm.mlir.global external @pymlirjit_test_undefined_global() : i64
+func.func @read() -> i64 {
+  %p = llvm.mlir.addressof @pymlirjit_test_undefined_global : !llvm.ptr
+  %v = llvm.load %p : !llvm.ptr -> i64
+  return %v : i64
+}""").read()
+    assert list(info.value.missing) == ["pymlirjit_test_undefined_global"]
+    assert capfd.readouterr().err == ""

@@ -326,16 +326,18 @@ def test_a_warm_started_python_path_stops_at_a_failing_callback(tmp_path: Path) 
 
 def python_path_calls(call: Callable[[], object]) -> tuple[object, int]:
     """``call()``'s result (or exception), and how many calls the Python path (this
-    package's function.py) took during it."""
+    package's function.py and pythoncall.py) took during it."""
     import sys
 
     import pymlirjit.runtime.function
+    import pymlirjit.runtime.pythoncall
 
     seen = 0
+    files = {pymlirjit.runtime.function.__file__, pymlirjit.runtime.pythoncall.__file__}
 
     def profile(frame: Any, event: str, arg: object) -> None:
         nonlocal seen
-        if event == "call" and frame.f_code.co_filename == pymlirjit.runtime.function.__file__:
+        if event == "call" and frame.f_code.co_filename in files:
             seen += 1
 
     sys.setprofile(profile)

@@ -8,17 +8,15 @@ import pytest
 
 from pymlirjit import SignatureError, callback, f64
 from pymlirjit.callbacks import Callback, CallbackRegistry
+from pymlirjit.runtime.artifacts import LOADERS, build_artifact, load
 from pymlirjit.runtime.cacheentry import KINDS
 from pymlirjit.runtime.engine import ExecutionEngine
 from pymlirjit.runtime.module import (
-    LOADERS,
     CompiledModule,
     attach_native_entries,
-    build_artifact,
     build_engine,
     call_policy,
     engine_module,
-    load,
 )
 from pymlirjit.runtime.objectfile import ObjectEngine
 from pymlirjit.runtime.prepare import CompileOptions, PreparedModule, lower, prepare

@@ -1,7 +1,7 @@
 """Allocation tracking: a call unwound by ``longjmp`` frees the memory its code allocated.
 
 A failing check or callback may end a kernel call at once (see
-:func:`pymlirjit.runtime.module.call_policy`): the compiled code never reaches its own
+:func:`pymlirjit.runtime.gilpolicy.call_policy`): the compiled code never reaches its own
 ``free`` of a temporary buffer, nor returns the results it allocated. Compiled code
 of every module therefore allocates through the trackers defined here
 (:data:`~pymlirjit.boundary.failures.ALLOCATION_TRACKERS`;

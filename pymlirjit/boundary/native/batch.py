@@ -12,6 +12,7 @@ from typing import Any
 from llvmlite import ir
 
 from ..abi import BoundaryABI
+from ..buildgate import building
 from .allocations import add_trackers
 from .builder import (
     _C_API,
@@ -190,14 +191,16 @@ class NativeBatch:
         assert not self.relocatable, "relocatable code is emitted, not run here"
         if not self.symbols:
             return [], ()
-        addresses, engine = self.jit.compile_all(self.unit.module, self.symbols)
+        with building():  # a fork waits for it
+            addresses, engine = self.jit.compile_all(self.unit.module, self.symbols)
         return addresses, (engine, self.unit.embedded)
 
     def emit_object(self) -> bytes:
         """Relocatable code: the object file defining every function added (by the
         names in ``symbols``), for a shared library."""
         assert self.relocatable, "only relocatable code is emitted"
-        return self.jit.emit_object(self.unit.module)
+        with building():  # a fork waits for it
+            return self.jit.emit_object(self.unit.module)
 
 
 _tracker_code: list[object] = []  # the process trackers' machine code, kept for good

@@ -241,7 +241,7 @@ class _ResultsBuilder(_FunctionBuilder):
 
     def read_results_in_python(self, results: ir.Value) -> ir.Value:
         """``python_path.read_results(address of results, *args)`` (see
-        :meth:`pymlirjit.runtime.function._PythonCall.read_results`)."""
+        :meth:`pymlirjit.runtime.pythoncall.PythonCall.read_results`)."""
         b = self.builder
         python_path = self.python_path(self.self_obj)
         name = self.cstring("read_results")
