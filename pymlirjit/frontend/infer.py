@@ -482,23 +482,13 @@ class Inference:
         result = promote(a, b)
         if isinstance(op, ast.Div) and not result.is_float:
             return WEAK_FLOAT if result.weak else F64
-        exponent = node.right if isinstance(node, ast.BinOp) else \
-            node.value if isinstance(node, ast.AugAssign) else None
-        if isinstance(op, ast.Pow) and result.is_int and exponent is not None \
-                and _negative_literal(exponent):
+        exponent = getattr(node, "right", getattr(node, "value", None))  # x ** n, x **= n
+        if isinstance(op, ast.Pow) and result.is_int and (literal_int(exponent) or 0) < 0:
             return WEAK_FLOAT if result.weak else F64  # Python's 2 ** -1 == 0.5
         return result
 
     def call(self, node: ast.Call) -> JType | None:
         return type_call(self, node)
-
-
-def _negative_literal(node: ast.expr) -> bool:
-    """``-2`` (or a literal negative int): an exponent that makes ``int ** n`` a float."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = node.operand
-        return isinstance(inner, ast.Constant) and type(inner.value) is int and inner.value > 0
-    return isinstance(node, ast.Constant) and type(node.value) is int and node.value < 0
 
 
 def _as_load(target: ast.expr) -> ast.expr:
