@@ -119,8 +119,8 @@ class JitFunction(NativeCallable):
         self._links: list[_Link] = []
         self._linked: list[Any] = []  # the compiled functions the chain enters
         self._exact: dict[int, tuple[Any, int, object]] = {}  # id(function) -> entry
-        # Specializations to generate again on their next call (the cache was cleared or
-        # a callback redefined since: the globals they link may name new objects).
+        # Specializations linking callbacks, to generate again on their next call (the
+        # cache was cleared or a callback redefined since: their globals may name new ones).
         self._stale: set[tuple[JType, ...]] = set()
 
     def dispatch(self, *args: Any, **kwargs: Any) -> Any:
@@ -218,7 +218,7 @@ class JitFunction(NativeCallable):
         redefined): calls go through :meth:`dispatch`, which compiles again."""
         with self.session.lock:
             self._unchain()
-            self._stale = set(self._specs)
+            self._stale = {p for p, (_, spec) in self._specs.items() if spec.callbacks}
             self._kernels = {}
 
     forget = invalidate
