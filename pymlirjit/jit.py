@@ -119,6 +119,9 @@ class JitFunction(NativeCallable):
         self._links: list[_Link] = []
         self._linked: list[Any] = []  # the compiled functions the chain enters
         self._exact: dict[int, tuple[Any, int, object]] = {}  # id(function) -> entry
+        # Specializations linking callbacks, to generate again on their next call (the
+        # cache was cleared or a callback redefined since: their globals may name new ones).
+        self._stale: set[tuple[JType, ...]] = set()
 
     def dispatch(self, *args: Any, **kwargs: Any) -> Any:
         """Run the specialization of these arguments (compiled on first use)."""
@@ -215,6 +218,8 @@ class JitFunction(NativeCallable):
         redefined): calls go through :meth:`dispatch`, which compiles again."""
         with self.session.lock:
             self._unchain()
+            self._stale = {p for p, (_, spec) in self._specs.items() if spec.callbacks}
+            self._kernels = {}
 
     forget = invalidate
 
@@ -255,8 +260,9 @@ class JitFunction(NativeCallable):
     def _compile_types(self, params: tuple[JType, ...]) -> Kernel:
         with self._lock:  # one compilation per specialization, whatever the threads
             found = self._specs.get(params)
-            if found is not None:
+            if found is not None and params not in self._stale:
                 return found[0]
+            self._stale.discard(params)
             options = self._options
             from .frontend.program import specialize
 

@@ -10,7 +10,10 @@ from typing import Any
 from ..boundary.failures import ZERO_DIVISION
 from .checks_writer import CheckWriter, constant_value
 
-__all__ = ["DIVISIONS", "check_division"]
+__all__ = ["DIVISIONS", "ZERO_MESSAGE", "check_division"]
+
+#: The attribute of an integer division naming its ZeroDivisionError's message.
+ZERO_MESSAGE = "pymlirjit.zero_message"
 
 #: ``<fenv.h>``'s FE_DIVBYZERO and FE_OVERFLOW, by machine (glibc's values).
 _FP_FLAGS = {"x86_64": (0x04, 0x08), "AMD64": (0x04, 0x08), "aarch64": (0x02, 0x04),
@@ -71,7 +74,19 @@ def check_division(w: CheckWriter, op: Any, signed: bool) -> None:
                 w.if_failed(w.any(overflow), lambda: _raise_fp_flag(w, overflowed))
             return
         w.if_failed(w.any(zero), lambda: w.fail(
-            ZERO_DIVISION, f"integer division or modulo by zero in {w.where(op)}"))
+            ZERO_DIVISION, f"{_zero_message(op)} in {w.where(op)}"))
+
+
+def _zero_message(op: Any) -> str:
+    """The message of ``op``'s ZeroDivisionError: its ``pymlirjit.zero_message``
+    attribute (a float division written as an integer one, by ``@jit``), or Python's
+    message for an integer division."""
+    from mlir import ir
+
+    attributes = op.operation.attributes
+    if ZERO_MESSAGE in attributes:
+        return str(ir.StringAttr(attributes[ZERO_MESSAGE]).value)
+    return "integer division or modulo by zero"
 
 
 def _zero_where_zero(w: CheckWriter, op: Any, zero: Any) -> None:

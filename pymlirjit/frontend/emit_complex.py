@@ -140,7 +140,8 @@ class ComplexMixin(EmitBase):
         self.branch(is_zero, fail, ok)
         self.start(fail)
         as_int = self.op(f"arith.fptosi {part} : {pt.mlir} to i64")
-        quotient = self.op(f"arith.divsi {self.const(1, I64).ssa}, {as_int} : i64")
+        quotient = self.op(f"arith.divsi {self.const(1, I64).ssa}, {as_int} "
+                           f'{{pymlirjit.zero_message = "complex division by zero"}} : i64')
         self.do(f"memref.store {quotient}, {self.slot(I64)}[] : memref<i64>")
         self.goto(ok)
         self.start(ok)

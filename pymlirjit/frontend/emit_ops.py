@@ -20,6 +20,11 @@ _CMP_FLOAT = {ast.Lt: "olt", ast.LtE: "ole", ast.Gt: "ogt", ast.GtE: "oge", ast.
               ast.NotEq: "une"}
 
 
+#: Python's messages for a float division by zero, by operator.
+_ZERO_MESSAGES = {ast.Div: "float division by zero", ast.FloorDiv: "float floor division by zero",
+                  ast.Mod: "float modulo"}
+
+
 class OpsMixin(EmitBase):
     """Arithmetic, comparisons, boolean operators and conditional expressions."""
 
@@ -33,13 +38,16 @@ class OpsMixin(EmitBase):
             b = self.convert(b, t)
             a = self.convert(a, t)
             return Value(self.op(f"math.ipowi {a.ssa}, {b.ssa} : {t.mlir}"), t)
+        of_ints = all(isinstance(v.type, Scalar) and v.type.kind in ("int", "uint", "bool")
+                      for v in (a, b))
         a, b = self.convert(a, t), self.convert(b, t)
         x, y, m = a.ssa, b.ssa, t.mlir
         if t.kind == "float":
             if isinstance(op, ast.Pow):
                 return Value(self.op(f"math.powf {x}, {y} : {m}"), t)
             if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)) and not _nonzero(divisor):
-                self.zero_check(b)
+                self.zero_check(b, "division by zero" if of_ints and isinstance(op, ast.Div)
+                                else _ZERO_MESSAGES[type(op)])
             if type(op) in _FLOAT:
                 return Value(self.op(f"arith.{_FLOAT[type(op)]} {x}, {y} : {m}"), t)
             return self.float_divmod(op, a, b)
@@ -54,9 +62,10 @@ class OpsMixin(EmitBase):
             name = "divui" if unsigned else "floordivsi"
             return Value(self.op(f"arith.{name} {x}, {y} : {m}"), t)
         if isinstance(op, ast.Mod):
+            said = '{pymlirjit.zero_message = "integer modulo by zero"}'  # Python's
             if unsigned:
-                return Value(self.op(f"arith.remui {x}, {y} : {m}"), t)
-            r = self.op(f"arith.remsi {x}, {y} : {m}")
+                return Value(self.op(f"arith.remui {x}, {y} {said} : {m}"), t)
+            r = self.op(f"arith.remsi {x}, {y} {said} : {m}")
             zero = self.const(0, t).ssa
             nonzero = self.op(f"arith.cmpi ne, {r}, {zero} : {m}")
             r_neg = self.op(f"arith.cmpi slt, {r}, {zero} : {m}")
@@ -67,9 +76,11 @@ class OpsMixin(EmitBase):
             return Value(self.op(f"arith.select {fix}, {fixed}, {r} : {m}"), t)
         raise self.error(self.at, f"operator {type(op).__name__} is not supported on {t}")
 
-    def zero_check(self, b: Value) -> None:
-        """ZeroDivisionError when the float ``b`` is zero (through checked mode's integer
-        division check; ``error_model="numpy"`` lets the division give inf or nan)."""
+    def zero_check(self, b: Value, message: str = "float division by zero") -> None:
+        """ZeroDivisionError(``message``) when the float ``b`` is zero (through checked
+        mode's integer division check, which reads ``message`` from the division's
+        ``pymlirjit.zero_message`` attribute; ``error_model="numpy"`` lets the division
+        give inf or nan)."""
         assert isinstance(b.type, Scalar)
         zero = self.const(0.0, b.type).ssa
         is_zero = self.op(f"arith.cmpf oeq, {b.ssa}, {zero} : {b.type.mlir}")
@@ -77,7 +88,8 @@ class OpsMixin(EmitBase):
         self.branch(is_zero, fail, ok)
         self.start(fail)
         as_int = self.op(f"arith.fptosi {b.ssa} : {b.type.mlir} to i64")
-        quotient = self.op(f"arith.divsi {self.const(1, I64).ssa}, {as_int} : i64")
+        quotient = self.op(f"arith.divsi {self.const(1, I64).ssa}, {as_int} "
+                           f"{{pymlirjit.zero_message = \"{message}\"}} : i64")
         # Stored, so that no pattern erases the division as dead before checked mode
         # sees it (LLVM drops the store into the unused slot afterwards).
         self.do(f"memref.store {quotient}, {self.slot(I64)}[] : memref<i64>")

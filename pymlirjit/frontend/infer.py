@@ -484,6 +484,9 @@ class Inference:
         result = promote(a, b)
         if isinstance(op, ast.Div) and not result.is_float:
             return WEAK_FLOAT if result.weak else F64
+        exponent = getattr(node, "right", getattr(node, "value", None))  # x ** n, x **= n
+        if isinstance(op, ast.Pow) and result.is_int and (literal_int(exponent) or 0) < 0:
+            return WEAK_FLOAT if result.weak else F64  # Python's 2 ** -1 == 0.5
         return result
 
     def call(self, node: ast.Call) -> JType | None:
