@@ -15,6 +15,7 @@ from . import complexes
 from .calls import Target
 from .diagnostics import JitTypeError
 from .host import Host
+from .infer_access import attribute_type, subscript_type
 from .infer_arrays import array_binop, array_compare, array_unary, in_place_type
 from .infer_calls import type_call
 from .intrinsics import CONSTANTS, scalar_type_of
@@ -408,58 +409,10 @@ class Inference:
         raise self.error(node, f"{type(node).__name__} expressions are not supported")
 
     def attribute(self, node: ast.Attribute) -> JType | None:
-        base = self.expr(node.value)
-        if base is None:
-            return None
-        if isinstance(base, Scalar):  # x.real, z.imag
-            return complexes.attribute_type(self, node, base)
-        if isinstance(base, Array):
-            if node.attr == "shape":
-                return Tuple((WEAK_INT,) * base.ndim)
-            if node.attr in ("ndim", "size"):
-                return WEAK_INT
-            if node.attr == "flat" and base.contiguous:
-                return Array(base.dtype, 1, True)
-            if node.attr == "T":  # a view with the axes reversed
-                return Array(base.dtype, base.ndim, False) if base.ndim > 1 else base
-        raise self.error(node, f"{base} has no attribute {node.attr!r} in @jit code",
-                         "arrays have .shape, .ndim, .size (and .flat when contiguous)")
+        return attribute_type(self, node)
 
     def subscript(self, node: ast.Subscript) -> JType | None:
-        base = self.expr(node.value)
-        if base is None:
-            return None
-        if isinstance(base, Tuple):
-            value = literal_int(node.slice)
-            if value is None or not -len(base.items) <= value < len(base.items):
-                raise self.error(node.slice, "a tuple index must be an integer literal in "
-                                 "range")
-            return base.items[value]
-        if not isinstance(base, Array):
-            raise self.error(node, f"{base} cannot be indexed")
-        indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        dots = [i for i, n in enumerate(indices) if isinstance(n, ast.Constant) and n.value is ...]
-        if dots and dots != [len(indices) - 1]:
-            raise self.error(node.slice, "... is supported as the last index only")
-        indices = indices[:-1] if dots else indices
-        if len(indices) > base.ndim:
-            raise self.error(node.slice, f"too many indices for a {base.ndim}-d array")
-        kept = base.ndim - len(indices)
-        for index in indices:
-            if isinstance(index, ast.Slice):
-                kept += 1
-                for part in (index.lower, index.upper, index.step):
-                    if part is not None:
-                        self._int(part)
-            else:
-                self._int(index)
-        return base.dtype if kept == 0 else Array(base.dtype, kept, False)
-
-    def _int(self, node: ast.expr) -> None:
-        t = self.expr(node)
-        if t is not None and not (isinstance(t, Scalar) and t.is_int):
-            raise self.error(node, f"indices must be integers, got {t}",
-                             "convert with int(); fancy (array) indexing is not supported")
+        return subscript_type(self, node)
 
     def binop(self, op: ast.operator, a: JType, b: JType, node: ast.AST) -> JType:
         if isinstance(a, Array) or isinstance(b, Array):
