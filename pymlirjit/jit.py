@@ -84,6 +84,25 @@ class _Link(NativeCallable):
         return self.after(*args, **kwargs)
 
 
+class _HandOn:
+    """What a specialization's native entry hands its Python calls to: the calls it does
+    not take go on to ``after`` (the next entry, or dispatch); anything else the entry
+    asks for (``read_results``, for results it reads in Python) is its own function's
+    Python path's."""
+
+    __slots__ = ("_after", "_python_call")
+
+    def __init__(self, after: Callable[..., Any], python_call: Any) -> None:
+        self._after = after
+        self._python_call = python_call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._after(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._python_call, name)
+
+
 class JitFunction(NativeCallable):
     """A ``@jit`` function: call it like the Python function. Attributes: ``py_func``
     (the Python function), :attr:`signatures`, :meth:`inspect_mlir`, :meth:`compile`.
@@ -117,6 +136,7 @@ class JitFunction(NativeCallable):
         self._python_calls = 0
         self._native = False
         self._links: list[_Link] = []
+        self._hand_ons: list[_HandOn] = []
         self._linked: list[Any] = []  # the compiled functions the chain enters
         self._exact: dict[int, tuple[Any, int, object]] = {}  # id(function) -> entry
         # Specializations linking callbacks, to generate again on their next call (the
@@ -191,18 +211,22 @@ class JitFunction(NativeCallable):
                     self._exact[id(function)] = (function, addresses[index], code)
             natives = [(f, a if a != -1 else self._exact[id(f)][1]) for f, a in natives]
             after: Any = self.dispatch
-            self._dispatch_ref = after  # the entries borrow it: kept alive here
+            hand_ons = []  # the entries borrow them: kept alive here
             links = []
             for function, entry in reversed(natives[1:]):
                 link = _Link(after)
-                set_entry(link, entry, after, function._python_call.in_flight)
+                hand_ons.append(_HandOn(after, function._python_call))
+                set_entry(link, entry, hand_ons[-1], function._python_call.in_flight)
                 links.append(link)
                 after = link
             self._links = links
             self._linked = [f for f, _ in natives]
             if natives:
                 first, entry = natives[0]
-                set_entry(self, entry, after, first._python_call.in_flight)
+                hand_ons.append(_HandOn(after, first._python_call))
+                set_entry(self, entry, hand_ons[-1], first._python_call.in_flight)
+            # Kept for good: a call in flight may still hand back to an old chain's.
+            self._hand_ons.extend(hand_ons)
 
     def _unchain(self) -> None:
         clear_entry(self)  # first: no call enters the chain from now on

@@ -143,3 +143,19 @@ def test_clearing_the_session_cache_recompiles() -> None:
     session.clear_cache()
     assert twice(3) == 6 and twice(1.5) == 3.0
     assert session.cache_info().size == 2  # both compiled again into the emptied cache
+
+
+def test_views_returned_through_the_chain_of_native_entries() -> None:
+    # A result the native entry reads in Python (a strided view) is read by its own
+    # specialization, whichever link of the chain of entries took the call.
+    @jit
+    def pair(a):  # type: ignore[no-untyped-def]
+        return a + 0, a[:, ::2]
+
+    x = np.arange(12.0).reshape(3, 4)
+    y = np.arange(24).reshape(3, 8)[:, ::2]
+    for _ in range(3):
+        for value in (x, y):
+            whole, view = pair(value)
+            np.testing.assert_array_equal(whole, value)
+            np.testing.assert_array_equal(view, value[:, ::2])
