@@ -1098,7 +1098,7 @@ def test_a_parallel_module_allocates_memory_another_thread_frees_from_the_c_libr
     assert calls["parallel_compute_fn"] == tracked
     assert calls["async_execute_fn"] == {"aligned_alloc", ALLOCATION_TRACKERS["free"]}
     assert calls["__pymlirjit_par_execute"] == {"malloc"}
-    assert calls["__pymlirjit_par_run"] == {ALLOCATION_TRACKERS["free"]}
+    assert calls["__pymlirjit_par_once"] == {ALLOCATION_TRACKERS["free"]}  # runs a task
     assert m.make(10, 3, 1).tolist() == [3] * 10
 
 
@@ -1145,7 +1145,10 @@ def test_an_unwound_call_frees_what_kernels_with_shared_libraries_allocated_for_
                            ("handed", lambda: m.handed(1000, 6, 0))]:
             say(name, grown(call))
     """), cwd=ROOT, SOURCE=PARALLEL_MAKE, KIND=kind)
-    assert rows[0] == ["False", "True", "True", "3", "2", "[4, 4, 4]"]
+    # A parallel @make's worker threads may call Python (its failure callback): @held,
+    # which links it, then releases the GIL and runs on at a failure (issue 31 item 2).
+    unwinds = "True" if kind == "shared-libs" else "False"
+    assert rows[0] == ["False", "True", unwinds, "3", "2", "[4, 4, 4]"]
     for name, grew in rows[1:4]:
         assert int(grew) < 2 << 20, f"{name}: {int(grew) >> 10} KiB more"
 

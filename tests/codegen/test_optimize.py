@@ -156,7 +156,9 @@ def test_boundscheck_checks_every_access_of_a_matmul(
     module = session.compile(MATMUL, boundscheck=True, opt_level=opt_level)
     assert "__pymlirjit_matmul" not in module.lowered_mlir
     a, b, c = (np.ones(shape, np.float32) for shape in shapes)
-    with pytest.raises(IndexError, match="out of bounds"):
+    # Shapes that disagree are refused once, before the loops (issue 29 item 1); the
+    # accesses past the ends are what boundscheck catches where they agree.
+    with pytest.raises((IndexError, ValueError), match="out of bounds|shape mismatch"):
         module.matmul(a, b, c)
 
 
@@ -172,4 +174,5 @@ def test_the_microkernels_loops_are_not_unrolled(session: Session) -> None:
     assert "!llvm.loop" in translate(module.lowered_mlir)
     from pymlirjit.runtime.llvmir import assembly
 
-    assert assembly(module.lowered_mlir).count("vfmadd") <= 30  # 22 on AVX-512 hosts
+    # 22 on Intel AVX-512 hosts, 44 on Zen 4 (its kernel differs); unrolled: 86 and more.
+    assert assembly(module.lowered_mlir).count("vfmadd") <= 48
