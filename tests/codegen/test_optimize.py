@@ -158,7 +158,7 @@ def test_boundscheck_checks_every_access_of_a_matmul(
     a, b, c = (np.ones(shape, np.float32) for shape in shapes)
     # Shapes that disagree are refused once, before the loops (issue 29 item 1); the
     # accesses past the ends are what boundscheck catches where they agree.
-    with pytest.raises((IndexError, ValueError), match="out of bounds|shape mismatch"):
+    with pytest.raises((IndexError, ValueError), match=r"out of bounds|shape mismatch"):
         module.matmul(a, b, c)
 
 
