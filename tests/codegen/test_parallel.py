@@ -306,22 +306,28 @@ def test_a_slow_thread_hands_its_chunks_to_the_others(two_threads: None) -> None
     ran: dict[int, int] = {}
     first = threading.Lock()
 
+    n = 1600
+    share = n // (2 * CHUNKS_PER_THREAD)
+
     @callback(session=session)
     def twice(i: index) -> f64:
         me = threading.get_ident()
         ran[me] = ran.get(me, 0) + 1
         if i == 0 and first.acquire(blocking=False):
-            time.sleep(1.0)  # the thread of chunk 0, the first of its share
+            # The thread of chunk 0, the first of its share, held up until the other has
+            # done all but that chunk (or 10 s: on a loaded machine 1 s was not enough).
+            deadline = time.monotonic() + 10
+            while sum(ran.values()) < n - share + 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
         return 2.0 * i
 
-    n = 1600
     module = session.compile(CALLS_BACK)
     c = np.zeros(n)
     module.fill(c)
     np.testing.assert_array_equal(c, 2.0 * np.arange(n))
     assert len(ran) == 2 and sum(ran.values()) == n
     # Static halves would give each thread 800; the sleeper keeps only what it had started.
-    assert min(ran.values()) <= n // (2 * CHUNKS_PER_THREAD), ran
+    assert min(ran.values()) <= share, ran
 
 
 def test_gil_is_released_while_workers_run(two_threads: None) -> None:
