@@ -18,6 +18,7 @@ from .complexes import part_type
 from .emit_base import EmitBase, Value, float_literal
 from .intrinsics import Intrinsic
 from .jtypes import I64, WEAK_COMPLEX, JType, Scalar, literal_int
+from .zero_messages import COMPLEX_DIVISION
 
 __all__ = ["ComplexMixin"]
 
@@ -141,7 +142,7 @@ class ComplexMixin(EmitBase):
         self.start(fail)
         as_int = self.op(f"arith.fptosi {part} : {pt.mlir} to i64")
         quotient = self.op(f"arith.divsi {self.const(1, I64).ssa}, {as_int} "
-                           f'{{pymlirjit.zero_message = "complex division by zero"}} : i64')
+                           f'{{pymlirjit.zero_message = "{COMPLEX_DIVISION}"}} : i64')
         self.do(f"memref.store {quotient}, {self.slot(I64)}[] : memref<i64>")
         self.goto(ok)
         self.start(ok)

@@ -8,6 +8,7 @@ import ast
 
 from .emit_base import EmitBase, Value
 from .jtypes import BOOL, I64, JType, Optional, Scalar
+from .zero_messages import FLOAT_BY_OPERATOR, INT_DIVISION, INT_MODULO
 
 __all__ = ["OpsMixin"]
 
@@ -18,11 +19,6 @@ _CMP_INT = {ast.Lt: "slt", ast.LtE: "sle", ast.Gt: "sgt", ast.GtE: "sge", ast.Eq
             ast.NotEq: "ne"}
 _CMP_FLOAT = {ast.Lt: "olt", ast.LtE: "ole", ast.Gt: "ogt", ast.GtE: "oge", ast.Eq: "oeq",
               ast.NotEq: "une"}
-
-
-#: Python's messages for a float division by zero, by operator.
-_ZERO_MESSAGES = {ast.Div: "float division by zero", ast.FloorDiv: "float floor division by zero",
-                  ast.Mod: "float modulo"}
 
 
 class OpsMixin(EmitBase):
@@ -46,8 +42,8 @@ class OpsMixin(EmitBase):
             if isinstance(op, ast.Pow):
                 return Value(self.op(f"math.powf {x}, {y} : {m}"), t)
             if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)) and not _nonzero(divisor):
-                self.zero_check(b, "division by zero" if of_ints and isinstance(op, ast.Div)
-                                else _ZERO_MESSAGES[type(op)])
+                self.zero_check(b, INT_DIVISION if of_ints and isinstance(op, ast.Div)
+                                else FLOAT_BY_OPERATOR[type(op)])
             if type(op) in _FLOAT:
                 return Value(self.op(f"arith.{_FLOAT[type(op)]} {x}, {y} : {m}"), t)
             return self.float_divmod(op, a, b)
@@ -62,7 +58,7 @@ class OpsMixin(EmitBase):
             name = "divui" if unsigned else "floordivsi"
             return Value(self.op(f"arith.{name} {x}, {y} : {m}"), t)
         if isinstance(op, ast.Mod):
-            said = '{pymlirjit.zero_message = "integer modulo by zero"}'  # Python's
+            said = f'{{pymlirjit.zero_message = "{INT_MODULO}"}}'
             if unsigned:
                 return Value(self.op(f"arith.remui {x}, {y} {said} : {m}"), t)
             r = self.op(f"arith.remsi {x}, {y} {said} : {m}")
@@ -76,7 +72,7 @@ class OpsMixin(EmitBase):
             return Value(self.op(f"arith.select {fix}, {fixed}, {r} : {m}"), t)
         raise self.error(self.at, f"operator {type(op).__name__} is not supported on {t}")
 
-    def zero_check(self, b: Value, message: str = "float division by zero") -> None:
+    def zero_check(self, b: Value, message: str = FLOAT_BY_OPERATOR[ast.Div]) -> None:
         """ZeroDivisionError(``message``) when the float ``b`` is zero (through checked
         mode's integer division check, which reads ``message`` from the division's
         ``pymlirjit.zero_message`` attribute; ``error_model="numpy"`` lets the division

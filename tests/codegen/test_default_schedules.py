@@ -161,10 +161,13 @@ def test_several_threads_at_once(session: Session) -> None:
 
 
 FORKED = """
-import os, sys
+import os, sys, warnings
 import numpy as np
 from pymlirjit import Session
 from tests.codegen.test_default_schedules import MATMUL
+# Python 3.12+ warns on fork() in a process with threads (the parallel runtime's workers):
+# what this test checks is that the child still runs the code.
+warnings.simplefilter("ignore", DeprecationWarning)
 mm = Session(parallel=len(sys.argv) > 1).compile(MATMUL.replace("T", "f64")).mm
 a, b = np.arange(12.0).reshape(3, 4), np.arange(800.0).reshape(4, 200)  # 13 panels
 c = np.zeros((3, 200))
