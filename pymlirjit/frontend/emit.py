@@ -1,14 +1,15 @@
 """The emitter: one Python function (specialized for its parameter types) as one
 ``func.func`` whose body is a control-flow graph of ``cf`` blocks, every op located at its
 Python line and column. Its parts: :mod:`.emit_base`, :mod:`.emit_ops`,
-:mod:`.emit_arrays`, :mod:`.emit_loops`, :mod:`.emit_calls`, :mod:`.emit_parallel`."""
+:mod:`.emit_arrays`, :mod:`.emit_loops`, :mod:`.emit_calls`, :mod:`.emit_parallel`,
+:mod:`.emit_memory`."""
 
 from __future__ import annotations
 
 import ast
 from typing import TYPE_CHECKING
 
-from .calls import mlir_of
+from .calls import Callee, ForeignCall, mlir_of
 from .emit_arrays import ArraysMixin
 from .emit_base import Value
 from .emit_calls import CallsMixin, flat_types, flatten_values, rebuild
@@ -16,13 +17,14 @@ from .emit_complex import ComplexMixin
 from .emit_elementwise import ElementwiseMixin
 from .emit_linalg import LinalgMixin
 from .emit_loops import LoopsMixin
+from .emit_memory import MemoryMixin
 from .emit_numpy import NumpyMixin
 from .emit_ops import OpsMixin
 from .emit_parallel import ParallelMixin
 from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .npfunctions import NumpyCall
-from .ownership import freeable
+from .ownership import freeable, has_array
 from .reductions import ReductionsMixin
 from .syntax import assignment_counts
 
@@ -35,7 +37,7 @@ __all__ = ["Emitter"]
 
 
 class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin, ComplexMixin,
-              ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin, RandomMixin):
+              ElementwiseMixin, OpsMixin, ParallelMixin, LoopsMixin, RandomMixin, MemoryMixin):
     """Emit one function: :meth:`function` returns its text."""
 
     def __init__(self, program: Host, source: FunctionSource, info: Inference,
@@ -53,8 +55,10 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
                 and getattr(t, "op", "") not in ("transpose", "reshape"))}
         allocating |= {n for n, t in info.types.items()
                        if isinstance(n, (ast.BinOp, ast.UnaryOp)) and isinstance(t, Array)}
-        self.freeable = freeable(source.tree, info.types, info.targets,
-                                 self.assignment_counts, allocating)
+        calls = {c for c, t in info.targets.items()
+                 if isinstance(t, (Callee, ForeignCall)) and has_array(t.result)}
+        self.freeable = freeable(source.tree, info.types, info.variables,
+                                 self.assignment_counts, allocating, allocating | calls)
 
     def function(self) -> str:
         tree = self.source.tree
@@ -134,7 +138,8 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
             self.assertion(stmt)
         elif isinstance(stmt, ast.Expr) and not (isinstance(stmt.value, ast.Constant)
                                                  and isinstance(stmt.value.value, str)):
-            self.expr(stmt.value)
+            for v in flatten_values(self.expr(stmt.value)):  # helper(t): its result unused
+                self.release(v)
 
     def assign(self, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):

@@ -74,9 +74,17 @@ class ArraysMixin(EmitBase):
         assert isinstance(base.type, Array)
         indices = self.indices(node)
         if any(isinstance(i, ast.Slice) for i in indices) or len(indices) < base.type.ndim:
-            return self.view(base, indices, node)
+            view = self.view(base, indices, node)
+            if base.ssa in self.fresh_temps:  # make(n)[1:]: the view holds its memory now
+                self.fresh_temps.discard(base.ssa)
+                self.fresh_temps.add(view.ssa)
+                if base.ssa in self.owned_if:
+                    self.owned_if[view.ssa] = self.owned_if[base.ssa]
+            return view
         idx = [self.index_into(base, d, i) for d, i in enumerate(indices)]
-        return self.load_at(base, idx)
+        element = self.load_at(base, idx)
+        self.release(base)  # make(n)[0]: the array is not needed any more
+        return element
 
     def store_element(self, target: ast.Subscript, value: Value) -> None:
         base = self.expr(target.value)

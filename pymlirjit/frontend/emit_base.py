@@ -77,12 +77,18 @@ class EmitBase:
         self.scopes: list[list[Value]] = []
         # Arrays whole-array expressions made that nothing holds yet (freed once used).
         self.fresh_temps: set[str] = set()
+        # Arrays a call returned that are new memory only if an i1 says so (a compiled
+        # callee or a linked kernel may return a view of an argument): array -> that i1.
+        self.owned_if: dict[str, str] = {}
 
     def free(self, depth: int) -> None:
-        """Free the arrays of the blocks from ``depth`` on (before leaving them)."""
-        for scope in self.scopes[depth:]:
-            for v in scope:
-                self.do(f"memref.dealloc {v.ssa} : {v.type.mlir}")  # type: ignore[union-attr]
+        raise NotImplementedError
+
+    def dealloc(self, v: Value) -> None:
+        raise NotImplementedError
+
+    def settle_ownership(self, args: list[Value], result: Value) -> None:
+        raise NotImplementedError
 
     # -- given by the parts of the emitter (:mod:`.emit` and its mixins) ---------------
 
@@ -270,9 +276,11 @@ class EmitBase:
 
     def store_var(self, name: str, value: Value) -> None:
         t = self.info.variables[name]
-        value = self.convert(value, t)
+        original, value = value, self.convert(value, t)
         if isinstance(t, Array):
             self.fresh_temps.discard(value.ssa)  # held by the variable now
+            if original.ssa in self.owned_if:  # a cast of a call's result
+                self.owned_if.setdefault(value.ssa, self.owned_if[original.ssa])
             self.arrays[name] = value
             return
         for (s, st), item in zip(self.slots_of(name, t), _flatten(value)):

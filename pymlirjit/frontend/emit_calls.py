@@ -70,10 +70,10 @@ class CallsMixin(EmitBase):
                                      and target.kind == "npcomplex" else [])
             return self.intrinsic(target, [self.expr(a) for a in operands], result)
         args = [self.expr(a) for a in node.args]
-        if isinstance(target, Callee):
-            return self.call_function(target.symbol, target.params, args, target.result)
-        assert isinstance(target, ForeignCall)
-        return self.call_function(target.symbol, target.params, args, target.result)
+        assert isinstance(target, (Callee, ForeignCall))
+        value = self.call_function(target.symbol, target.params, args, target.result)
+        self.settle_ownership(args, value)
+        return value
 
     def call_function(self, symbol: str, params: tuple[JType, ...], args: list[Value],
                       result: JType) -> Value:

@@ -351,12 +351,6 @@ class ElementwiseMixin(EmitBase):
             return Value(self.op(f"math.{f.op} {a.ssa} : {t.mlir}"), t)
         return self.intrinsic(f, args, t)
 
-    def release(self, v: Value) -> None:
-        """Free ``v`` if it is an intermediate array nothing else holds."""
-        if v.ssa in self.fresh_temps and isinstance(v.type, Array):
-            self.fresh_temps.discard(v.ssa)
-            self.do(f"memref.dealloc {v.ssa} : {v.type.mlir}")
-
     def elementwise(self, compute: Callable[[list[Value]], Value], operands: list[Value],
                     result: Array) -> Value:
         """``compute`` on the elements of ``operands`` (broadcast) into a new array."""

@@ -1,61 +1,139 @@
-"""Which arrays a function allocates it may free itself: those that cannot outlive the
-block of statements that made them.
+"""Which arrays a function allocates it may free itself: those no value outliving the
+block of statements that made them can still reach.
 
-An array made by ``np.empty``/``zeros``/``ones`` (or ``*_like``) and bound once to a
-variable that no return, no assignment of an array value, no ``for`` header and no call
-into a compiled or Python function ever sees, is freed when its block ends (each
-iteration, for a loop body) and on every ``break``, ``continue`` and ``return`` leaving
-that block (numba's reference counting frees them as well). Arrays that escape are
-returned to Python, which owns them; the others would leak at every call."""
+A variable bound once to a new array (``np.empty``/``zeros``/``ones`` and ``*_like``, a
+whole-array expression, an allocating numpy function, or the array result of a call
+into a compiled function or a callback) is freed when its block ends (each iteration,
+for a loop body) and on every ``break``, ``continue`` and ``return`` leaving that block,
+as numba's reference counting frees it, provided that
+
+- no ``return`` hands it (or a view of it) to the caller, and
+- every variable that may hold it or a view of it (``u = t[1:]``, ``v = t.T``,
+  ``for row in t``, ``w = helper(t)``: its *aliases*, followed transitively) is read and
+  written only inside that block, so nothing uses the memory after it is freed.
+
+A call does not keep its array arguments: a callback sees them as views valid during the
+call, and a compiled callee can only hand them on through its result (which then
+aliases them). Whether a call's array result is new memory or a view of an argument is
+known only when it runs: :class:`~.emit_calls.CallsMixin` compares their base pointers."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from typing import Any
 
-from .jtypes import Array, JType
+from .jtypes import Array, JType, Optional, Tuple
 
-__all__ = ["freeable"]
+__all__ = ["aliases", "freeable", "has_array"]
 
 
-def _names(node: ast.AST | None) -> set[str]:
-    if node is None:
+def has_array(t: JType | None) -> bool:
+    """Whether a value of ``t`` holds an array (itself or in a tuple or an optional)."""
+    if isinstance(t, Array):
+        return True
+    if isinstance(t, (Tuple, Optional)):
+        return any(has_array(i) for i in t.items)
+    return False
+
+
+def aliases(node: ast.AST | None, types: Mapping[ast.AST, JType],
+            fresh: set[ast.AST]) -> set[str]:
+    """The variables whose arrays the value of ``node`` may share memory with (none for
+    an expression in ``fresh``, which always makes a new array)."""
+    if node is None or not has_array(types.get(node)) or node in fresh:
         return set()
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if isinstance(node, ast.Name):
+        return {node.id}
+    found: set[str] = set()
+    for child in ast.iter_child_nodes(node):  # views, tuples, conditionals, calls
+        if isinstance(child, ast.keyword):
+            child = child.value
+        if not isinstance(child, ast.expr):
+            continue
+        if child in types and not has_array(types[child]):
+            continue  # a number, a shape: no memory
+        found |= aliases(child, types, fresh) if child in types \
+            else _array_names(child, types)
+    return found
+
+
+def _array_names(node: ast.AST, types: Mapping[ast.AST, JType]) -> set[str]:
+    """Array variables anywhere in ``node`` (whose own type the inference did not
+    record): conservatively, all of them."""
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and has_array(types.get(n))}
+
+
+def _bindings(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
+              variables: Mapping[str, JType],
+              fresh: set[ast.AST]) -> list[tuple[str, set[str]]]:
+    """Each (array variable, the variables its new value may alias) the function binds."""
+    bound: list[tuple[str, set[str]]] = []
+
+    def bind(target: ast.expr, value: set[str]) -> None:
+        for name in ast.walk(target):
+            if isinstance(name, ast.Name) and has_array(variables.get(name.id)):
+                bound.append((name.id, value))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                bind(target, aliases(node.value, types, fresh))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            bind(node.target, aliases(node.value, types, fresh))
+        elif isinstance(node, ast.For):  # for row in t: row views t
+            bind(node.target, _array_names(node.iter, types))
+    return bound
+
+
+def _block_of(tree: ast.FunctionDef, assign: ast.stmt) -> list[ast.stmt]:
+    """The statement list that holds ``assign`` itself."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list) and any(s is assign for s in stmts):
+                return stmts
+    raise AssertionError("the statement is not in the function")  # pragma: no cover
 
 
 def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
-             targets: Mapping[ast.Call, Any], counts: Mapping[str, int],
-             allocating: set[ast.AST]) -> frozenset[str]:
-    """The variables of ``tree`` whose allocation is freed at the end of its block.
+             variables: Mapping[str, JType], counts: Mapping[str, int],
+             fresh: set[ast.AST], new: set[ast.AST]) -> frozenset[str]:
+    """The variables of ``tree`` whose array is freed at the end of its block.
 
-    ``types``: the inferred type of each expression; ``targets``: what each call calls
-    (intrinsics are kinds with a ``kind``; compiled or Python callees are not);
-    ``counts``: how many places assign each variable; ``allocating``: the calls that
-    allocate (``np.empty`` & co)."""
-    candidates: set[str] = set()
-    escaping: set[str] = set()
+    ``types``: the inferred type of each expression; ``variables``: each variable's;
+    ``counts``: how many places assign each variable; ``fresh``: the expressions that
+    always make a new array (``np.empty`` & co, whole-array expressions, allocating
+    numpy functions); ``new``: those too, and calls whose array result may be new
+    memory (freed only if it is, see :mod:`.emit_calls`)."""
+    bindings = _bindings(tree, types, variables, fresh)
+    returned: set[str] = set()
+    uses: dict[str, list[ast.Name]] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            value = node.value
-            if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
-                    value in allocating:
-                candidates.add(node.targets[0].id)
-                continue
-            items = value.elts if isinstance(value, ast.Tuple) else [value]
-            for item in items:
-                if isinstance(types.get(item), Array):
-                    escaping |= _names(item)  # u = t, u = t[1:], a, b = t, x
-        elif isinstance(node, ast.Return):
-            escaping |= _names(node.value)
-        elif isinstance(node, ast.For):
-            escaping |= _names(node.iter)
-        elif isinstance(node, ast.Call):
-            target = targets.get(node)
-            if target is not None and not hasattr(target, "kind"):
-                for arg in node.args:  # a callee or a callback may keep or return it
-                    escaping |= _names(arg)
-        elif isinstance(node, (ast.IfExp, ast.BoolOp)) and isinstance(types.get(node), Array):
-            escaping |= _names(node)
-    return frozenset(n for n in candidates - escaping if counts.get(n) == 1)
+        if isinstance(node, ast.Return):
+            returned |= aliases(node.value, types, fresh)
+        elif isinstance(node, ast.Name):
+            uses.setdefault(node.id, []).append(node)
+    chosen: set[str] = set()
+    for assign in ast.walk(tree):
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1
+                and isinstance(assign.targets[0], ast.Name) and assign.value in new
+                and isinstance(types.get(assign.value), Array)):
+            continue
+        name = assign.targets[0].id
+        if counts.get(name) != 1:
+            continue
+        closure = {name}
+        grew = True
+        while grew:
+            grew = False
+            for variable, value in bindings:
+                if variable not in closure and value & closure:
+                    closure.add(variable)
+                    grew = True
+        if closure & returned:
+            continue
+        inside = {id(n) for s in _block_of(tree, assign) for n in ast.walk(s)}
+        if all(id(use) in inside for v in closure for use in uses.get(v, [])):
+            chosen.add(name)
+    return frozenset(chosen)
