@@ -24,7 +24,7 @@ from .emit_parallel import ParallelMixin
 from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .npfunctions import NumpyCall
-from .ownership import freeable, has_array
+from .ownership import aliases, freeable, has_array, managed
 from .reductions import ReductionsMixin
 from .syntax import assignment_counts
 
@@ -59,6 +59,9 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
                  if isinstance(t, (Callee, ForeignCall)) and has_array(t.result)}
         self.freeable = freeable(source.tree, info.types, info.variables,
                                  self.assignment_counts, allocating, allocating | calls)
+        self.managed = managed(source.tree, info.types, info.variables,
+                               self.assignment_counts, allocating, allocating | calls)
+        self.allocating = allocating
 
     def function(self) -> str:
         tree = self.source.tree
@@ -74,9 +77,14 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
             self.at = arg
             if arg.arg in self.info.variables:
                 self.store_var(arg.arg, value)
+        for name in sorted(self.managed):
+            self.own_slots[name] = self.slot(BOOL)
+            self.entry.append(f"    memref.store {self.const(0, Scalar('int', 8)).ssa}, "
+                              f"{self.own_slots[name]}[] : memref<i8>")
         self.block(tree.body)
         if not self.terminated:
             self.at = tree
+            self.free_managed(set())
             if isinstance(self.info.result, Optional):  # falls off the end: None
                 none = self.convert(Value("", NoneT()), self.info.result)
                 self.do(f"func.return {none.items[0].ssa}, {none.items[1].ssa} : i1, "
@@ -107,6 +115,10 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
     def stmt(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Assign):
             value = self.expr(stmt.value)
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name) and target.id in self.managed:
+                self.at = stmt
+                self.replace_owned(target.id, value)
             for target in stmt.targets:
                 self.at = stmt
                 self.assign(target, value)
@@ -205,6 +217,7 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
             if stmt.value is not None:
                 self.expr(stmt.value)
             self.at = stmt
+            self.free_managed(set())
             self.free(0)
             self.do("func.return")
         else:
@@ -214,6 +227,7 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
             for v in flat:
                 self.fresh_temps.discard(v.ssa)  # returned: Python owns it
             self.at = stmt
+            self.free_managed(aliases(stmt.value, self.info.types, self.allocating))
             self.free(0)
             self.do(f"func.return {', '.join(v.ssa for v in flat)} : "
                     f"{', '.join(mlir_of(v.type) for v in flat)}")

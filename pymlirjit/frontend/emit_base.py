@@ -80,6 +80,9 @@ class EmitBase:
         # Arrays a call returned that are new memory only if an i1 says so (a compiled
         # callee or a linked kernel may return a view of an argument): array -> that i1.
         self.owned_if: dict[str, str] = {}
+        # Variables assigned new arrays more than once: whether the current one is ours
+        # (an i8 slot, see :mod:`.ownership`).
+        self.own_slots: dict[str, str] = {}
 
     def free(self, depth: int) -> None:
         raise NotImplementedError
@@ -88,6 +91,12 @@ class EmitBase:
         raise NotImplementedError
 
     def settle_ownership(self, args: list[Value], result: Value) -> None:
+        raise NotImplementedError
+
+    def replace_owned(self, name: str, value: Value) -> None:
+        raise NotImplementedError
+
+    def free_managed(self, kept: set[str]) -> None:
         raise NotImplementedError
 
     # -- given by the parts of the emitter (:mod:`.emit` and its mixins) ---------------

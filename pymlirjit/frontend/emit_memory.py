@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .emit_base import EmitBase, Value
 from .emit_calls import flatten_values
-from .jtypes import Array
+from .jtypes import BOOL, Array
 
 __all__ = ["MemoryMixin"]
 
@@ -26,12 +26,49 @@ class MemoryMixin(EmitBase):
         if owned is None:
             self.do(f"memref.dealloc {v.ssa} : {v.type.mlir}")
             return
+        self.free_if(owned, v)
+
+    def free_if(self, condition: str, v: Value) -> None:
+        """Free the array ``v`` when the i1 ``condition`` holds."""
+        assert isinstance(v.type, Array)
         free, done = self.label(), self.label()
-        self.branch(owned, free, done)
+        self.branch(condition, free, done)
         self.start(free)
         self.do(f"memref.dealloc {v.ssa} : {v.type.mlir}")
         self.goto(done)
         self.start(done)
+
+    def replace_owned(self, name: str, value: Value) -> None:
+        """Before ``name = value`` for a variable that :func:`.ownership.managed` chose:
+        free its current array if it is ours and ``value`` does not view it, and note
+        whether ``value`` is ours (new memory, or the current array kept)."""
+        slot = self.own_slots[name]
+        ours = self.owned_if.get(value.ssa, self.const(True, BOOL).ssa) \
+            if value.ssa in self.fresh_temps else self.const(False, BOOL).ssa
+        old = self.arrays.get(name)
+        if old is not None:
+            own = self.op(f"arith.trunci {self.op(f'memref.load {slot}[] : memref<i8>')} "
+                          ": i8 to i1")
+            differ = self.op(f"arith.cmpi ne, {self.base_pointer(old)}, "
+                             f"{self.base_pointer(value)} : index")
+            self.free_if(self.op(f"arith.andi {own}, {differ} : i1"), old)
+            same = self.op(f"arith.xori {differ}, {self.const(True, BOOL).ssa} : i1")
+            kept = self.op(f"arith.andi {own}, {same} : i1")
+            ours = self.op(f"arith.ori {ours}, {kept} : i1")
+        self.do(f"memref.store {self.op(f'arith.extui {ours} : i1 to i8')}, {slot}[] : "
+                "memref<i8>")
+
+    def free_managed(self, kept: set[str]) -> None:
+        """Before a return: free the current arrays of managed variables that are ours,
+        except those the return hands to the caller (``kept``)."""
+        for name in sorted(self.own_slots):
+            old = self.arrays.get(name)
+            if old is None or name in kept:
+                continue
+            slot = self.own_slots[name]
+            own = self.op(f"arith.trunci {self.op(f'memref.load {slot}[] : memref<i8>')} "
+                          ": i8 to i1")
+            self.free_if(own, old)
 
     def release(self, v: Value) -> None:
         """Free ``v`` if it is an intermediate array nothing else holds."""

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from .jtypes import Array, JType, Optional, Tuple
 
-__all__ = ["aliases", "freeable", "has_array"]
+__all__ = ["aliases", "freeable", "has_array", "managed"]
 
 
 def has_array(t: JType | None) -> bool:
@@ -96,6 +96,19 @@ def _block_of(tree: ast.FunctionDef, assign: ast.stmt) -> list[ast.stmt]:
     raise AssertionError("the statement is not in the function")  # pragma: no cover
 
 
+def _closure(name: str, bindings: list[tuple[str, set[str]]]) -> set[str]:
+    """``name`` and the variables that may hold (views of) its arrays, transitively."""
+    closure = {name}
+    grew = True
+    while grew:
+        grew = False
+        for variable, value in bindings:
+            if variable not in closure and value & closure:
+                closure.add(variable)
+                grew = True
+    return closure
+
+
 def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
              variables: Mapping[str, JType], counts: Mapping[str, int],
              fresh: set[ast.AST], new: set[ast.AST]) -> frozenset[str]:
@@ -123,17 +136,39 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
         name = assign.targets[0].id
         if counts.get(name) != 1:
             continue
-        closure = {name}
-        grew = True
-        while grew:
-            grew = False
-            for variable, value in bindings:
-                if variable not in closure and value & closure:
-                    closure.add(variable)
-                    grew = True
+        closure = _closure(name, bindings)
         if closure & returned:
             continue
         inside = {id(n) for s in _block_of(tree, assign) for n in ast.walk(s)}
         if all(id(use) in inside for v in closure for use in uses.get(v, [])):
             chosen.add(name)
     return frozenset(chosen)
+
+
+def managed(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
+            variables: Mapping[str, JType], counts: Mapping[str, int],
+            fresh: set[ast.AST], new: set[ast.AST]) -> frozenset[str]:
+    """The array variables assigned more than once (``x = 0.5 * (x + y)`` in a loop)
+    whose arrays the function frees when it assigns them again or returns, keeping in a
+    flag whether the current array is its own (see :mod:`.emit_memory`): those that only
+    ``name = value`` statements outside ``prange`` bodies assign, that at least one new
+    array is assigned to, and that no other variable may view."""
+    bindings = _bindings(tree, types, variables, fresh)
+    plain: dict[str, int] = {}
+    gets_new: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            plain[node.targets[0].id] = plain.get(node.targets[0].id, 0) + 1
+            if node.value in new:
+                gets_new.add(node.targets[0].id)
+    in_prange: set[str] = set()
+    for loop in ast.walk(tree):
+        if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and \
+                getattr(loop.iter.func, "id", getattr(loop.iter.func, "attr", "")) == "prange":
+            in_prange |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name)}
+    parameters = {a.arg for a in tree.args.args}
+    return frozenset(
+        v for v in gets_new - in_prange
+        if isinstance(variables.get(v), Array) and counts.get(v, 0) > 1
+        and plain[v] == counts[v] - (v in parameters) and _closure(v, bindings) == {v})

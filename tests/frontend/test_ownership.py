@@ -129,6 +129,41 @@ def parallel_temporaries(a, k):
     return out
 
 
+@jit
+def iterate(x, y, k):
+    for _ in range(k):
+        x = 0.5 * (x + y)  # each sweep's array replaces (and frees) the last
+    return x.sum()
+
+
+@jit
+def iterate_returned(x, y, k):
+    for _ in range(k):
+        x = 0.5 * (x + y)
+    return x
+
+
+@jit
+def shrink(x, k):
+    x = x * 1.0
+    for _ in range(k):
+        x = x[1:]  # a view of its own array: kept, still ours
+    return x.sum()
+
+
+@jit
+def switch_owner(a, k):
+    x = a * 1.0
+    for i in range(k):
+        if i % 3 == 0:
+            x = a  # the caller's: ours freed, this one never
+        elif i % 3 == 1:
+            x = a * i
+        else:
+            x = tail(x)
+    return x.sum() + x[0]
+
+
 @pytest.mark.parametrize("f, args", [
     (temporary_to_helper, (np.arange(10.0),)),
     (view_of_temporary_from_helper, (np.arange(10.0),)),
@@ -141,10 +176,24 @@ def parallel_temporaries(a, k):
     (raising_with_temporaries, (np.arange(4.0),)),
     (raising_with_temporaries, (-np.arange(1.0, 5.0),)),
     (parallel_temporaries, (np.arange(1.0, 6.0), 7)),
+    (iterate, (np.arange(5.0), np.ones(5), 4)),
+    (iterate, (np.arange(5.0), np.ones(5), 0)),
+    (iterate_returned, (np.arange(5.0), np.ones(5), 3)),
+    (iterate_returned, (np.arange(5.0), np.ones(5), 0)),
+    (shrink, (np.arange(6.0), 3)),
+    (switch_owner, (np.arange(1.0, 9.0), 7)),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_results_agree_with_python(f: object, args: tuple[object, ...]) -> None:
     for _ in range(3):  # a second call would see memory freed too early
         check(f, *args)
+
+
+def test_an_iterated_array_returned_is_the_last_one() -> None:
+    x, y = np.arange(5.0), np.ones(5)
+    r = iterate_returned(x, y, 3)
+    np.testing.assert_array_equal(r, iterate_returned.py_func(x, y, 3))
+    assert iterate_returned(x, y, 0) is not None
+    np.testing.assert_array_equal(x, np.arange(5.0))  # the parameter is never freed
 
 
 def test_a_view_returned_through_helpers_is_of_the_argument() -> None:
@@ -182,6 +231,10 @@ cases = {
     "result_ignored": lambda: result_ignored(a),
     "raising_with_temporaries": lambda: raising_with_temporaries(a),
     "parallel_temporaries": lambda: parallel_temporaries(a, 2),
+    "iterate": lambda: iterate(a, a, 3),
+    "iterate_returned": lambda: iterate_returned(a, a, 3),
+    "shrink": lambda: shrink(a, 3),
+    "switch_owner": lambda: switch_owner(a, 5),
 }
 def attempt(call):
     try:
@@ -206,6 +259,6 @@ def test_no_new_array_leaks() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     grown = {name: int(mb) for name, mb in (line.split() for line in done.stdout.split("\n")
                                              if line)}
-    assert len(grown) == 8, done.stdout
+    assert len(grown) == 12, done.stdout
     # 8 MB (or more) a call leaked would be 1,600 MB; allocator noise is a few MB
     assert all(mb < 100 for mb in grown.values()), grown
