@@ -26,6 +26,7 @@ from ..boundary.abi import (
     kernel_shim,
 )
 from ..boundary.callback import Callback
+from ..boundary.callbackwidths import at_declared_widths
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
 from ..boundary.identitycasts import fold_identity_casts
 from ..boundary.signature import Signature, as_signature, from_func_op
@@ -180,6 +181,7 @@ def prepare(text: str, options: CompileOptions,
                                                f"its target ({cb.what or 'native code'})",
                                                "its MLIR declaration", annotated=False)
                 else:
+                    cb = at_declared_widths(cb, signature)  # int: i32 where declared so
                     cb.signature.check_matches(signature, f"callback @{name}",
                                                "its Python annotations",
                                                "its MLIR declaration")
