@@ -91,6 +91,24 @@ class Callback:
         self.name, self.signature = name, signature
         self._entry: _Entry | None = None
         self._lock = threading.Lock()
+        self._widths: dict[Signature, Callback] = {}  # see with_signature
+        #: The callback this one serves at a declaration's widths (see with_signature).
+        self.widened_from: Callback | None = None
+
+    def with_signature(self, signature: Signature) -> Callback:
+        """The callback of the same function and name with ``signature`` (the same
+        object for the same signature: its native entry is built once), as
+        :func:`pymlirjit.boundary.callbackwidths.at_declared_widths` links it to a
+        declaration of other widths. Unchecked: the caller knows ``signature`` fits."""
+        if signature == self.signature:
+            return self
+        with self._lock:
+            found = self._widths.get(signature)
+            if found is None:
+                found = self._widths[signature] = Callback.__new__(Callback)
+                found._adopt(self.__wrapped__, signature, self.name)
+                found.widened_from = self
+            return found
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.__wrapped__(*args, **kwargs)

@@ -173,17 +173,20 @@ def check_annotation(annotation: Any, actual: Type, what: str, context: str) -> 
                              f"({context})")
 
 
+_KIND_ANNOTATION = {"int": "int", "float": "float", "complex": "complex", "bool": "bool"}
+
+
 def _width_hint(mine: Type, theirs: Type) -> str:
-    """For two scalars of one kind: how to annotate the second (a callback's annotations
-    are its C signature, so ``int`` there is i64, not any integer type)."""
+    """For two scalars of one kind: how to annotate the second (a callback annotated with
+    an explicit width takes only that width)."""
     if not (isinstance(mine, ScalarType) and isinstance(theirs, ScalarType)
             and mine.kind == theirs.kind):
         return ""
     from . import types
 
     name = next((n for n in types.__all__ if getattr(types, n) is theirs), theirs.mlir)
-    return (f" (annotate it as pymlirjit.{name}: int, float and complex mean i64, f64 and "
-            f"complex<f64> where annotations define the signature)")
+    return (f" (annotate it as pymlirjit.{name}, or as {_KIND_ANNOTATION[theirs.kind]} "
+            f"for any width of its kind)")
 
 
 def _fits(annotation: Type, actual: Type) -> bool:

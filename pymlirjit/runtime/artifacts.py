@@ -58,6 +58,8 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
     # By file name only: a loading process finds them in its own MLIR's folder.
     runtime_libs = tuple(os.path.basename(path) for path in prepared.runtime_libs)
     constructors = _initializer_symbols(prepared, object_code)
+    widths = {symbol: cb.signature for symbol, cb in prepared.registrations.items()
+              if cb.widened_from is not None}
     if supported():
         release_gil, unwind = call_policy(bool(prepared.linked), prepared.shared_libs(options),
                                           only_failure_callback(prepared.linked))
@@ -71,11 +73,12 @@ def build_artifact(engine: ExecutionEngine, prepared: PreparedModule,
         try:
             return CachedModule("shared", link_shared_library(parts), *description,
                                 native.slots, native.entries, native.guards, runtime_libs,
-                                dict(prepared.uncallable), exported)
+                                dict(prepared.uncallable), exported, widths)
         except LinkError as exc:  # a compiler that cannot: the object code alone
             logging.getLogger("pymlirjit").debug("caching object code: %s", exc)
     return CachedModule("object", object_code, *description, runtime_libs=runtime_libs,
-                        uncallable=dict(prepared.uncallable), initializers=constructors)
+                        uncallable=dict(prepared.uncallable), initializers=constructors,
+                        widths=widths)
 
 
 # LLVM's JIT turns a module's llvm.global_ctors into a hidden function of this name
@@ -150,7 +153,9 @@ def load(entry: CachedModule, source: str, linkable: Mapping[str, Callback],
     (see :func:`attach_native_entries`)."""
     linkable = with_flat_callbacks(linkable, entry.callbacks.values())  # sparse ones
     symbols = {symbol: linkable[name] for symbol, name in entry.callbacks.items()}
-    callbacks = {name: linkable[name] for name in entry.callbacks.values()}
+    for symbol, signature in entry.widths.items():  # annotated int, declared i32: as built
+        symbols[symbol] = symbols[symbol].with_signature(signature)
+    callbacks = {name: symbols[symbol] for symbol, name in entry.callbacks.items()}
     shared_libs = options.shared_libs + tuple(
         path for path in map(_runtime_library_named, entry.runtime_libs)
         if path not in options.shared_libs)

@@ -39,7 +39,7 @@ __all__ = ["FORMAT", "HEADER", "KINDS", "MAC_SIZE", "MAGIC", "CachedModule", "de
            "encode_entry", "entry_key", "entry_mac"]
 
 #: The entry format's version (in every key and MAC: entries of another format miss).
-FORMAT = 9  # 9: trampolines check float results (8: parallel loops share chunks)
+FORMAT = 10  # 10: callbacks at declared widths (9: trampolines check float results)
 KINDS = ("shared", "object")  # the kinds of code an entry holds
 
 
@@ -68,6 +68,9 @@ class CachedModule:
     runtime_libs: tuple[str, ...] = ()  # file names of MLIR runtime libraries
     uncallable: dict[str, str] = field(default_factory=dict)  # function -> why
     initializers: tuple[str, ...] = ()  # symbols to call once loaded
+    #: runtime symbol -> the signature its callback is linked with, where a callback
+    #: annotated ``int``/``float``/``complex`` serves a declaration of other widths
+    widths: dict[str, Signature] = field(default_factory=dict)
 
 
 def entry_key(source: str, pipeline: str, opt_level: int, shared_libs: Iterable[str],
@@ -108,7 +111,9 @@ def encode_entry(entry: CachedModule, key: str, secret: bytes) -> bytes:
             "needed": list(entry.needed), "lowered_mlir": entry.lowered_mlir,
             "slots": list(entry.slots), "native_entries": entry.native_entries,
             "guards": entry.guards, "runtime_libs": list(entry.runtime_libs),
-            "uncallable": entry.uncallable, "initializers": list(entry.initializers)}
+            "uncallable": entry.uncallable, "initializers": list(entry.initializers),
+            "widths": {symbol: encode_signature(signature)
+                       for symbol, signature in entry.widths.items()}}
     description = json.dumps(meta).encode()
     body = HEADER.pack(MAGIC, len(description)) + description + entry.code
     return body + entry_mac(secret, key, body)
@@ -143,6 +148,8 @@ def decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
             dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
             meta["lowered_mlir"], tuple(meta["slots"]), dict(meta["native_entries"]),
             dict(meta["guards"]), runtime_libs, dict(meta["uncallable"]),
-            tuple(meta["initializers"]))
+            tuple(meta["initializers"]),
+            {symbol: decode_signature(signature)
+             for symbol, signature in meta["widths"].items()})
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc

@@ -26,6 +26,7 @@ from ..boundary.abi import (
     kernel_shim,
 )
 from ..boundary.callback import Callback
+from ..boundary.callbackwidths import at_declared_widths
 from ..boundary.failures import FAIL_SYMBOL, raise_failure, source_id
 from ..boundary.identitycasts import fold_identity_casts
 from ..boundary.signature import Signature, as_signature, from_func_op
@@ -64,6 +65,7 @@ from ..lowering.pipeline import (
     runtime_library,
 )
 from .externs import LinkedExtern
+from .runnerprint import print_callbacks, print_symbols_to_bind
 from .symbolnames import check_reserved_names, rename_definitions_named_like_c_functions
 
 __all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "lower",
@@ -180,6 +182,7 @@ def prepare(text: str, options: CompileOptions,
                                                f"its target ({cb.what or 'native code'})",
                                                "its MLIR declaration", annotated=False)
                 else:
+                    cb = at_declared_widths(cb, signature)  # int: i32 where declared so
                     cb.signature.check_matches(signature, f"callback @{name}",
                                                "its Python annotations",
                                                "its MLIR declaration")
@@ -315,6 +318,12 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
             builtin_callbacks()[FAIL_SYMBOL])
     _add_c_interfaces(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
+    printers = print_callbacks()  # printF64, vector.print's calls: through sys.stdout
+    for symbol in print_symbols_to_bind(_external_declarations(prepared.module),
+                                        (*prepared.registrations, *prepared.externs),
+                                        options.shared_libs):
+        cb = printers[symbol]
+        prepared.linked[cb.name] = prepared.registrations[symbol] = cb
     if prepared.names_bf16:
         prepared.runtime_libs += (runtime_library(BF16_LIBRARY),)
     return prepared
@@ -332,11 +341,13 @@ def _in_order(*hooks: Callable[[Any], object] | None) -> Callable[[Any], None]:
 @functools.cache
 def builtin_callbacks() -> dict[str, Callback]:
     """The callbacks a lowered module may link without declaring them, by name: the one
-    checked code calls to raise (see :mod:`pymlirjit.codegen.checks`)."""
+    checked code calls to raise (see :mod:`pymlirjit.codegen.checks`) and MLIR's print
+    utilities through ``sys.stdout`` (see :mod:`pymlirjit.runtime.runnerprint`)."""
     # Its signature built from types, not parsed: parsing needs an MLIR context (~10 ms),
     # which a module loaded from the disk cache otherwise never makes.
     signature = Signature.of([i32, i64, i64, i64, i64], [])
-    return {FAIL_SYMBOL: Callback(raise_failure, signature, name=FAIL_SYMBOL)}
+    printers = {cb.name: cb for cb in print_callbacks().values()}
+    return {FAIL_SYMBOL: Callback(raise_failure, signature, name=FAIL_SYMBOL), **printers}
 
 
 #: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
@@ -350,6 +361,14 @@ _AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime",
 #: AVX512-BF16 (LLVM's lowering of ``fptrunc`` and of bf16 arithmetic), which libgcc before
 #: GCC 13 lacks; MLIR's float16 utilities define both, so modules naming bf16 link them.
 BF16_LIBRARY = "mlir_float16_utils"
+
+
+def _external_declarations(module: Any) -> list[str]:
+    """The names of the ``llvm.func`` declarations of a lowered ``module``."""
+    from mlir import ir
+
+    return [ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+            if op.operation.name == "llvm.func" and len(op.regions[0].blocks) == 0]
 
 
 def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:

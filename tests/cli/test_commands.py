@@ -468,10 +468,19 @@ def test_entry_point_result_must_match_the_entry() -> None:
     assert_one_error_line(result, "-entry-point-result=i64", "@mi", "i32")
 
 
-def test_a_missing_runtime_library_is_named() -> None:
-    result = pymlirjit("run", str(DATA / "cli_llvm_dialect.mlir"), "-e", "mi")
-    assert_one_error_line(result, "nothing defines @printI64, @printNewline",
-                          "libmlir_c_runner_utils.so defines @printI64, @printNewline")
+def test_a_missing_runtime_library_is_named(tmp_path: Path) -> None:
+    source = tmp_path / "clock.mlir"
+    source.write_text("func.func @main() -> f64 {\n  %t = call @rtclock() : () -> f64\n"
+                      "  return %t : f64\n}\nfunc.func private @rtclock() -> f64\n")
+    assert_one_error_line(pymlirjit("run", str(source)), "nothing defines @rtclock",
+                          "libmlir_c_runner_utils.so defines @rtclock")
+
+
+def test_print_utilities_need_no_runtime_library() -> None:
+    # pymlirjit serves printI64 and printNewline (see pymlirjit.runtime.runnerprint).
+    result = pymlirjit("run", str(DATA / "cli_llvm_dialect.mlir"), "-e", "mi",
+                       "-entry-point-result=i32")
+    assert (result.returncode, result.stdout) == (0, "1\n42\n3\n"), result.stderr
 
 
 def test_entry_that_cannot_cross_names_its_type(tmp_path: Path) -> None:
