@@ -23,6 +23,7 @@ __all__ = [
     "HOLDS_GIL",
     "JUMP_BUFFER",
     "PREVIOUS",
+    "SPARSE_CALLBACK_PREFIX",
     "CallFrame",
     "CallMachinery",
     "CallRecord",
@@ -39,6 +40,10 @@ __all__ = [
     "record_current",
     "task_slot",
 ]
+
+#: The symbol serving a callback given sparse tensors (``__pymlirjit_sparsecb_<name>``,
+#: see :mod:`pymlirjit.boundary.sparseshims`): its errors are noted with ``<name>``.
+SPARSE_CALLBACK_PREFIX = "__pymlirjit_sparsecb_"
 
 # -- error capture across compiled frames ------------------------------------------------
 #
@@ -259,6 +264,7 @@ def _record(address: int, error: BaseException, name: str) -> None:
             if address in _errors:
                 return
             _errors[address] = error
+        name = name.removeprefix(SPARSE_CALLBACK_PREFIX)  # the user's, given views
         if not name.startswith("__pymlirjit_"):  # pymlirjit's own (checks) say where
             _add_note(error, f"raised in callback {name!r} called from compiled MLIR code")
     except BaseException:  # see the docstring

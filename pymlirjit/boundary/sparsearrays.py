@@ -133,7 +133,8 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
                     and passed[2] is value.indptr
                     and passed[3] is value.indices and passed[4] is value.data
                     and passed[5] == value.shape and value.has_canonical_format
-                    and _writable(passed[2], passed[3], passed[4])):
+                    and passed[2].flags.writeable and passed[3].flags.writeable
+                    and passed[4].flags.writeable):  # (see _writable; inline: faster)
                 remembered: list[Any] = passed[6]
                 return remembered
             if value.format != wanted or value.dtype != element or static:
@@ -199,12 +200,16 @@ def _not_sparse(value: Any, t: SparseTensorType, what: str, name: str) -> TypeEr
 
 def _as_width(array: np.ndarray, dtype: np.dtype[Any], largest: int, what: str, kind: str
               ) -> np.ndarray:
+    """``array`` as ``dtype``; ValueError if ``largest`` (the last position, or the
+    largest coordinate the level's size allows: a kernel's result may hold it) does not
+    fit."""
     if largest > np.iinfo(dtype).max:
         spelled = f"i{dtype.itemsize * 8}"
         field = "posWidth" if kind == "pos" else "crdWidth"
-        raise ValueError(f"{what}: {'a position' if kind == 'pos' else 'a coordinate'} of "
-                         f"{largest} overflows the encoding's {field} ({spelled}); declare a "
-                         f"wider {field}")
+        found = (f"a position of {largest}" if kind == "pos" else
+                 f"a dim of {largest + 1} (coordinates up to {largest})")
+        raise ValueError(f"{what}: {found} overflows the encoding's {field} ({spelled}); "
+                         f"declare a wider {field}")
     return np.ascontiguousarray(array, dtype=dtype)
 
 
@@ -255,10 +260,12 @@ def _dcsr(value: Any, shape: tuple[int, ...], what: str) -> list[np.ndarray]:
     return [np.array([0, rows.size]), rows, row_positions, value.indices, value.data]
 
 
-def _sorted_coords(value: Any, shape: tuple[int, ...], what: str,
-                   unique: bool) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """The coordinates and values of a COO array, sorted (row-major), unique if asked,
-    and in range: the array's own where they already are."""
+def _sorted_coords(value: Any, shape: tuple[int, ...], what: str
+                   ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The coordinates and values of a COO array, sorted (row-major), unique and in
+    range: the array's own where they already are. Duplicates are summed, as scipy
+    means them, for COO's nonunique level too: MLIR would keep them as separate entries,
+    and an elementwise kernel (a square) would see the parts, not their sum."""
     coords = tuple(value.coords)
     data = value.data
     for dim, c in enumerate(coords):
@@ -271,31 +278,27 @@ def _sorted_coords(value: Any, shape: tuple[int, ...], what: str,
     key = coords[0].astype(np.int64)
     if len(coords) == 2:
         key = key * shape[1] + coords[1]
-    steps = np.diff(key)
-    if bool(np.all(steps > 0)) or (not unique and bool(np.all(steps >= 0))):
+    if bool(np.all(np.diff(key) > 0)):
         return coords, data
     copy = value.copy()  # the caller's array is never changed
-    if unique:
-        copy.sum_duplicates()
-        return tuple(copy.coords), copy.data
-    order = np.argsort(key, kind="stable")
-    return tuple(c[order] for c in coords), data[order]
+    copy.sum_duplicates()
+    return tuple(copy.coords), copy.data
 
 
 def _coo(value: Any, shape: tuple[int, ...], what: str) -> list[np.ndarray]:
-    (rows, cols), data = _sorted_coords(value, shape, what, unique=False)
+    (rows, cols), data = _sorted_coords(value, shape, what)
     pairs = np.empty((data.size, 2), dtype=np.result_type(rows, cols))
     pairs[:, 0], pairs[:, 1] = rows, cols  # MLIR's COO keeps (row, column) pairs
     return [np.array([0, data.size]), pairs.reshape(-1), data]
 
 
 def _coo_soa(value: Any, shape: tuple[int, ...], what: str) -> list[np.ndarray]:
-    (rows, cols), data = _sorted_coords(value, shape, what, unique=False)
+    (rows, cols), data = _sorted_coords(value, shape, what)
     return [np.array([0, data.size]), rows, cols, data]
 
 
 def _vector(value: Any, shape: tuple[int, ...], what: str) -> list[np.ndarray]:
-    (coords,), data = _sorted_coords(value, shape, what, unique=True)
+    (coords,), data = _sorted_coords(value, shape, what)
     return [np.array([0, data.size]), coords, data]
 
 
@@ -319,7 +322,9 @@ def from_buffers(t: SparseTensorType, buffers: list[np.ndarray], shape: tuple[in
         pos0, rows, row_positions, cols = buffers[:4]
         counts = np.zeros(shape[0] + 1, dtype=row_positions.dtype)
         counts[rows[:int(pos0[1])].astype(np.int64) + 1] = np.diff(row_positions)
-        made = sparse.csr_array((values, cols, np.cumsum(counts)), shape=shape, copy=False)
+        # (the row pointer of the columns' dtype: else scipy converts the columns)
+        indptr = np.cumsum(counts, dtype=counts.dtype)
+        made = sparse.csr_array((values, cols, indptr), shape=shape, copy=False)
         made.has_canonical_format = True
         return made
     if name == "COO":

@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import Diagnostic, MLIRError, SignatureError
 from .abi import RESERVED_PREFIX, boundary_abi, declaration, entry_shim_symbol, kernel_shim
 from .callback import Callback
+from .callframe import SPARSE_CALLBACK_PREFIX
 from .signature import Signature
 from .sparse import (
     buffer_types,
@@ -41,8 +42,8 @@ __all__ = ["SPARSE_CALLBACK_PREFIX", "flat_callback", "sparse_callback_shim",
            "sparse_callback_symbol", "sparse_entry_shims", "with_flat_callbacks",
            "with_sparsifier_hint"]
 
-#: The flat symbol of callback ``@cb``: ``__pymlirjit_sparsecb_cb``.
-SPARSE_CALLBACK_PREFIX = RESERVED_PREFIX + "sparsecb_"
+#: The flat symbol of callback ``@cb``: ``__pymlirjit_sparsecb_cb`` (reserved).
+assert SPARSE_CALLBACK_PREFIX.startswith(RESERVED_PREFIX)
 
 
 def sparse_entry_shims(impl: str, name: str, signature: Signature) -> tuple[str, list[str]]:

@@ -41,7 +41,7 @@ from .checks_divisions import DIVISIONS, check_division
 from .checks_hoisting import version_loops
 from .checks_writer import CheckWriter, declare_fail, function_containing
 
-__all__ = ["ERROR_MODELS", "insert_checks"]
+__all__ = ["ERROR_MODELS", "insert_assert_checks", "insert_checks"]
 
 #: The error models (numba's names): raise ZeroDivisionError, or behave as numpy does.
 ERROR_MODELS = ("python", "numpy")
@@ -104,3 +104,38 @@ def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
             module.body.append(ir.Operation.parse(
                 "func.func private @feraiseexcept(i32) -> i32"))
     return writer.inserted
+
+
+def insert_assert_checks(module: Any, *, filename: str = "<source>", source: str = "") -> int:
+    """Make each ``cf.assert`` of ``module`` outside a linalg op's body record its failure
+    (as :func:`insert_checks` does) on a module still on tensors: a module the sparsifier
+    lowers in one pass, where no point between bufferization and ``convert-scf-to-cf``
+    exists for :func:`insert_checks` (MLIR's shape checks of linalg ops would otherwise
+    abort the process). Returns how many failure calls it added. The call must unwind at
+    a failure: nothing here keeps the failed op from running after it."""
+    from mlir import ir
+
+    writer = CheckWriter(module, filename, source)
+    assertions: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "cf.assert" and not _in_linalg_body(op):
+            assertions.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with module.context, ir.Location.unknown():
+        module.operation.walk(visit)
+        for op in assertions:
+            check_assertion(writer, op)
+        if writer.inserted:
+            declare_fail(module)
+    return writer.inserted
+
+
+def _in_linalg_body(op: Any) -> bool:
+    parent = op.parent
+    while parent is not None and parent.name != "builtin.module":
+        if parent.name.startswith("linalg."):
+            return True
+        parent = parent.parent
+    return False

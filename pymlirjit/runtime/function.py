@@ -76,6 +76,9 @@ class CompiledFunction(NativeCallable):
                                             None if unguarded else self._guard)
         self._links_callbacks = links_callbacks
         self._native_wanted = native and native_kernel_supported(self.signature)
+        # A sparse function has no native entry of its own: calls go straight to this.
+        self._sparse_call = (self._python_call.fast
+                             if isinstance(self._python_call, SparseCall) else None)
         self.native_entry: int | None = None
 
     def __repr__(self) -> str:
@@ -164,6 +167,8 @@ class CompiledFunction(NativeCallable):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the compiled function (natively from the first call on, where possible:
         from then on, calls do not come here)."""
+        if self._sparse_call is not None:
+            return self._sparse_call(*args, **kwargs)
         if self.ensure_native():
             return self(*args, **kwargs)  # through the native entry
         return self.call_python(*args, **kwargs)

@@ -39,7 +39,7 @@ from ..boundary.sparseshims import (
     with_sparsifier_hint,
 )
 from ..boundary.types import ScalarType, TensorType, i32, i64
-from ..codegen.checks import insert_checks
+from ..codegen.checks import insert_assert_checks, insert_checks
 from ..codegen.deallocations import insert_deallocations
 from ..codegen.linalg_schedules import hoist_allocas_out_of_loops
 from ..codegen.optimize import (
@@ -250,6 +250,8 @@ def prepare(text: str, options: CompileOptions,
                           externs=externs, shallow=is_shallow)
 
 
+#: The pass lowering a module with sparse tensors (``SPARSE_PIPELINE``), all at once.
+SPARSIFIER = "sparsifier"
 #: The first top-level pass after convert-vector-to-scf in the default pipeline.
 VECTOR_BUFFERS_MADE_BEFORE = "lower-affine"
 
@@ -287,7 +289,15 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
             source=prepared.source, error_model=options.error_model,
             unwinds=lambda: unwinds and not names_small_floats(module)))
 
+    def add_assert_checks(module: Any) -> None:
+        # The sparsifier lowers in one pass: the shape checks become failures before it,
+        # on tensors; only where a failure unwinds the call (else they abort, as MLIR's).
+        if not (options.shared_libs or names_small_floats(module)):
+            inserted.append(insert_assert_checks(module, filename=prepared.filename,
+                                                 source=prepared.source))
+
     hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
+    hooks[SPARSIFIER] = add_assert_checks
     # Checks go in before parallel loops are outlined as tasks (a failure then names the
     # kernel, not the outlined function), else where memref accesses and scf still exist.
     at = "async-parallel-for" if options.parallel_loops else "convert-scf-to-cf"

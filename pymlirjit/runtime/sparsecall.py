@@ -46,6 +46,9 @@ class SparseCall:
         self.readers = [_reader(t) for t in signature.results]
         self.sparse_results = any(isinstance(t, SparseTensorType) for t in signature.results)
         self._plain = _straight_call(inner, self.converters)
+        #: The whole call, as one function: the common case (positional, no sparse
+        #: result) without this object's layers; the others through ``__call__``.
+        self.fast: Callable[..., Any] = _fast_call(self, inner, self.converters)
         # How the wrapper's errors name each dense parameter, and how the function does.
         self._dense_labels: list[tuple[str, str]] = []
         flat_index = 0
@@ -135,6 +138,32 @@ def _straight_call(inner: Any, converters: list[Callable[[Any], list[Any]] | Non
          namespace)
     call: Callable[..., Any] = namespace["call"]
     return call
+
+
+def _fast_call(call: SparseCall, inner: Any,
+               converters: list[Callable[[Any], list[Any]] | None]) -> Callable[..., Any]:
+    """``call`` (a :class:`SparseCall`) as one generated function whose common case,
+    ``len(converters)`` positional arguments and no sparse result, converts and calls
+    ``inner`` itself, renaming the parameters in errors as ``call`` does."""
+    if call.sparse_results:
+        return call
+    names = [f"a{i}" for i in range(len(converters))]
+    passed = [f"*c{i}({n})" if c is not None else n
+              for i, (n, c) in enumerate(zip(names, converters))]
+    unpack = f"    {', '.join(names)}, = args\n" if names else ""
+    namespace: dict[str, Any] = {"inner": inner, "general": call,
+                                 "renumbered": call._renumbered}
+    namespace.update({f"c{i}": c for i, c in enumerate(converters) if c is not None})
+    exec(f"def call(*args, **kwargs):\n"
+         f"    if kwargs or len(args) != {len(names)}:\n"
+         f"        return general(*args, **kwargs)\n"
+         f"{unpack}"
+         f"    try:\n"
+         f"        return inner({', '.join(passed)})\n"
+         f"    except (TypeError, ValueError) as exc:\n"
+         f"        raise renumbered(exc) from exc.__cause__\n", namespace)
+    fast: Callable[..., Any] = namespace["call"]
+    return fast
 
 
 Reader = Callable[[tuple[Any, ...], int, list[np.ndarray]], tuple[Any, int]]

@@ -64,8 +64,11 @@ def test_a_sparse_callback_raising_ends_the_call(session: Session) -> None:
     m = session.compile(source(MAPS["CSR"]))
     a = sp.random_array((4, 4), density=0.5, format="csr", rng=2)
     assert m.f(a, 0.5) == a.nnz
-    with pytest.raises(LookupError, match=r"k is 3\.0"):
+    with pytest.raises(LookupError, match=r"k is 3\.0") as raised:
         m.f(a, 3.0)
+    # noted with the user's callback's name, not the flat symbol serving it
+    assert getattr(raised.value, "__notes__", None) == [
+        "raised in callback 'inspect' called from compiled MLIR code"]
     assert m.f(a, 0.5) == a.nnz
 
 

@@ -188,8 +188,8 @@ def test_index_overflow_of_the_declared_width_names_the_parameter(session: Sessi
                                          r"encoding's posWidth \(i8\)"):
         m.matvec(dense, np.ones(100), np.zeros(2))
     wide = sp.csr_array(([1.0], ([0], [199])), shape=(1, 200))
-    with pytest.raises(ValueError, match=r"coordinate of 199 overflows the encoding's "
-                                         r"crdWidth \(i8\)"):
+    with pytest.raises(ValueError, match=r"a dim of 200 \(coordinates up to 199\) overflows "
+                                         r"the encoding's crdWidth \(i8\)"):
         m.matvec(wide, np.ones(200), np.zeros(1))
 
 
