@@ -219,3 +219,22 @@ def test_the_microkernel_runs_on_a_thread_with_a_small_stack() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == ""
     assert done.stdout.strip() == "[True, True]"
+
+
+def test_the_schedules_fit_the_host_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The matmuls the microkernel does not take: an 8x32 register tile on AVX-512
+    # hosts (the schedules as they were), 8x16 on AVX2-only ones (32 ymm accumulators
+    # of f32 spilled).
+    from pymlirjit.codegen import linalg_schedules
+
+    for family, tile in (("zen", "[8, 32, 0]"), ("intel", "[8, 32, 0]"), ("avx2", "[8, 16, 0]")):
+        linalg_schedules.host_schedules.cache_clear()
+        monkeypatch.setattr(linalg_schedules, "host_family", lambda family=family: family)
+        serial, parallel, batch = linalg_schedules.host_schedules()
+        assert tile in serial and tile in parallel and "tile_using_forall" in parallel
+        assert tile.replace("[", "[0, ") in batch
+        if family != "avx2":
+            assert (serial, parallel, batch) == (
+                linalg_schedules.MATMUL_SCHEDULE, linalg_schedules.PARALLEL_MATMUL_SCHEDULE,
+                linalg_schedules.BATCH_MATMUL_SCHEDULE)
+    linalg_schedules.host_schedules.cache_clear()
