@@ -7,7 +7,11 @@ from other processes falls on all of them alike); medians of the rounds.
 Run it against one OpenBLAS thread::
 
     OPENBLAS_NUM_THREADS=1 python -m benchmarks.matmul_shapes [--sizes 512,1024]
-        [--shapes 8x2x512@512,6x2x256@256] [--rounds 7] [--batch] [--parallel]
+        [--shapes 8x2x512@512,6x2x256@256/192a,6x2x256@256/192a:p] [--rounds 7]
+        [--batch 32] [--rect --sizes 1000x300x2000]
+
+A shape is ``ROWSxVECTORSxDEPTH@BITS`` (:class:`MicrokernelShape`), then ``/BLOCK_ROWS``
+(and ``a`` if A is packed) if A goes in blocks, then ``:p`` for ``parallel=True``.
 """
 
 from __future__ import annotations
@@ -98,19 +102,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--batch", type=int, default=0,
                         help="batch_matmul of this many matrices (0: matmul)")
-    parser.add_argument("--parallel", action="store_true")
     parser.add_argument("--rect", action="store_true",
                         help="sizes are MxKxN triples separated by commas")
     args = parser.parse_args()
-    shapes = [parse_shape(text) for text in args.shapes.split(",")]
-    names = [text for text in args.shapes.split(",")]
+    names = args.shapes.split(",")
+    shapes = [parse_shape(text.removesuffix(":p")) for text in names]
     print(f"host entry {host_family()}, OPENBLAS_NUM_THREADS="
           f"{os.environ.get('OPENBLAS_NUM_THREADS')}, load {os.getloadavg()}")
     print("| case | " + " | ".join(f"{n} ms (x numpy)" for n in names) + " | numpy ms |")
     print("|---" * (len(names) + 2) + "|")
     rng = np.random.default_rng(0)
     for element in args.dtypes.split(","):
-        kernels = [kernel(shape, element, args.batch > 0, args.parallel) for shape in shapes]
+        kernels = [kernel(shape, element, args.batch > 0, name.endswith(":p"))
+                   for shape, name in zip(shapes, names, strict=True)]
         for size in args.sizes.split(","):
             m, k, n = ((int(p) for p in size.split("x")) if args.rect
                        else (int(size),) * 3)
