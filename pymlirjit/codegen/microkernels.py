@@ -130,8 +130,9 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     at = f"memref<?x{rows}x{element}>"  # A's packed block (pack_a)
     packed = bool(shape.block_rows and shape.pack_a)
     if packed:
-        out += [f"  %arows = arith.constant {shape.block_rows // rows * shape.depth} : index",
-                f"  %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}"]
+        out.append(f"  %arows = arith.constant {shape.block_rows // rows * shape.depth} : index")
+        if not parallel:
+            out.append(f"  %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}")
 
     def masks(j: str, pad: str) -> None:
         # Lanes of the panel's vector v within B and C: all of them but in the last,
@@ -232,45 +233,70 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         rows_of(j, masked, pad + "  ", "%c0", "%mf", "%m")
         out.append(f"{pad}}}")
 
-    pad = "  "
-    if shape.block_rows:
-        # Blocks of A (block_rows by depth, in L2) stay in cache while every panel of B
-        # goes by: with the panels outermost, all of A went through L2 for each panel.
-        depth_block(pad)
-        out += [f"    %blockrows = arith.constant {shape.block_rows} : index",
-                "    scf.for %i0 = %c0 to %m step %blockrows {",
-                "      %iend = arith.addi %i0, %blockrows : index",
-                "      %iz = arith.minui %iend, %m : index",
-                "      %span = arith.subi %iz, %i0 : index",
-                "      %spanq = arith.divui %span, %rows : index",
-                "      %spanf = arith.muli %spanq, %rows : index",
-                "      %mfb = arith.addi %i0, %spanf : index"]
-        pad = "      "
-        if packed:  # row r of whole block g at step p: %abuf[g * kc + p, r]
-            out += [f"{pad}scf.for %ia = %i0 to %mfb step %rows {{",
+    def pack_a(pad: str) -> None:
+        # Row r of whole block g at step p: %abuf[g * kc + p, r].
+        out.extend([f"{pad}scf.for %ia = %i0 to %mfb step %rows {{",
                     f"{pad}  %pd = arith.subi %ia, %i0 : index",
                     f"{pad}  %pq = arith.divui %pd, %rows : index",
                     f"{pad}  %pbase = arith.muli %pq, %kc : index",
                     f"{pad}  scf.for %p = %c0 to %kc step %c1 {{",
                     f"{pad}    %q = arith.addi %k0, %p : index",
-                    f"{pad}    %pr = arith.addi %pbase, %p : index"]
-            for r in range(rows):
-                out += [f"{pad}    %pi{r} = arith.addi %ia, %c{r} : index",
+                    f"{pad}    %pr = arith.addi %pbase, %p : index"])
+        for r in range(rows):
+            out.extend([f"{pad}    %pi{r} = arith.addi %ia, %c{r} : index",
                         f"{pad}    %pa{r} = memref.load %A[%pi{r}, %q] : {ta}",
-                        f"{pad}    memref.store %pa{r}, %abuf[%pr, %c{r}] : {at}"]
-            out += [f"{pad}  }}", f"{pad}}}"]
-    if parallel:
-        _parallel_panels(out, panel, bt, pad)
-    else:
+                        f"{pad}    memref.store %pa{r}, %abuf[%pr, %c{r}] : {at}"])
+        out.extend([f"{pad}  }}", f"{pad}}}"])
+
+    def row_block(pad: str) -> None:
+        out.extend([f"{pad}%iend = arith.addi %i0, %blockrows : index",
+                    f"{pad}%iz = arith.minui %iend, %m : index",
+                    f"{pad}%span = arith.subi %iz, %i0 : index",
+                    f"{pad}%spanq = arith.divui %span, %rows : index",
+                    f"{pad}%spanf = arith.muli %spanq, %rows : index",
+                    f"{pad}%mfb = arith.addi %i0, %spanf : index"])
+
+    def serial_panels(pad: str) -> None:
         out.append(f"{pad}scf.for %j = %c0 to %np step %width {{")
         panel("%j", True, pad + "  ")
         out.append(f"{pad}}}")
-    if shape.block_rows:
-        out += ["    }", "  }"]
-    if not parallel:
+
+    if shape.block_rows and parallel:
+        # The row blocks are the parallel loop's iterations (one parallel loop per
+        # call), each thread with its own buffers, its block of A through every depth
+        # block and every panel.
+        out += [f"  %blockrows = arith.constant {shape.block_rows} : index",
+                "  scf.parallel (%i0) = (%c0) to (%m) step (%blockrows) {",
+                f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}"]
+        if packed:
+            out.append(f"    %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}")
+        row_block("    ")
+        depth_block("    ")
+        if packed:
+            pack_a("      ")
+        serial_panels("      ")
+        out += ["    }", f"    memref.dealloc %buf : {bt}"]
+        if packed:
+            out.append(f"    memref.dealloc %abuf : {at}")
+        out += ["    scf.reduce", "  }"]
+    elif shape.block_rows:
+        # Blocks of A (block_rows by depth, in L2) stay in cache while every panel of B
+        # goes by: with the panels outermost, all of A went through L2 for each panel.
+        depth_block("  ")
+        out += [f"    %blockrows = arith.constant {shape.block_rows} : index",
+                "    scf.for %i0 = %c0 to %m step %blockrows {"]
+        row_block("      ")
+        if packed:
+            pack_a("      ")
+        serial_panels("      ")
+        out += ["    }", "  }", f"  memref.dealloc %buf : {bt}"]
+        if packed:
+            out.append(f"  memref.dealloc %abuf : {at}")
+    elif parallel:
+        _parallel_panels(out, panel, bt)
+    else:
+        serial_panels("  ")
         out.append(f"  memref.dealloc %buf : {bt}")
-    if packed:
-        out.append(f"  memref.dealloc %abuf : {at}")
     out += ["  return", "}"]
     return "\n".join(out)
 
