@@ -264,8 +264,18 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     if shape.block_rows and parallel:
         # The row blocks are the parallel loop's iterations (one parallel loop per
         # call), each thread with its own buffers, its block of A through every depth
-        # block and every panel.
-        out += [f"  %blockrows = arith.constant {shape.block_rows} : index",
+        # block and every panel; a multiple of 4 blocks of equal size (of at most
+        # block_rows rows, a multiple of rows), so that 2 or 4 threads get equal shares.
+        out += [f"  %blockmax = arith.constant {shape.block_rows} : index",
+                "  %four = arith.constant 4 : index",
+                "  %nb0 = arith.ceildivui %m, %blockmax : index",
+                "  %nb1 = arith.ceildivui %nb0, %four : index",
+                "  %nb2 = arith.muli %nb1, %four : index",
+                "  %nb = arith.maxui %nb2, %four : index",
+                "  %per = arith.ceildivui %m, %nb : index",
+                "  %perq = arith.ceildivui %per, %rows : index",
+                "  %per6 = arith.muli %perq, %rows : index",
+                "  %blockrows = arith.maxui %per6, %rows : index",
                 "  scf.parallel (%i0) = (%c0) to (%m) step (%blockrows) {",
                 f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}"]
         if packed:
