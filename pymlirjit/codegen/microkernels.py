@@ -8,7 +8,12 @@ in the last, partial panel; then blocks of rows of C stay in vector registers
 (loop-carried values, so they stay there whatever aliases) while the rows of B stream
 through as vectors and A's elements are broadcast into FMAs.
 The copy matters when B's rows are a power of two apart: read in place, a panel's
-rows fall into a few sets of the L1 cache and evict each other."""
+rows fall into a few sets of the L1 cache and evict each other.
+
+With ``block_rows`` (the AVX2 shape), the depth blocks and blocks of A's rows are loops
+around the panels instead (GotoBLAS's order): each block of A, copied contiguous
+(``pack_a``), stays in L2 while every panel of B goes by; ``parallel`` then shares out
+the row blocks."""
 
 from __future__ import annotations
 
