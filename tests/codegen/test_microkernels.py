@@ -141,6 +141,17 @@ def test_the_host_gets_its_family_shape() -> None:
     assert host_shape().bits == (512 if avx512 else 256)
 
 
+def test_the_cache_key_tells_avx2_hosts_from_avx512_ones() -> None:
+    # The disk cache's key holds the host CPU's model and flags (pymlirjit._version):
+    # with or without avx512f, as the microkernel's shape is.
+    from pymlirjit._version import build_environment
+
+    cpu = next(part for part in build_environment() if part.startswith("cpu="))
+    flags = cpu.rsplit("|", 1)[-1].replace(",", " ").split()
+    avx512 = any(flag in ("avx512f", "+avx512f") for flag in flags)
+    assert avx512 == (host_shape().bits == 512)
+
+
 #: LLVM's feature strings (abridged) of a Zen 2 (AVX2, no AVX-512), a Zen 4 and a
 #: Sapphire Rapids.
 AVX2_ONLY = "+64bit,+avx,+avx2,-avx512bw,-avx512f,-avx512vl,+fma,+sse4.2"
