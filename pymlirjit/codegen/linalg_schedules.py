@@ -6,6 +6,7 @@ leave (:data:`MATMUL_SCHEDULE`, :data:`BATCH_MATMUL_SCHEDULE`, run by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -19,14 +20,20 @@ from .linalg_rewrites import (
     matmuls_to_microkernels,
     on_memrefs,
 )
+from .microkernels import host_family
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
-           "has_tileable_ops", "hoist_allocas_out_of_loops", "or_restore", "run_schedule",
-           "tile_and_vectorize"]
+           "has_tileable_ops", "hoist_allocas_out_of_loops", "host_schedules", "or_restore",
+           "run_schedule", "tile_and_vectorize"]
 
 #: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
 #: accumulators, one k step at a time (an outer product of a column of A and a row of B).
 _REGISTER_TILE = (8, 32)
+#: On hosts without AVX-512 (``host_family() == "avx2"``): 8 rows by 16 columns (16 ymm
+#: of f32). On a Zen 2, 512^3 matmuls the microkernel does not take (B transposed by its
+#: indexing map, or read with a stride), 8x16 against 8x32: f64 0.61x and 0.32x the time,
+#: f32 0.94x and 0.39x (benchmarks/results/2026-12-05-avx2-matmul.md).
+_AVX2_REGISTER_TILE = (8, 16)
 #: Cache tile (rows, columns, depth): a 256x256 block of B is 256 KB in f32, within L2.
 _CACHE_TILE = (64, 256, 256)
 
@@ -48,9 +55,9 @@ _VECTOR_PATTERNS = """
     }} : !transform.any_op"""
 
 
-def _schedule(op_name: str, body: str) -> str:
+def _schedule(op_name: str, body: str, tile: tuple[int, int] = _REGISTER_TILE) -> str:
     """A transform script running ``body`` on each ``op_name`` (bound to ``%op``),
-    then :data:`_VECTOR_PATTERNS`."""
+    then :data:`_VECTOR_PATTERNS`; ``tile``: the register tile."""
     return ("""
 module attributes {{transform.with_named_sequence}} {{
 transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
@@ -65,11 +72,11 @@ transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.
 """.replace("@OP@", op_name).replace("@BODY@", body)
             .replace("@TAIL@", _VECTOR_PATTERNS)).format(
         c0=_CACHE_TILE[0], c1=_CACHE_TILE[1], c2=_CACHE_TILE[2],
-        r0=_REGISTER_TILE[0], r1=_REGISTER_TILE[1])
+        r0=tile[0], r1=tile[1])
 
 
 #: The transform script, appended to the module and run by ``transform-interpreter``.
-MATMUL_SCHEDULE = _schedule("linalg.matmul", """
+_MATMUL_BODY = """
       %t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes [{c0}, {c1}, {c2}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
                                   !transform.any_op)
@@ -79,13 +86,14 @@ MATMUL_SCHEDULE = _schedule("linalg.matmul", """
         use_full_tile_buffers = [false, false, true]}} : (!transform.any_op) -> !transform.any_op
       %t3, %l3 = transform.structured.tile_using_for %p tile_sizes [0, 0, 1]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      transform.structured.vectorize %t3 vector_sizes [{r0}, {r1}, 1] : !transform.any_op""")
+      transform.structured.vectorize %t3 vector_sizes [{r0}, {r1}, 1] : !transform.any_op"""
+MATMUL_SCHEDULE = _schedule("linalg.matmul", _MATMUL_BODY)
 
 #: :data:`MATMUL_SCHEDULE` for ``parallel=True``: the cache tiles of the two parallel
 #: dimensions become the iterations of an ``scf.forall`` (run by several threads, see
 #: :func:`pymlirjit.codegen.parallel.with_parallel_loops`); the depth stays a sequential loop
 #: inside each.
-PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(
+_PARALLEL_TILING = (
     "%t1, %l1:3 = transform.structured.tile_using_for %op tile_sizes "
     f"[{_CACHE_TILE[0]}, {_CACHE_TILE[1]}, {_CACHE_TILE[2]}]\n"
     "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,\n"
@@ -96,11 +104,12 @@ PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(
     "      %t1, %l1 = transform.structured.tile_using_for %t0 tile_sizes "
     f"[0, 0, {_CACHE_TILE[2]}]\n"
     "        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
+PARALLEL_MATMUL_SCHEDULE = MATMUL_SCHEDULE.replace(*_PARALLEL_TILING)
 
 #: :data:`MATMUL_SCHEDULE` for ``linalg.batch_matmul``: one matrix of the batch at a
 #: time, each as a matmul; vectorized straight into a contraction (the generic path
 #: would scalarize it: the unit batch dimension hides the outer products).
-BATCH_MATMUL_SCHEDULE = _schedule("linalg.batch_matmul", """
+_BATCH_MATMUL_BODY = """
       %t1, %l1:4 = transform.structured.tile_using_for %op tile_sizes [1, {c0}, {c1}, {c2}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
                                   !transform.any_op, !transform.any_op)
@@ -111,7 +120,20 @@ BATCH_MATMUL_SCHEDULE = _schedule("linalg.batch_matmul", """
       %t3, %l3 = transform.structured.tile_using_for %p tile_sizes [0, 0, 0, 1]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       transform.structured.vectorize %t3 vector_sizes [1, {r0}, {r1}, 1]
-        {{create_named_contraction}} : !transform.any_op""")
+        {{create_named_contraction}} : !transform.any_op"""
+BATCH_MATMUL_SCHEDULE = _schedule("linalg.batch_matmul", _BATCH_MATMUL_BODY)
+
+
+@functools.cache
+def host_schedules() -> tuple[str, str, str]:
+    """The matmul, parallel matmul and batch matmul schedules for the host: those above
+    on AVX-512 hosts, with :data:`_AVX2_REGISTER_TILE` on the others."""
+    if host_family() != "avx2":
+        return MATMUL_SCHEDULE, PARALLEL_MATMUL_SCHEDULE, BATCH_MATMUL_SCHEDULE
+    tile = _AVX2_REGISTER_TILE
+    matmul = _schedule("linalg.matmul", _MATMUL_BODY, tile)
+    return (matmul, matmul.replace(*_PARALLEL_TILING),
+            _schedule("linalg.batch_matmul", _BATCH_MATMUL_BODY, tile))
 
 _MARK = "transform.with_named_sequence"
 
@@ -138,7 +160,8 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
     (:data:`PARALLEL_MATMUL_SCHEDULE` if ``parallel``). A step that fails leaves the
     module as it was (its ops get the plain lowering). Return whether any step applied."""
     found = _tileable(module)
-    matmul = PARALLEL_MATMUL_SCHEDULE if parallel else MATMUL_SCHEDULE
+    serial, parallel_matmul, batch_matmul = host_schedules()
+    matmul = parallel_matmul if parallel else serial
 
     def scheduled(schedule: str) -> bool:
         run_schedule(module, schedule, filename)
@@ -153,7 +176,7 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
         steps.append(lambda: matmuls_to_microkernels(module, parallel) > 0)
     if "linalg.batch_matmul" in found:  # those left: other types or indexing maps
         steps.append(lambda: "linalg.batch_matmul" in _tileable(module)
-                     and scheduled(BATCH_MATMUL_SCHEDULE))
+                     and scheduled(batch_matmul))
     if found:
         # The matmuls left (other types, layouts or indexing maps) get the schedule.
         steps.append(lambda: "linalg.matmul" in _tileable(module) and scheduled(matmul))

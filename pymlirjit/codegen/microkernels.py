@@ -1,13 +1,19 @@
 """Matmul microkernels as generated MLIR (``C += A @ B`` on memrefs of f32 or f64), in the
 register-block shape that suits the host CPU (:func:`host_shape`).
 
-For each panel of columns (a few AVX-512 vectors wide) and each block of the depth, the
+For each panel of columns (a few vectors wide: AVX-512's, or AVX2's on hosts without
+AVX-512, :func:`shape_for`) and each block of the depth, the
 panel's rows of B are first copied into a contiguous buffer (on the heap), zero-padded
 in the last, partial panel; then blocks of rows of C stay in vector registers
 (loop-carried values, so they stay there whatever aliases) while the rows of B stream
 through as vectors and A's elements are broadcast into FMAs.
 The copy matters when B's rows are a power of two apart: read in place, a panel's
-rows fall into a few sets of the L1 cache and evict each other."""
+rows fall into a few sets of the L1 cache and evict each other.
+
+With ``block_rows`` (the AVX2 shape), the depth blocks and blocks of A's rows are loops
+around the panels instead (GotoBLAS's order): each block of A, copied contiguous
+(``pack_a``), stays in L2 while every panel of B goes by; ``parallel`` then shares out
+the row blocks."""
 
 from __future__ import annotations
 
@@ -15,25 +21,42 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["LANES", "SHAPES", "MicrokernelShape", "host_family", "host_shape", "microkernel"]
+__all__ = ["LANES", "SHAPES", "MicrokernelShape", "host_family", "host_shape", "microkernel",
+           "shape_for"]
 
 #: 512-bit vectors: lanes per element type.
 LANES = {"f32": 16, "f64": 8}
+_BYTES = {"f32": 4, "f64": 8}
 
 
 @dataclass(frozen=True)
 class MicrokernelShape:
-    """A register block of ``rows`` rows of C by ``vectors`` AVX-512 vectors, over
-    ``depth`` steps of the depth at a time (B's panel, ``depth`` rows of ``vectors``
-    vectors, copied into a contiguous buffer first)."""
+    """A register block of ``rows`` rows of C by ``vectors`` vectors of ``bits`` bits
+    (512: AVX-512, 256: AVX2), over ``depth`` steps of the depth at a time (B's panel,
+    ``depth`` rows of ``vectors`` vectors, copied into a contiguous buffer first)."""
 
     rows: int
     vectors: int
     depth: int
+    bits: int = 512
+    #: Rows of A per block (0: all of them), a loop around the panels: see microkernel.
+    block_rows: int = 0
+    #: With ``block_rows``: whether each block of A is first copied into a contiguous
+    #: buffer, each whole block of ``rows`` rows one after the other, row-interleaved.
+    pack_a: bool = False
+
+    def lanes(self, element: str) -> int:
+        """Lanes of a vector of elements of type ``element`` (``f32``, ``f64``)."""
+        return self.bits // (8 * _BYTES[element])
 
     def columns(self, element: str) -> int:
         """Columns of a panel for elements of type ``element`` (``f32``, ``f64``)."""
-        return self.vectors * LANES[element]
+        return self.vectors * self.lanes(element)
+
+    def registers(self) -> int:
+        """Vector registers the block's loop needs: its accumulators, a row of B's
+        vectors and a broadcast element of A."""
+        return self.rows * self.vectors + self.vectors + 1
 
 
 #: Shapes by CPU family. ``zen``: AMD Zen 4 runs AVX-512 on two 256-bit pipes; 8x2
@@ -42,25 +65,43 @@ class MicrokernelShape:
 #: benchmarks/results/2026-12-04-amd-epyc-zen4.md).
 #: ``intel``: two 512-bit FMA ports of 4 cycles' latency want at least 8 independent
 #: accumulators, and more FMAs per load (12x2: 24 accumulators, 14 loads per 24 FMAs).
-SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256)}
+#: ``avx2``: CPUs without AVX-512 (16 ymm registers: the 512-bit shapes' 16-24
+#: accumulators, each two ymm registers, spilled; 1.6-1.9x numpy's time on a Zen 2):
+#: 6x2 ymm (12 accumulators, 2 B vectors, 1 broadcast), A in blocks of 192 rows by 256
+#: (packed: 384 KB of f64, within a Zen 2's 512 KB L2) that stay in cache while every
+#: panel of B goes by; 1.03-1.19x numpy where 8x2 was 1.6-1.9x, against 6x2 B-panels-only
+#: 0.82-0.87x the time at 1024^3 and 2048^3 (benchmarks/results/2026-12-05-avx2-matmul.md).
+SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
+          "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True)}
 
 
 def host_shape() -> MicrokernelShape:
-    """The shape of :data:`SHAPES` for the host's CPU family (:func:`host_family`)."""
+    """The shape of :data:`SHAPES` for the host's CPU (:func:`host_family`)."""
     return SHAPES[host_family()]
 
 
 @functools.cache
 def host_family() -> str:
-    """``zen`` for AMD's CPUs (LLVM's host CPU name ``znver*``) and CPUs LLVM cannot
-    name, ``intel`` for the others."""
+    """The key of :data:`SHAPES` for the host's CPU (:func:`shape_for`, given LLVM's
+    name and features of the host CPU); ``avx2`` if LLVM cannot tell them."""
     try:
         import llvmlite.binding as llvm
 
         name = llvm.get_host_cpu_name()
-    except (ImportError, RuntimeError):
-        return "zen"
-    return "zen" if name.startswith("znver") or name == "generic" else "intel"
+        features = llvm.get_host_cpu_features().flatten()
+    except Exception:  # any failure: the shape that suits every x86-64 CPU with AVX2
+        return "avx2"
+    return shape_for(name, features)
+
+
+def shape_for(cpu_name: str, features: str) -> str:
+    """The key of :data:`SHAPES` for a CPU of LLVM's name ``cpu_name`` and features
+    ``features`` (LLVM's ``+avx2,-avx512f,...``): ``avx2`` without ``+avx512f``; else
+    ``zen`` for AMD's CPUs (``znver*``) and CPUs LLVM cannot name, ``intel`` for the
+    others."""
+    if "+avx512f" not in features.split(","):
+        return "avx2"
+    return "zen" if cpu_name.startswith("znver") or cpu_name == "generic" else "intel"
 
 
 def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: bool,
@@ -71,7 +112,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     a time, then one (:func:`_tail_blocks`). ``parallel`` makes the panels an
     ``scf.parallel`` (:func:`_parallel_panels`)."""
     ta, tb, tc = types
-    lanes, rows, vectors = LANES[element], shape.rows, shape.vectors
+    lanes, rows, vectors = shape.lanes(element), shape.rows, shape.vectors
     vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
     bt = f"memref<?x{vectors * lanes}x{element}>"  # min(k, depth) rows
     out = [f"func.func private @{name}(%A: {ta}, %B: {tb}, %C: {tc}) {{"]
@@ -91,6 +132,12 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     out.append("  %rows_b = arith.minui %k, %depth : index")
     if not parallel:  # on the heap: 64 KB of the caller's stack may be more than it has
         out.append(f"  %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}")
+    at = f"memref<?x{rows}x{element}>"  # A's packed block (pack_a)
+    packed = bool(shape.block_rows and shape.pack_a)
+    if packed:
+        out.append(f"  %arows = arith.constant {shape.block_rows // rows * shape.depth} : index")
+        if not parallel:
+            out.append(f"  %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}")
 
     def masks(j: str, pad: str) -> None:
         # Lanes of the panel's vector v within B and C: all of them but in the last,
@@ -102,6 +149,11 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
                         f"{pad}%mask{v} = vector.create_mask %kept{v} : {mt}"])
 
     def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
+        from_buffer = packed and count == rows  # A's elements from its packed block
+        if from_buffer:
+            out.extend([f"{pad}%ad = arith.subi {first}, %i0 : index",
+                        f"{pad}%aq = arith.divui %ad, %rows : index",
+                        f"{pad}%abase = arith.muli %aq, %kc : index"])
         if count > 1:
             out.extend(f"{pad}%i{r} = arith.addi {first}, %c{r} : index" for r in range(1, count))
         index = [first] + [f"%i{r}" for r in range(1, count)]
@@ -117,11 +169,14 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         vts = ", ".join([vt] * len(acc))
         out.append(f"{pad}%res:{len(acc)} = scf.for %p = %c0 to %kc step %c1 "
                    f"iter_args({carried}) -> ({vts}) {{")
-        out.append(f"{pad}  %q = arith.addi %k0, %p : index")
+        out.append(f"{pad}  %q = arith.addi %k0, %p : index" if not from_buffer else
+                   f"{pad}  %q = arith.addi %abase, %p : index")
         out.extend(f"{pad}  %b{v} = vector.load %buf[%p, %o{v}] : {bt}, {vt}"
                    for v in range(vectors))
         for r in range(count):
-            out.extend([f"{pad}  %a{r} = memref.load %A[{index[r]}, %q] : {ta}",
+            out.extend([f"{pad}  %a{r} = " + (f"memref.load %abuf[%q, %c{r}] : {at}"
+                                              if from_buffer else
+                                              f"memref.load %A[{index[r]}, %q] : {ta}"),
                         f"{pad}  %s{r} = vector.broadcast %a{r} : {element} to {vt}"])
             out.extend(f"{pad}  %y{r}_{v} = vector.fma %s{r}, %b{v}, %x{r}_{v} : {vt}"
                        for v in range(vectors))
@@ -146,38 +201,116 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             out.append(f"{pad}  vector.store %pb{v}, %buf[%p, %o{v}] : {bt}, {vt}")
         out.append(f"{pad}}}")
 
-    def panel(j: str, masked: bool, pad: str) -> None:
-        masks(j, pad)
+    def rows_of(j: str, masked: bool, pad: str, first: str, whole: str, end: str) -> None:
+        # Rows first..end of C (whole: where the whole blocks end) for B's packed panel.
+        out.append(f"{pad}scf.for %i = {first} to {whole} step %rows {{")
+        block("%i", rows, j, masked, pad + "  ")
+        out.append(f"{pad}}}" + (_NO_UNROLL if shape.block_rows else ""))
+        if rows > 2:  # the rows left after the whole blocks: two at a time, then one
+            out.extend([f"{pad}%rest = arith.subi {end}, {whole} : index",
+                        f"{pad}%pairs = arith.divui %rest, %c2 : index",
+                        f"{pad}%paired = arith.muli %pairs, %c2 : index",
+                        f"{pad}%mp = arith.addi {whole}, %paired : index",
+                        f"{pad}scf.for %t = {whole} to %mp step %c2 {{"])
+            block("%t", 2, j, masked, pad + "  ")
+            out.append(f"{pad}}}")
+        if rows > 1:
+            last = "%mp" if rows > 2 else whole
+            out.append(f"{pad}%odd = arith.cmpi ult, {last}, {end} : index")
+            out.append(f"{pad}scf.if %odd {{")
+            block(last, 1, j, masked, pad + "  ")
+            out.append(f"{pad}}}")
+
+    def depth_block(pad: str) -> None:
         out.append(f"{pad}scf.for %k0 = %c0 to %k step %depth {{")
         out.append(f"{pad}  %kend = arith.addi %k0, %depth : index")
         out.append(f"{pad}  %k1 = arith.minui %kend, %k : index")
         out.append(f"{pad}  %kc = arith.subi %k1, %k0 : index")
+
+    def panel(j: str, masked: bool, pad: str) -> None:
+        masks(j, pad)
+        if shape.block_rows:  # the depth and row blocks are loops around the panels'
+            pack(j, masked, pad)
+            rows_of(j, masked, pad, "%i0", "%mfb", "%iz")
+            return
+        depth_block(pad)
         pack(j, masked, pad + "  ")
-        out.append(f"{pad}  scf.for %i = %c0 to %mf step %rows {{")
-        block("%i", rows, j, masked, pad + "    ")
-        out.append(f"{pad}  }}")
-        if rows > 2:  # the rows left after the whole blocks: two at a time, then one
-            out.extend([f"{pad}  %rest = arith.subi %m, %mf : index",
-                        f"{pad}  %pairs = arith.divui %rest, %c2 : index",
-                        f"{pad}  %paired = arith.muli %pairs, %c2 : index",
-                        f"{pad}  %mp = arith.addi %mf, %paired : index",
-                        f"{pad}  scf.for %t = %mf to %mp step %c2 {{"])
-            block("%t", 2, j, masked, pad + "    ")
-            out.append(f"{pad}  }}")
-        if rows > 1:
-            last = "%mp" if rows > 2 else "%mf"
-            out.append(f"{pad}  %odd = arith.cmpi ult, {last}, %m : index")
-            out.append(f"{pad}  scf.if %odd {{")
-            block(last, 1, j, masked, pad + "    ")
-            out.append(f"{pad}  }}")
+        rows_of(j, masked, pad + "  ", "%c0", "%mf", "%m")
         out.append(f"{pad}}}")
 
-    if parallel:
+    def pack_a(pad: str) -> None:
+        # Row r of whole block g at step p: %abuf[g * kc + p, r].
+        out.extend([f"{pad}scf.for %ia = %i0 to %mfb step %rows {{",
+                    f"{pad}  %pd = arith.subi %ia, %i0 : index",
+                    f"{pad}  %pq = arith.divui %pd, %rows : index",
+                    f"{pad}  %pbase = arith.muli %pq, %kc : index",
+                    f"{pad}  scf.for %p = %c0 to %kc step %c1 {{",
+                    f"{pad}    %q = arith.addi %k0, %p : index",
+                    f"{pad}    %pr = arith.addi %pbase, %p : index"])
+        for r in range(rows):
+            out.extend([f"{pad}    %pi{r} = arith.addi %ia, %c{r} : index",
+                        f"{pad}    %pa{r} = memref.load %A[%pi{r}, %q] : {ta}",
+                        f"{pad}    memref.store %pa{r}, %abuf[%pr, %c{r}] : {at}"])
+        out.extend([f"{pad}  }}", f"{pad}}}"])
+
+    def row_block(pad: str) -> None:
+        out.extend([f"{pad}%iend = arith.addi %i0, %blockrows : index",
+                    f"{pad}%iz = arith.minui %iend, %m : index",
+                    f"{pad}%span = arith.subi %iz, %i0 : index",
+                    f"{pad}%spanq = arith.divui %span, %rows : index",
+                    f"{pad}%spanf = arith.muli %spanq, %rows : index",
+                    f"{pad}%mfb = arith.addi %i0, %spanf : index"])
+
+    def serial_panels(pad: str) -> None:
+        out.append(f"{pad}scf.for %j = %c0 to %np step %width {{")
+        panel("%j", True, pad + "  ")
+        out.append(f"{pad}}}")
+
+    if shape.block_rows and parallel:
+        # The row blocks are the parallel loop's iterations (one parallel loop per
+        # call), each thread with its own buffers, its block of A through every depth
+        # block and every panel; a multiple of 4 blocks of equal size (of at most
+        # block_rows rows, a multiple of rows), so that 2 or 4 threads get equal shares.
+        out += [f"  %blockmax = arith.constant {shape.block_rows} : index",
+                "  %four = arith.constant 4 : index",
+                "  %nb0 = arith.ceildivui %m, %blockmax : index",
+                "  %nb1 = arith.ceildivui %nb0, %four : index",
+                "  %nb2 = arith.muli %nb1, %four : index",
+                "  %nb = arith.maxui %nb2, %four : index",
+                "  %per = arith.ceildivui %m, %nb : index",
+                "  %perq = arith.ceildivui %per, %rows : index",
+                "  %per6 = arith.muli %perq, %rows : index",
+                "  %blockrows = arith.maxui %per6, %rows : index",
+                "  scf.parallel (%i0) = (%c0) to (%m) step (%blockrows) {",
+                f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}"]
+        if packed:
+            out.append(f"    %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}")
+        row_block("    ")
+        depth_block("    ")
+        if packed:
+            pack_a("      ")
+        serial_panels("      ")
+        out += ["    }", f"    memref.dealloc %buf : {bt}"]
+        if packed:
+            out.append(f"    memref.dealloc %abuf : {at}")
+        out += ["    scf.reduce", "  }"]
+    elif shape.block_rows:
+        # Blocks of A (block_rows by depth, in L2) stay in cache while every panel of B
+        # goes by: with the panels outermost, all of A went through L2 for each panel.
+        depth_block("  ")
+        out += [f"    %blockrows = arith.constant {shape.block_rows} : index",
+                "    scf.for %i0 = %c0 to %m step %blockrows {"]
+        row_block("      ")
+        if packed:
+            pack_a("      ")
+        serial_panels("      ")
+        out += ["    }", "  }", f"  memref.dealloc %buf : {bt}"]
+        if packed:
+            out.append(f"  memref.dealloc %abuf : {at}")
+    elif parallel:
         _parallel_panels(out, panel, bt)
     else:
-        out.append("  scf.for %j = %c0 to %np step %width {")
-        panel("%j", True, "    ")
-        out.append("  }")
+        serial_panels("  ")
         out.append(f"  memref.dealloc %buf : {bt}")
     out += ["  return", "}"]
     return "\n".join(out)
@@ -200,7 +333,7 @@ def _tail_blocks(rows: int) -> list[int]:
 
 
 def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
-                     buffer_type: str) -> None:
+                     buffer_type: str, pad: str = "  ") -> None:
     """The panels, the masked last one too, as one ``scf.parallel`` (which
     ``parallel.split_for_threads`` shares out among the threads in chunks), each
     with its own buffer for B, on the heap (on the stack, each panel a thread runs
@@ -209,9 +342,9 @@ def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
     left the threads unequal shares: 509^3 f32 on 2 cores ran at 1.75x serial, now
     2.02x (512^3, no masked panel: 1.96x either way;
     benchmarks/results/2026-12-03-parallel.md)."""
-    out += ["  scf.parallel (%j) = (%c0) to (%np) step (%width) {",
-            f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {buffer_type}"]
-    panel("%j", True, "    ")
-    out.append(f"    memref.dealloc %buf : {buffer_type}")
-    out += ["    scf.reduce",
-            "  }"]
+    out += [f"{pad}scf.parallel (%j) = (%c0) to (%np) step (%width) {{",
+            f"{pad}  %buf = memref.alloc(%rows_b) {{alignment = 64}} : {buffer_type}"]
+    panel("%j", True, pad + "  ")
+    out.append(f"{pad}  memref.dealloc %buf : {buffer_type}")
+    out += [f"{pad}  scf.reduce",
+            f"{pad}}}"]

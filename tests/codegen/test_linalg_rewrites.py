@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pymlirjit import Session, mlir_kernel
+from pymlirjit.codegen.microkernels import host_shape
 
 MATMUL = """
 func.func @mm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
@@ -34,7 +35,7 @@ def test_matmul_microkernel_f64_matches_numpy(session: Session, parallel: bool) 
         mm(a, b, c)
         np.testing.assert_allclose(c, expected, rtol=1e-12, atol=1e-12 * max(k, 1),
                                    err_msg=f"{n}x{k} @ {k}x{m}")
-    assert "vector<8xf64>" in mm.lowered_mlir
+    assert f"vector<{host_shape().lanes('f64')}xf64>" in mm.lowered_mlir  # host vectors
     assert "__pymlirjit_matmul" in mm.lowered_mlir
 
 
@@ -84,7 +85,7 @@ def test_tiled_batch_matmul_matches_numpy(session: Session, dtype: type) -> None
         bmm(a, b, c)
         np.testing.assert_allclose(c, expected, rtol=tolerance, atol=tolerance * max(k, 1),
                                    err_msg=f"batch {q}, {n}x{k} @ {k}x{m}")
-    assert re.search(r"vector<(32|16|8)x" + element, bmm.lowered_mlir)
+    assert re.search(r"vector<(32|16|8|4)x" + element, bmm.lowered_mlir)  # 4: AVX2 f64
     assert ("__pymlirjit_matmul" in bmm.lowered_mlir) == (dtype != np.float16)
     assert not allocas_outside_entry_blocks(bmm.inspect_llvm())
 
@@ -162,7 +163,7 @@ def test_convolution_matches_numpy(session: Session, layout: str, strides: tuple
             out = out.transpose(0, 2, 3, 1)
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * max(c * kh * kw, 1),
                                    err_msg=f"{layout} {(n, h, w, c, kh, kw, f)}")
-    assert "vector<16xf32>" in conv.lowered_mlir
+    assert f"vector<{host_shape().lanes('f32')}xf32>" in conv.lowered_mlir
     assert "__pymlirjit_matmul" in conv.lowered_mlir
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from pymlirjit import Session, mlir_kernel
 from pymlirjit.codegen.linalg_tensors import bufferize_contractions, fuse_elementwise
+from pymlirjit.codegen.microkernels import host_shape
 from pymlirjit.lowering.pipeline import new_context, parse_module
 
 CHAIN = """
@@ -133,7 +134,7 @@ def test_tensor_matmul_gets_the_microkernel(session: Session, n: int, k: int,
                                atol=1e-4 * max(k, 1))
     for given, kept in zip([x, w, bias], inputs, strict=True):
         np.testing.assert_array_equal(given, kept)  # tensors are values: inputs unchanged
-    assert "vector<16xf32>" in kernel.lowered_mlir
+    assert f"vector<{host_shape().lanes('f32')}xf32>" in kernel.lowered_mlir
 
 
 def test_tensor_batch_matmul_matches_numpy(session: Session) -> None:

@@ -4,6 +4,7 @@ structure of the generated MLIR; the host's choice."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from pymlirjit.codegen.microkernels import (
     host_family,
     host_shape,
     microkernel,
+    shape_for,
 )
 
 MATMUL = """
@@ -55,8 +57,34 @@ def test_every_shape_matches_numpy(monkeypatch: pytest.MonkeyPatch, family: str,
                                    atol=tolerance * max(k, 1),
                                    err_msg=f"{family}: {n}x{k} @ {k}x{m}")
     assert "__pymlirjit_matmul" in mm.lowered_mlir
-    lanes = 16 if dtype is np.float32 else 8
+    lanes = SHAPES[family].lanes(element)
+    assert lanes == SHAPES[family].bits // (32 if dtype is np.float32 else 64)
     assert f"vector<{lanes}x{element}>" in mm.lowered_mlir
+
+
+#: (rows of C, columns, depth) for the host's own shape: square sizes of issue 28 (1000,
+#: 1023), tall-skinny, wide-short, primes around the row blocks and panels.
+HOST_SIZES = [(1000, 1000, 1000), (1023, 1023, 1023), (2000, 3, 5), (3, 2000, 7),
+              (5, 7, 2000), (389, 193, 97), (0, 0, 0), (1, 1, 1), (1, 1023, 1)]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_host_shape_matches_numpy_on_edge_shapes(dtype: type, parallel: bool) -> None:
+    element = "f32" if dtype is np.float32 else "f64"
+    mm = mlir_kernel(source=MATMUL.replace("T", element), name="mm", opt_level=3,
+                     parallel=parallel, session=Session())(lambda a, b, c: None)
+    rng = np.random.default_rng(11)
+    tolerance = 1e-5 if dtype is np.float32 else 1e-12
+    for n, m, k in HOST_SIZES:
+        a, b = rng.uniform(-1, 1, (n, k)).astype(dtype), rng.uniform(-1, 1, (k, m)).astype(dtype)
+        c = np.zeros((n, m), dtype)
+        mm(a, b, c)
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64),
+                                   rtol=tolerance, atol=tolerance * max(k, 1),
+                                   err_msg=f"{host_family()}: {n}x{k} @ {k}x{m}")
+    shape = host_shape()
+    assert f"vector<{shape.lanes(element)}x{element}>" in mm.lowered_mlir
 
 
 @pytest.mark.parametrize("family", sorted(SHAPES))
@@ -104,12 +132,65 @@ def test_tail_blocks_cover_every_remainder() -> None:
 def test_the_host_gets_its_family_shape() -> None:
     import llvmlite.binding as llvm
 
-    name = llvm.get_host_cpu_name()
-    assert host_family() == ("zen" if name.startswith("znver") or name == "generic"
+    name, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    avx512 = "+avx512f" in features.split(",")
+    assert host_family() == ("avx2" if not avx512 else
+                             "zen" if name.startswith("znver") or name == "generic"
                              else "intel")
     assert host_shape() == SHAPES[host_family()]
+    assert host_shape().bits == (512 if avx512 else 256)
+
+
+def test_the_cache_key_tells_avx2_hosts_from_avx512_ones() -> None:
+    # The disk cache's key holds the host CPU's model and flags (pymlirjit._version):
+    # with or without avx512f, as the microkernel's shape is.
+    from pymlirjit._version import build_environment
+
+    cpu = next(part for part in build_environment() if part.startswith("cpu="))
+    flags = cpu.rsplit("|", 1)[-1].replace(",", " ").split()
+    avx512 = any(flag in ("avx512f", "+avx512f") for flag in flags)
+    assert avx512 == (host_shape().bits == 512)
+
+
+#: LLVM's feature strings (abridged) of a Zen 2 (AVX2, no AVX-512), a Zen 4 and a
+#: Sapphire Rapids.
+AVX2_ONLY = "+64bit,+avx,+avx2,-avx512bw,-avx512f,-avx512vl,+fma,+sse4.2"
+AVX512 = "+64bit,+avx,+avx2,+avx512bw,+avx512f,+avx512vl,+fma,+sse4.2"
+
+
+def test_an_avx2_only_cpu_gets_a_shape_of_16_ymm_registers() -> None:
+    for name in ("znver1", "znver2", "haswell", "skylake", "generic", "alderlake"):
+        shape = SHAPES[shape_for(name, AVX2_ONLY)]
+        assert shape_for(name, AVX2_ONLY) == "avx2"
+        assert shape.bits == 256 and shape.lanes("f32") == 8 and shape.lanes("f64") == 4
+        assert shape.registers() <= 16
+    assert shape_for("znver1", "") == "avx2"  # no features known: no AVX-512 assumed
+
+
+def test_avx512_cpus_keep_their_shapes_and_code() -> None:
+    assert shape_for("znver4", AVX512) == shape_for("generic", AVX512) == "zen"
+    assert shape_for("sapphirerapids", AVX512) == shape_for("skylake-avx512", AVX512) == "intel"
     assert SHAPES["zen"] == MicrokernelShape(8, 2, 512)  # tuned on Zen 4
-    assert SHAPES["intel"].columns("f32") == SHAPES["intel"].vectors * 16
+    assert SHAPES["intel"] == MicrokernelShape(12, 2, 256)
+    for shape in (SHAPES["zen"], SHAPES["intel"]):
+        assert shape.bits == 512 and shape.block_rows == 0
+        assert shape.columns("f32") == shape.vectors * 16
+        assert shape.columns("f64") == shape.vectors * 8
+    # The code of the AVX-512 shapes, as generated before AVX2 hosts got their own.
+    strided = "memref<?x?xT, strided<[?, ?], offset: ?>>"
+    unit = "memref<?x?xT, strided<[?, 1], offset: ?>>"
+    digests = {}
+    for family in ("zen", "intel"):
+        for element in ("f32", "f64"):
+            for parallel in (False, True):
+                types = tuple(t.replace("T", element) for t in (strided, unit, unit))
+                text = microkernel("mm", element, types, parallel, SHAPES[family])
+                digests[family, element, parallel] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert digests == {
+        ("zen", "f32", False): "0389676c78831087", ("zen", "f32", True): "c61b1c05e1795c8f",
+        ("zen", "f64", False): "1504a86c5c4020c7", ("zen", "f64", True): "3e41af9cdafad2a3",
+        ("intel", "f32", False): "91d0169d6aa3b6af", ("intel", "f32", True): "0f5c4b9b6b4dcdaf",
+        ("intel", "f64", False): "6d820a64d8ebf1e6", ("intel", "f64", True): "6890d6c745cdd052"}
 
 
 _SMALL_STACK_CHILD = """if True:
@@ -149,3 +230,22 @@ def test_the_microkernel_runs_on_a_thread_with_a_small_stack() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == ""
     assert done.stdout.strip() == "[True, True]"
+
+
+def test_the_schedules_fit_the_host_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The matmuls the microkernel does not take: an 8x32 register tile on AVX-512
+    # hosts (the schedules as they were), 8x16 on AVX2-only ones (32 ymm accumulators
+    # of f32 spilled).
+    from pymlirjit.codegen import linalg_schedules
+
+    for family, tile in (("zen", "[8, 32, 0]"), ("intel", "[8, 32, 0]"), ("avx2", "[8, 16, 0]")):
+        linalg_schedules.host_schedules.cache_clear()
+        monkeypatch.setattr(linalg_schedules, "host_family", lambda family=family: family)
+        serial, parallel, batch = linalg_schedules.host_schedules()
+        assert tile in serial and tile in parallel and "tile_using_forall" in parallel
+        assert tile.replace("[", "[0, ") in batch
+        if family != "avx2":
+            assert (serial, parallel, batch) == (
+                linalg_schedules.MATMUL_SCHEDULE, linalg_schedules.PARALLEL_MATMUL_SCHEDULE,
+                linalg_schedules.BATCH_MATMUL_SCHEDULE)
+    linalg_schedules.host_schedules.cache_clear()
