@@ -11,7 +11,7 @@ import ast
 
 from .diagnostics import JitSyntaxError
 from .source import FunctionSource
-from .syntax import assigned_names, assignment_counts, target_names
+from .syntax import assigned_names, assignment_counts, target_names, walk
 
 __all__ = ["check_defined"]
 
@@ -34,9 +34,9 @@ class _Walker:
         self.local = local
 
     def uses(self, node: ast.AST | None, defined: Defined) -> None:
-        if node is None or defined is None:
+        if node is None or defined is None or isinstance(node, ast.Constant):
             return
-        for sub in ast.walk(node):
+        for sub in (node,) if isinstance(node, ast.Name) else walk(node):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) \
                     and sub.id in self.local and sub.id not in defined:
                 raise JitSyntaxError(

@@ -210,7 +210,8 @@ class EmitBase:
 
     def op(self, text: str) -> str:
         """Emit ``%new = text`` at the current node's location; return ``%new``."""
-        name = self.fresh()
+        self.counter += 1
+        name = f"%{self.counter}"
         self.lines.append(f"    {name} = {text}{self.source.loc(self.at)}")
         return name
 

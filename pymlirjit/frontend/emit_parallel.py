@@ -18,7 +18,7 @@ from .calls import mlir_of
 from .emit_base import EmitBase, Value
 from .emit_calls import flatten_values
 from .jtypes import WEAK_INT, JType, Scalar
-from .syntax import assigned_names
+from .syntax import assigned_names, forget_walks
 
 __all__ = ["CHUNKS", "ParallelMixin"]
 
@@ -92,6 +92,7 @@ class ParallelMixin(EmitBase):
         else:
             result = ast.Tuple([ast.Name(n, ast.Load()) for n in names], ast.Load())
         body: list[ast.stmt] = [_Continues(result).visit(s) for s in stmt.body]
+        forget_walks()  # the transformer changed the statements in place
         ret = ast.Return(result)
         tail = stmt.body[-1]
         for node in (ret, *(ast.walk(result) if result is not None else ())):

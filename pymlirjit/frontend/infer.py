@@ -80,20 +80,27 @@ class Inference:
         self.constants: dict[ast.AST, Any] = {}
         self.result: JType = NONE
         self.final = False
+        self.unknown = 0  # expressions of unknown type in this round
         for arg, t in zip(source.tree.args.args, params):
             self.variables[arg.arg] = t
             self.sites[arg.arg] = arg
 
     def run(self) -> None:
+        stable = False
         for _ in range(_MAX_ROUNDS):
             before = dict(self.variables)
             self.returns: list[tuple[JType | None, ast.AST]] = []
+            self.unknown = 0
             self.block(self.source.tree.body)
             if before == self.variables:
+                stable = True
                 break
         self.final = True
-        self.returns = []
-        self.block(self.source.tree.body)
+        if not stable or self.unknown:
+            # The final round raises where a type is still unknown. A round that
+            # changed no variable and met no unknown type is that final round already.
+            self.returns = []
+            self.block(self.source.tree.body)
         result: JType | None = None
         if falls_through(self.source.tree.body):
             self.returns.append((NONE, self.source.tree))
@@ -284,8 +291,10 @@ class Inference:
         """The type of ``node``; an optional's number unless ``keep`` (where an optional
         may stay one: assigned to a name, returned, compared with ``is None``)."""
         t = self._expr(node)
-        if t is None and self.final:
-            raise self.error(node, "cannot infer the type of this expression")
+        if t is None:
+            self.unknown += 1
+            if self.final:
+                raise self.error(node, "cannot infer the type of this expression")
         if isinstance(t, Optional) and not keep:
             t = t.item  # used as a number: TypeError at run time if it is None
         if t is not None:

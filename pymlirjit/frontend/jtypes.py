@@ -11,6 +11,7 @@ f32
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ class Scalar:
     bits: int
     weak: bool = False
 
-    @property
+    @cached_property  # asked for at most ops the emitter writes
     def mlir(self) -> str:
         if self.kind == "float":
             return {16: "f16", 32: "f32", 64: "f64"}[self.bits]
@@ -82,7 +83,7 @@ class Array:
         """The type an element is stored as (bools as bytes: i1 memrefs do not lower)."""
         return "i8" if self.dtype.kind == "bool" else self.dtype.mlir
 
-    @property
+    @cached_property
     def mlir(self) -> str:
         dims = "?x" * self.ndim
         if self.contiguous:

@@ -23,6 +23,7 @@ import ast
 from collections.abc import Mapping
 
 from .jtypes import Array, JType, Optional, Tuple
+from .syntax import nodes_by_type, nodes_of, walk
 
 __all__ = ["aliases", "freeable", "has_array", "managed"]
 
@@ -60,7 +61,7 @@ def aliases(node: ast.AST | None, types: Mapping[ast.AST, JType],
 def _array_names(node: ast.AST, types: Mapping[ast.AST, JType]) -> set[str]:
     """Array variables anywhere in ``node`` (whose own type the inference did not
     record): conservatively, all of them."""
-    return {n.id for n in ast.walk(node)
+    return {n.id for n in walk(node)
             if isinstance(n, ast.Name) and has_array(types.get(n))}
 
 
@@ -71,24 +72,28 @@ def _bindings(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     bound: list[tuple[str, set[str]]] = []
 
     def bind(target: ast.expr, value: set[str]) -> None:
-        for name in ast.walk(target):
+        for name in walk(target):
             if isinstance(name, ast.Name) and has_array(variables.get(name.id)):
                 bound.append((name.id, value))
 
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                bind(target, aliases(node.value, types, fresh))
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+    kinds = nodes_by_type(tree)  # the order of the bindings does not matter
+    for node in kinds.get(ast.Assign, ()):
+        assert isinstance(node, ast.Assign)
+        for target in node.targets:
+            bind(target, aliases(node.value, types, fresh))
+    for node in kinds.get(ast.AnnAssign, ()):
+        assert isinstance(node, ast.AnnAssign)
+        if node.value is not None:
             bind(node.target, aliases(node.value, types, fresh))
-        elif isinstance(node, ast.For):  # for row in t: row views t
-            bind(node.target, _array_names(node.iter, types))
+    for node in kinds.get(ast.For, ()):  # for row in t: row views t
+        assert isinstance(node, ast.For)
+        bind(node.target, _array_names(node.iter, types))
     return bound
 
 
 def _block_of(tree: ast.FunctionDef, assign: ast.stmt) -> list[ast.stmt]:
     """The statement list that holds ``assign`` itself."""
-    for node in ast.walk(tree):
+    for node in nodes_of(tree):
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and any(s is assign for s in stmts):
@@ -122,13 +127,15 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     bindings = _bindings(tree, types, variables, fresh)
     returned: set[str] = set()
     uses: dict[str, list[ast.Name]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Return):
-            returned |= aliases(node.value, types, fresh)
-        elif isinstance(node, ast.Name):
-            uses.setdefault(node.id, []).append(node)
+    kinds = nodes_by_type(tree)
+    for node in kinds.get(ast.Return, ()):
+        assert isinstance(node, ast.Return)
+        returned |= aliases(node.value, types, fresh)
+    for node in kinds.get(ast.Name, ()):
+        assert isinstance(node, ast.Name)
+        uses.setdefault(node.id, []).append(node)
     chosen: set[str] = set()
-    for assign in ast.walk(tree):
+    for assign in kinds.get(ast.Assign, ()):
         if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1
                 and isinstance(assign.targets[0], ast.Name) and assign.value in new
                 and isinstance(types.get(assign.value), Array)):
@@ -139,7 +146,7 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
         closure = _closure(name, bindings)
         if closure & returned:
             continue
-        inside = {id(n) for s in _block_of(tree, assign) for n in ast.walk(s)}
+        inside = {id(n) for s in _block_of(tree, assign) for n in walk(s)}
         if all(id(use) in inside for v in closure for use in uses.get(v, [])):
             chosen.add(name)
     return frozenset(chosen)
@@ -156,17 +163,18 @@ def managed(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     bindings = _bindings(tree, types, variables, fresh)
     plain: dict[str, int] = {}
     gets_new: set[str] = set()
-    for node in ast.walk(tree):
+    kinds = nodes_by_type(tree)
+    for node in kinds.get(ast.Assign, ()):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 \
                 and isinstance(node.targets[0], ast.Name):
             plain[node.targets[0].id] = plain.get(node.targets[0].id, 0) + 1
             if node.value in new:
                 gets_new.add(node.targets[0].id)
     in_prange: set[str] = set()
-    for loop in ast.walk(tree):
+    for loop in kinds.get(ast.For, ()):
         if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and \
                 getattr(loop.iter.func, "id", getattr(loop.iter.func, "attr", "")) == "prange":
-            in_prange |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name)}
+            in_prange |= {n.id for n in walk(loop) if isinstance(n, ast.Name)}
     parameters = {a.arg for a in tree.args.args}
     return frozenset(
         v for v in gets_new - in_prange

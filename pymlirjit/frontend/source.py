@@ -27,6 +27,7 @@ class FunctionSource:
     indent: int
     lines: list[str]
     _locs: dict[int, str] = field(default_factory=dict)
+    _node_locs: dict[ast.AST, str] = field(default_factory=dict)  # the same, per node
 
     @property
     def name(self) -> str:
@@ -49,7 +50,12 @@ class FunctionSource:
 
     def loc(self, node: ast.AST | None) -> str:
         """``loc("file":L:C)`` of ``node`` (MLIR's columns are 1-based)."""
-        if node is None or not hasattr(node, "lineno"):
+        if node is None:
+            return ""
+        found = self._node_locs.get(node)
+        if found is not None:
+            return found
+        if not hasattr(node, "lineno"):
             return ""
         line: int = getattr(node, "lineno", 1)
         col: int = getattr(node, "col_offset", 0)
@@ -59,6 +65,7 @@ class FunctionSource:
             name = self.filename.replace("\\", "\\\\").replace('"', '\\"')
             text = self._locs[key] = (f' loc("{name}":{line + self.line_offset}:'
                                       f'{col + self.indent + 1})')
+        self._node_locs[node] = text
         return text
 
     def unsupported(self, node: ast.AST, what: str, hint: str = "") -> JitSyntaxError:
@@ -75,19 +82,24 @@ def function_source(function: Callable[..., Any]) -> FunctionSource:
     if found is not None and found.function is function:
         return found
     try:
-        lines, first = inspect.getsourcelines(function)
+        quick = _quick_source(function)
+        if quick is not None:
+            lines, first, dedented, module = quick
+        else:
+            lines, first = inspect.getsourcelines(function)
     except (OSError, TypeError) as exc:
         raise JitSyntaxError(f"@jit cannot read the source of {function!r}: {exc}", None,
                              "define the function in a file (or a notebook cell)") from None
     filename = str(inspect.getsourcefile(function) or getattr(code, "co_filename", "<unknown>"))
-    text = "".join(lines)
-    dedented = textwrap.dedent(text)
+    if quick is None:
+        dedented = textwrap.dedent("".join(lines))
     indent = 0
     for raw, flat in zip(lines, dedented.splitlines(True)):
         if flat.strip():
             indent = len(raw) - len(flat)
             break
-    module = ast.parse(dedented, filename)
+    if quick is None:
+        module = ast.parse(dedented, filename)
     tree = module.body[0]
     if not isinstance(tree, ast.FunctionDef):
         raise JitSyntaxError("@jit compiles functions defined with def", None,
@@ -97,3 +109,43 @@ def function_source(function: Callable[..., Any]) -> FunctionSource:
     if code is not None:
         _cache[code] = source
     return source
+
+
+def _quick_source(function: Callable[..., Any]) -> tuple[list[str], int, str, ast.Module] | None:
+    """``function``'s lines, first line, dedented text and parsed module, found without
+    :func:`inspect.getsourcelines`' tokenizing of the rest of the file (the frontend's
+    costliest step for a small function); None where that is needed after all.
+
+    The function's text ends at its last line of code before the first line of code
+    indented no deeper than its ``def``: a statement continuing past that line (in
+    brackets, a string, after a backslash) leaves the text unparsable, and then
+    :func:`inspect.getsourcelines` decides. Trailing comments are left out: no node
+    sits on them."""
+    function = inspect.unwrap(function)
+    if not inspect.isfunction(function):
+        return None
+    all_lines, start = inspect.findsource(function)
+    head = all_lines[start]
+    margin = len(head) - len(head.lstrip())
+    seen_def, last, k = False, start, start
+    for k in range(start, len(all_lines)):
+        text = all_lines[k]
+        stripped = text.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if len(text) - len(stripped) <= margin:
+            if seen_def:
+                break
+            seen_def = stripped.startswith(("def ", "async def "))  # after its decorators
+        last = k
+    if not seen_def:
+        return None
+    lines = all_lines[start:last + 1]
+    dedented = textwrap.dedent("".join(lines))
+    try:
+        module = ast.parse(dedented, function.__code__.co_filename)
+    except (SyntaxError, ValueError):
+        return None
+    if len(module.body) != 1 or not isinstance(module.body[0], ast.FunctionDef):
+        return None
+    return lines, start + 1, dedented, module

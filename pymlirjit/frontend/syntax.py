@@ -9,7 +9,8 @@ from collections.abc import Iterable
 
 from .source import FunctionSource
 
-__all__ = ["assigned_names", "check_subset", "target_names"]
+__all__ = ["assigned_names", "check_subset", "forget_walks", "nodes_by_type", "nodes_of",
+           "target_names", "walk"]
 
 _LOOP_HINT = "write a for loop over range() filling an array made by np.empty()"
 _CALLBACK_HINT = ("do it in a plain Python function with annotated parameters and return "
@@ -60,6 +61,65 @@ if hasattr(ast, "TryStar"):
     _UNSUPPORTED[ast.TryStar] = _UNSUPPORTED[ast.Try]
 
 
+_walks: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
+
+
+def walk(node: ast.AST) -> list[ast.AST]:
+    """The nodes of ``node``'s subtree in :func:`ast.walk`'s order, listed once per node:
+    the checks, the inference and the emitter ask for the same subtrees many times."""
+    found = _walks.get(id(node))
+    if found is not None and found[0] is node:  # the entry keeps node alive: ids are unique
+        return found[1]
+    if len(_walks) > 8192:  # the trees of the last few functions compiled
+        _walks.clear()
+    nodes = [node]
+    position = 0
+    while position < len(nodes):  # ast.walk's breadth-first order, without its generators
+        current = nodes[position]
+        position += 1
+        for name in current._fields:
+            child = getattr(current, name, None)
+            if isinstance(child, ast.AST):
+                nodes.append(child)
+            elif isinstance(child, list):
+                nodes.extend(item for item in child if isinstance(item, ast.AST))
+    _walks[id(node)] = (node, nodes)
+    return nodes
+
+
+def nodes_of(tree: ast.AST) -> list[ast.AST]:
+    """The nodes of ``tree``'s subtree in no particular order, from its children's
+    :func:`walk` (listed already when the checks walked each statement)."""
+    found = [tree]
+    for child in ast.iter_child_nodes(tree):
+        found += walk(child)
+    return found
+
+
+_kinds: dict[int, tuple[ast.AST, dict[type[ast.AST], list[ast.AST]]]] = {}
+
+
+def nodes_by_type(tree: ast.AST) -> dict[type[ast.AST], list[ast.AST]]:
+    """The nodes of ``tree``'s subtree by their type, in no particular order (made once
+    per tree: the ownership analysis looks for several kinds in turn)."""
+    found = _kinds.get(id(tree))
+    if found is not None and found[0] is tree:
+        return found[1]
+    if len(_kinds) > 256:
+        _kinds.clear()
+    kinds: dict[type[ast.AST], list[ast.AST]] = {}
+    for node in nodes_of(tree):
+        kinds.setdefault(type(node), []).append(node)
+    _kinds[id(tree)] = (tree, kinds)
+    return kinds
+
+
+def forget_walks() -> None:
+    """Drop the listed subtrees (after a tree is changed in place)."""
+    _walks.clear()
+    _kinds.clear()
+
+
 def check_subset(source: FunctionSource) -> None:
     """Raise :class:`JitSyntaxError` at the first construct outside the subset."""
     tree = source.tree
@@ -76,7 +136,7 @@ def check_subset(source: FunctionSource) -> None:
     for node, what in bad_args:
         raise source.unsupported(node, what, "@jit functions take positional parameters")
     for stmt in tree.body:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             found = _UNSUPPORTED.get(type(node))
             if found is not None:
                 raise source.unsupported(node, found[0], found[1])
@@ -160,7 +220,7 @@ def assigned_names(stmts: list[ast.stmt]) -> frozenset[str]:
 def _assigned_names(stmts: Iterable[ast.stmt]) -> set[str]:
     found: set[str] = set()
     for stmt in stmts:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     found.update(target_names(target))
@@ -179,6 +239,6 @@ def falls_through(stmts: list[ast.stmt]) -> bool:
             return False
         if isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant) \
                 and stmt.test.value is True and not any(
-                    isinstance(n, ast.Break) for n in ast.walk(stmt)):
+                    isinstance(n, ast.Break) for n in walk(stmt)):
             return False
     return True
