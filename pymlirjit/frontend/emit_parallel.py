@@ -10,6 +10,7 @@ order: float sums may round differently from the serial loop, as in numba."""
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import sys
 from typing import Any
@@ -18,7 +19,7 @@ from .calls import mlir_of
 from .emit_base import EmitBase, Value
 from .emit_calls import flatten_values
 from .jtypes import WEAK_INT, JType, Scalar
-from .syntax import assigned_names, forget_walks
+from .syntax import assigned_names
 
 __all__ = ["CHUNKS", "ParallelMixin"]
 
@@ -91,8 +92,8 @@ class ParallelMixin(EmitBase):
             result = ast.Name(names[0], ast.Load())
         else:
             result = ast.Tuple([ast.Name(n, ast.Load()) for n in names], ast.Load())
-        body: list[ast.stmt] = [_Continues(result).visit(s) for s in stmt.body]
-        forget_walks()  # the transformer changed the statements in place
+        # A copy: the function's tree is cached and read again by its next specialization.
+        body: list[ast.stmt] = [_Continues(result).visit(copy.deepcopy(s)) for s in stmt.body]
         ret = ast.Return(result)
         tail = stmt.body[-1]
         for node in (ret, *(ast.walk(result) if result is not None else ())):

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from .source import FunctionSource
 
-__all__ = ["assigned_names", "check_subset", "forget_walks", "nodes_by_type", "nodes_of",
+__all__ = ["assigned_names", "check_subset", "nodes_by_type", "nodes_of",
            "target_names", "walk"]
 
 _LOOP_HINT = "write a for loop over range() filling an array made by np.empty()"
@@ -112,12 +112,6 @@ def nodes_by_type(tree: ast.AST) -> dict[type[ast.AST], list[ast.AST]]:
         kinds.setdefault(type(node), []).append(node)
     _kinds[id(tree)] = (tree, kinds)
     return kinds
-
-
-def forget_walks() -> None:
-    """Drop the listed subtrees (after a tree is changed in place)."""
-    _walks.clear()
-    _kinds.clear()
 
 
 def check_subset(source: FunctionSource) -> None:

@@ -67,6 +67,15 @@ def test_private_variables_continue_and_callees() -> None:
     check(fill, x[:0], np.zeros(0), 2.0)
 
 
+def test_continue_in_prange_survives_a_second_specialization() -> None:
+    # The outlined body rewrites continue as return: on a copy, never on the cached tree
+    # that the next signature (float32 here) and the serial jit (prange as range) read.
+    x = np.arange(20.0)
+    check(fill, x, np.zeros(20), 2.0)
+    check(fill, x.astype(np.float32), np.zeros(20, np.float32), 2.0)
+    check(jit(fill.py_func), x, np.zeros(20), 2.0)
+
+
 @jit(parallel=True)
 def early(x):
     for i in prange(len(x)):
