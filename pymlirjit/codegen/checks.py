@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .checks_asserts import check_assertion
-from .checks_bounds import ACCESSES, check_access, check_subview, view_flag
+from .checks_bounds import ACCESSES, check_access, check_subview, in_bounds, view_flag
 from .checks_divisions import DIVISIONS, check_division
 from .checks_hoisting import version_loops
 from .checks_writer import CheckWriter, declare_fail, function_containing
@@ -73,7 +73,7 @@ def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
             divisions.append((op, DIVISIONS[name]))
         elif name == "cf.assert":
             assertions.append(op)
-        elif name in ACCESSES:
+        elif name in ACCESSES and not in_bounds(op):
             accesses.append(op)
         elif name == "memref.subview":
             views.append(op)

@@ -8,13 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 from ..boundary.failures import INDEX
-from .checks_writer import CheckWriter, all_of
+from .checks_writer import CheckWriter, all_of, function_containing
 
-__all__ = ["ACCESSES", "check_access", "check_subview", "dim", "not_flagged", "view_flag"]
+__all__ = ["ACCESSES", "IN_BOUNDS", "check_access", "check_subview", "dim", "in_bounds",
+           "not_flagged", "view_flag"]
 
 #: Accesses checked with ``boundscheck``: memref operand and first index operand.
 ACCESSES = {"memref.load": (0, 1), "memref.store": (1, 2), "vector.load": (0, 1),
             "vector.store": (1, 2)}
+
+#: A unit attribute of the ``func.func`` ops pymlirjit generates whose accesses are in
+#: bounds by construction (they check their operands' shapes first): never checked.
+IN_BOUNDS = "pymlirjit.in_bounds"
+
+
+def in_bounds(op: Any) -> bool:
+    """Whether ``op`` is in a function marked :data:`IN_BOUNDS`."""
+    function = function_containing(op)
+    return function is not None and IN_BOUNDS in function.attributes
 
 
 def dim(w: CheckWriter, memref_value: Any, d: int) -> Any:

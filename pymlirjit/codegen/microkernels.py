@@ -21,6 +21,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .checks_bounds import IN_BOUNDS
+
 __all__ = ["LANES", "SHAPES", "MicrokernelShape", "host_family", "host_shape", "microkernel",
            "shape_for"]
 
@@ -115,7 +117,10 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     lanes, rows, vectors = shape.lanes(element), shape.rows, shape.vectors
     vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
     bt = f"memref<?x{vectors * lanes}x{element}>"  # min(k, depth) rows
-    out = [f"func.func private @{name}(%A: {ta}, %B: {tb}, %C: {tc}) {{"]
+    # In bounds by construction (the checks leave it alone): shapes that do not agree (a
+    # failed shape check where the call runs on after it) leave C as it is.
+    out = [f"func.func private @{name}(%A: {ta}, %B: {tb}, %C: {tc}) "
+           f"attributes {{{IN_BOUNDS}}} {{"]
     out += [f"  %c{r} = arith.constant {r} : index" for r in range(max(rows, vectors))]
     out += [f"  %o{v} = arith.constant {v * lanes} : index" for v in range(vectors)]
     out += [f"  %rows = arith.constant {rows} : index",
@@ -125,6 +130,15 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             f"  %m = memref.dim %A, %c0 : {ta}",
             f"  %k = memref.dim %A, %c1 : {ta}",
             f"  %n = memref.dim %B, %c1 : {tb}",
+            f"  %kb = memref.dim %B, %c0 : {tb}",
+            f"  %mc = memref.dim %C, %c0 : {tc}",
+            f"  %nc_ = memref.dim %C, %c1 : {tc}",
+            "  %agree_k = arith.cmpi eq, %kb, %k : index",
+            "  %agree_m = arith.cmpi eq, %mc, %m : index",
+            "  %agree_n = arith.cmpi eq, %nc_, %n : index",
+            "  %agree_km = arith.andi %agree_k, %agree_m : i1",
+            "  %agree = arith.andi %agree_km, %agree_n : i1",
+            "  scf.if %agree {",
             "  %mq = arith.divui %m, %rows : index",
             "  %mf = arith.muli %mq, %rows : index",
             "  %nc = arith.ceildivui %n, %width : index",
@@ -312,7 +326,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     else:
         serial_panels("  ")
         out.append(f"  memref.dealloc %buf : {bt}")
-    out += ["  return", "}"]
+    out += ["  }", "  return", "}"]
     return "\n".join(out)
 
 
