@@ -576,10 +576,11 @@ def compile_clear_cycles(cycles: int, bound_kb_per_cycle: float) -> None:
 
 
 # What a compile leaves behind once its module is gone: nothing measurable today (RSS
-# flat from the 200th to the 1,200th cycle). Three leaks were fixed to get there: reference cycles between modules
-# and their functions, native code never freed (one llvmlite engine per batch now), and
-# llvmlite's optimization pipeline (~60 KB per run; native code is no longer optimized at
-# the IR level). The bound catches any of them coming back.
+# flat from the 200th to the 1,200th cycle). Three leaks were fixed to get there:
+# reference cycles between modules and their functions, native code never freed (one
+# llvmlite engine per batch now), and llvmlite's optimization pipeline (~60 KB per run;
+# native code is no longer optimized at the IR level). The bound catches any of them
+# coming back.
 LEAK_BOUND_KB = 30
 
 
