@@ -347,7 +347,7 @@ def _tail_blocks(rows: int) -> list[int]:
 
 
 def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
-                     buffer_type: str, pad: str = "  ") -> None:
+                     buffer_type: str) -> None:
     """The panels, the masked last one too, as one ``scf.parallel`` (which
     ``parallel.split_for_threads`` shares out among the threads in chunks), each
     with its own buffer for B, on the heap (on the stack, each panel a thread runs
@@ -356,9 +356,9 @@ def _parallel_panels(out: list[str], panel: Callable[[str, bool, str], None],
     left the threads unequal shares: 509^3 f32 on 2 cores ran at 1.75x serial, now
     2.02x (512^3, no masked panel: 1.96x either way;
     benchmarks/results/2026-12-03-parallel.md)."""
-    out += [f"{pad}scf.parallel (%j) = (%c0) to (%np) step (%width) {{",
-            f"{pad}  %buf = memref.alloc(%rows_b) {{alignment = 64}} : {buffer_type}"]
-    panel("%j", True, pad + "  ")
-    out.append(f"{pad}  memref.dealloc %buf : {buffer_type}")
-    out += [f"{pad}  scf.reduce",
-            f"{pad}}}"]
+    out += ["  scf.parallel (%j) = (%c0) to (%np) step (%width) {",
+            f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {buffer_type}"]
+    panel("%j", True, "    ")
+    out.append(f"    memref.dealloc %buf : {buffer_type}")
+    out += ["    scf.reduce",
+            "  }"]
