@@ -2,8 +2,8 @@
 do: a checked access in a loop no longer vectorizes, and ``boundscheck=True`` cost a
 stencil 10x.
 
-An access in an ``scf.for`` nest whose indices are ``iv + c`` (an induction variable of
-the nest, or a value defined before the loop, plus a constant) into a memref defined
+An access in a nest of ``scf.for`` and ``scf.parallel`` loops whose indices are ``iv + c``
+(an induction variable of the nest, or a value defined before the loop, plus a constant) into a memref defined
 before the loop stays in bounds for every iteration if it does at both ends of each
 range: a few comparisons before the loop say so. :func:`version_loops` puts each
 outermost loop whose accesses are all of that kind in an ``scf.if`` on those
@@ -27,7 +27,7 @@ _MAX_DEPTH = 8
 
 
 def version_loops(w: CheckWriter, accesses: list[Any], flags: dict[str, Any]) -> int:
-    """Version the outermost ``scf.for`` loops whose ``accesses`` (memref and vector loads
+    """Version the outermost ``scf.for`` or ``scf.parallel`` loops whose ``accesses`` (memref and vector loads
     and stores, still unchecked) can all be checked once before the loop (see the
     module's docstring); ``flags``: the invalid-view flag of each function that has one.
     Returns how many loops were versioned; their copies' accesses are not in
@@ -59,12 +59,19 @@ def version_loops(w: CheckWriter, accesses: list[Any], flags: dict[str, Any]) ->
     return len(versioned)
 
 
+#: The loops whose iterations are independent of the checks (``scf.parallel``: the
+#: parallel loops a call of a ``parallel=True`` module runs, where a failed shape check
+#: does not end the call and its accesses are checked, see :mod:`pymlirjit.codegen.checks`).
+_LOOPS = frozenset({"scf.for", "scf.parallel"})
+
+
 def _loops_around(op: Any) -> list[Any]:
-    """The ``scf.for`` loops around ``op`` in its function, innermost first."""
+    """The ``scf.for`` and ``scf.parallel`` loops around ``op`` in its function,
+    innermost first."""
     loops = []
     parent = op.parent
     while parent is not None and parent.name != "func.func":
-        if parent.name == "scf.for":
+        if parent.name in _LOOPS:
             loops.append(parent)
         parent = parent.parent
     return loops
@@ -105,19 +112,32 @@ def _inside_block(block: Any, loop: Any) -> bool:
     return _same(op, loop) or _inside(op, loop)
 
 
+def _range_of(value: Any, op: Any) -> tuple[Any, Any, Any] | None:
+    """(lower bound, upper bound, step) of the range of ``value``, a block argument of
+    the loop ``op``; None if it is not one of its induction variables (an iter_arg)."""
+    arguments = list(op.regions[0].blocks[0].arguments)
+    if op.name == "scf.for":
+        return (op.operands[0], op.operands[1], op.operands[2]) \
+            if value == arguments[0] else None
+    rank = len(arguments)  # scf.parallel: its bounds, then its steps, then its inits
+    for k, argument in enumerate(arguments):
+        if value == argument:
+            return op.operands[k], op.operands[rank + k], op.operands[2 * rank + k]
+    return None
+
+
 def _affine(value: Any, loop: Any, depth: int = 0) -> tuple[Any, int, Any] | None:
-    """``value`` as ``base + constant``: (base, constant, the scf.for whose induction
-    variable ``base`` is, or None for a value defined before ``loop``); None if it is
-    neither."""
+    """``value`` as ``base + constant``: (base, constant, the (lower bound, upper
+    bound, step) of the loop variable ``base`` is, or None for a value defined before
+    ``loop``); None if it is neither."""
     from mlir import ir
 
     owner = value.owner
     if isinstance(owner, ir.Block):
         op = owner.owner
-        if op.name == "scf.for" and (_same(op, loop) or _inside(op, loop)):
-            if value == owner.arguments[0]:  # the induction variable, not an iter_arg
-                return value, 0, op
-            return None
+        if op.name in _LOOPS and (_same(op, loop) or _inside(op, loop)):
+            bounds = _range_of(value, op)
+            return None if bounds is None else (value, 0, bounds)
         return (value, 0, None) if not _inside_block(owner, loop) else None
     if not (_same(owner, loop) or _inside(owner, loop)):
         return value, 0, None
@@ -158,16 +178,15 @@ def _in_bounds_throughout(w: CheckWriter, op: Any, loop: Any) -> Any:
         return None
     for form in forms:
         assert form is not None
-        if form[2] is not None and not all(_outside(bound, loop)
-                                           for bound in form[2].operands[:3]):
+        if form[2] is not None and not all(_outside(bound, loop) for bound in form[2]):
             return None  # a range that changes in the loop (a triangular nest)
     checks = []
     for d, form in enumerate(forms):
         assert form is not None
-        base, shift, range_loop = form
+        base, shift, bounds = form
         extent = dim(w, source, d)
-        low, high = (base, base) if range_loop is None else (
-            range_loop.operands[0], arith.SubIOp(range_loop.operands[1], w.index(1)).result)
+        low, high = (base, base) if bounds is None else (
+            bounds[0], arith.SubIOp(bounds[1], w.index(1)).result)
         lane = d - (len(indices) - len(lanes))
         width = lanes[lane] if lane >= 0 else 1
         low = arith.AddIOp(low, w.index(shift)).result if shift else low

@@ -100,3 +100,32 @@ def test_an_assert_checks_its_condition_only_where_calls_unwind() -> None:
     assert compiled.asserted(np.arange(4.0), 4) == 6.0
     with pytest.raises(AssertionError, match="n fits"):
         compiled.asserted(np.arange(4.0), 5)
+
+
+PARALLEL_SHIFTED = """
+func.func @shifted2d(%a: memref<?x?xf64>, %out: memref<?x?xf64>, %rows: index, %cols: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.parallel (%i, %j) = (%c0, %c0) to (%rows, %cols) step (%c1, %c1) {
+    %jp = arith.addi %j, %c1 : index
+    %x = memref.load %a[%i, %jp] : memref<?x?xf64>
+    memref.store %x, %out[%i, %j] : memref<?x?xf64>
+    scf.reduce
+  }
+  return
+}"""
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_parallel_loops_accesses_are_checked_once_before_it(parallel: bool) -> None:
+    # The loops of parallel=True modules (and the linalg ops' loops in them, checked
+    # there as a failed shape check does not end the call) are scf.parallel.
+    text = _checked_text(PARALLEL_SHIFTED, boundscheck=True)
+    assert text.count("scf.parallel") == 2 and text.count("= memref.load") == 2
+    module = Session(boundscheck=True, parallel=parallel).compile(PARALLEL_SHIFTED)
+    a = np.arange(12.0).reshape(3, 4)
+    out = np.zeros((3, 4))
+    module.shifted2d(a, out, 3, 3)  # in bounds: the unchecked copy
+    np.testing.assert_array_equal(out[:, :3], a[:, 1:])
+    with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 1"):
+        module.shifted2d(a, out, 3, 4)  # the last column reads a[i, 4]: the checked loop

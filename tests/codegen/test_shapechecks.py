@@ -107,3 +107,38 @@ def test_the_matmul_microkernel_leaves_memory_alone_after_a_failed_shape_check(
     c = np.zeros((200, 40), dtype)
     mm(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+ELEMENTWISE = """
+#id = affine_map<(i, j) -> (i, j)>
+func.func @ew(%a: VIEW, %b: VIEW, %c: VIEW) {
+  linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+    ins(%a, %b : VIEW, VIEW) outs(%c : VIEW) {
+  ^bb0(%x: f64, %y: f64, %o: f64):
+    %m = arith.mulf %x, %y : f64
+    linalg.yield %m : f64
+  }
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_an_elementwise_generic_leaves_memory_alone_after_a_failed_shape_check(
+        parallel: bool) -> None:
+    # A parallel call runs on after a failed shape check: the op's loop is checked once
+    # before it (an unchecked copy runs where the shapes agree; checks_hoisting).
+    source = ELEMENTWISE.replace("VIEW", "memref<?x?xf64, strided<[?, 1], offset: ?>>")
+    ew = mlir_kernel(source=source, name="ew", opt_level=3, parallel=parallel,
+                     session=Session())(lambda a, b, c: None)
+    a = np.arange(1.0, 13.0).reshape(3, 4)
+    for left, right, shape in [(a, a[:2], (3, 4)), (a, a[:, :3], (3, 4)), (a, a, (3, 3)),
+                               (a, a, (2, 4)), (a[:, :2], a[:, :2], (3, 4))]:
+        frame = np.full((shape[0] + 4, shape[1] + 4), 7.0)
+        with pytest.raises(ValueError, match=r"shape mismatch in @ew"):
+            ew(left, right, frame[2:-2, 2:-2])
+        assert (frame[:2] == 7.0).all() and (frame[-2:] == 7.0).all()
+        assert (frame[:, :2] == 7.0).all() and (frame[:, -2:] == 7.0).all()
+    c = np.zeros((3, 4))
+    ew(a, a, c)
+    np.testing.assert_array_equal(c, a * a)
