@@ -2,15 +2,16 @@
 do: a checked access in a loop no longer vectorizes, and ``boundscheck=True`` cost a
 stencil 10x.
 
-An access in a nest of ``scf.for`` and ``scf.parallel`` loops whose indices are ``iv + c``
-(an induction variable of the nest, or a value defined before the loop, plus a constant) into a memref defined
-before the loop stays in bounds for every iteration if it does at both ends of each
-range: a few comparisons before the loop say so. :func:`version_loops` puts each
-outermost loop whose accesses are all of that kind in an ``scf.if`` on those
-comparisons: its ``then`` branch holds an unchecked copy of the loop, its ``else``
-branch the loop itself, which gets the usual per-access checks (so a call that goes out
-of bounds fails as before, at the same access, with the same message, after the same
-earlier iterations). Loops that make views (``memref.subview``) are left alone.
+An access in a nest of ``scf.for`` and ``scf.parallel`` loops whose indices are
+``iv + c`` (an induction variable of the nest, or a value defined before the loop, plus
+a constant) into a memref defined before the loop stays in bounds for every iteration
+if it does at both ends of each range: a few comparisons before the loop say so.
+:func:`version_loops` puts each outermost loop whose accesses are all of that kind in
+an ``scf.if`` on those comparisons: its ``then`` branch holds an unchecked copy of the
+loop, its ``else`` branch the loop itself, which gets the usual per-access checks (so a
+call that goes out of bounds fails as before, at the same access, with the same
+message, after the same earlier iterations). Loops that make views (``memref.subview``) are left
+alone.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ _MAX_DEPTH = 8
 
 
 def version_loops(w: CheckWriter, accesses: list[Any], flags: dict[str, Any]) -> int:
-    """Version the outermost ``scf.for`` or ``scf.parallel`` loops whose ``accesses`` (memref and vector loads
-    and stores, still unchecked) can all be checked once before the loop (see the
-    module's docstring); ``flags``: the invalid-view flag of each function that has one.
-    Returns how many loops were versioned; their copies' accesses are not in
-    ``accesses`` and stay unchecked."""
+    """Version the outermost ``scf.for`` or ``scf.parallel`` loops whose ``accesses``
+    (memref and vector loads and stores, still unchecked) can all be checked once before
+    the loop (see the module's docstring); ``flags``: the invalid-view flag of each
+    function that has one. Returns how many loops were versioned; their copies' accesses
+    are not in ``accesses`` and stay unchecked."""
     from mlir import ir
 
     by_loop: dict[Any, list[Any]] = {}
