@@ -20,7 +20,7 @@ from .linalg_rewrites import (
     matmuls_to_microkernels,
     on_memrefs,
 )
-from .microkernels import host_family
+from .microkernels import host_shape
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
            "has_tileable_ops", "hoist_allocas_out_of_loops", "host_schedules", "or_restore",
@@ -29,7 +29,7 @@ __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE
 #: Register tile of a matmul: 8 rows by 32 columns of f32 is 16 AVX-512 (or 32 AVX2)
 #: accumulators, one k step at a time (an outer product of a column of A and a row of B).
 _REGISTER_TILE = (8, 32)
-#: On hosts without AVX-512 (``host_family() == "avx2"``): 8 rows by 16 columns (16 ymm
+#: On hosts without AVX-512 (256-bit microkernels, :func:`host_shape`): 8 rows by 16 columns (16 ymm
 #: of f32). On a Zen 2, 512^3 matmuls the microkernel does not take (B transposed by its
 #: indexing map, or read with a stride), 8x16 against 8x32: f64 0.61x and 0.32x the time,
 #: f32 0.94x and 0.39x (benchmarks/results/2026-12-05-avx2-matmul.md).
@@ -128,7 +128,7 @@ BATCH_MATMUL_SCHEDULE = _schedule("linalg.batch_matmul", _BATCH_MATMUL_BODY)
 def host_schedules() -> tuple[str, str, str]:
     """The matmul, parallel matmul and batch matmul schedules for the host: those above
     on AVX-512 hosts, with :data:`_AVX2_REGISTER_TILE` on the others."""
-    if host_family() != "avx2":
+    if host_shape().bits == 512:
         return MATMUL_SCHEDULE, PARALLEL_MATMUL_SCHEDULE, BATCH_MATMUL_SCHEDULE
     tile = _AVX2_REGISTER_TILE
     matmul = _schedule("linalg.matmul", _MATMUL_BODY, tile)

@@ -73,8 +73,13 @@ class MicrokernelShape:
 #: (packed: 384 KB of f64, within a Zen 2's 512 KB L2) that stay in cache while every
 #: panel of B goes by; 1.03-1.19x numpy where 8x2 was 1.6-1.9x, against 6x2 B-panels-only
 #: 0.82-0.87x the time at 1024^3 and 2048^3 (benchmarks/results/2026-12-05-avx2-matmul.md).
+#: ``zen3``: the same registers, B packed 512 deep and A in blocks of 384 rows: a Zen 3
+#: (two full-width 256-bit FMA pipes, where a Zen 2 splits them) spends half as many
+#: loads and stores of C per FMA; 0.92-0.95x the time of ``avx2``'s shape from 512^3 to
+#: 2048^3 (benchmarks/results/2026-12-06-zen3-matmul.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
-          "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True)}
+          "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True),
+          "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=384, pack_a=True)}
 
 
 def host_shape() -> MicrokernelShape:
@@ -98,11 +103,11 @@ def host_family() -> str:
 
 def shape_for(cpu_name: str, features: str) -> str:
     """The key of :data:`SHAPES` for a CPU of LLVM's name ``cpu_name`` and features
-    ``features`` (LLVM's ``+avx2,-avx512f,...``): ``avx2`` without ``+avx512f``; else
-    ``zen`` for AMD's CPUs (``znver*``) and CPUs LLVM cannot name, ``intel`` for the
-    others."""
+    ``features`` (LLVM's ``+avx2,-avx512f,...``): without ``+avx512f``, ``zen3`` for a
+    Zen 3 (``znver3``) and ``avx2`` for the others; else ``zen`` for AMD's CPUs
+    (``znver*``) and CPUs LLVM cannot name, ``intel`` for the others."""
     if "+avx512f" not in features.split(","):
-        return "avx2"
+        return "zen3" if cpu_name == "znver3" else "avx2"
     return "zen" if cpu_name.startswith("znver") or cpu_name == "generic" else "intel"
 
 

@@ -135,7 +135,7 @@ def test_the_host_gets_its_family_shape() -> None:
 
     name, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     avx512 = "+avx512f" in features.split(",")
-    assert host_family() == ("avx2" if not avx512 else
+    assert host_family() == (("zen3" if name == "znver3" else "avx2") if not avx512 else
                              "zen" if name.startswith("znver") or name == "generic"
                              else "intel")
     assert host_shape() == SHAPES[host_family()]
@@ -160,9 +160,9 @@ AVX512 = "+64bit,+avx,+avx2,+avx512bw,+avx512f,+avx512vl,+fma,+sse4.2"
 
 
 def test_an_avx2_only_cpu_gets_a_shape_of_16_ymm_registers() -> None:
-    for name in ("znver1", "znver2", "haswell", "skylake", "generic", "alderlake"):
+    for name in ("znver1", "znver2", "znver3", "haswell", "skylake", "generic", "alderlake"):
         shape = SHAPES[shape_for(name, AVX2_ONLY)]
-        assert shape_for(name, AVX2_ONLY) == "avx2"
+        assert shape_for(name, AVX2_ONLY) == ("zen3" if name == "znver3" else "avx2")
         assert shape.bits == 256 and shape.lanes("f32") == 8 and shape.lanes("f64") == 4
         assert shape.registers() <= 16
     assert shape_for("znver1", "") == "avx2"  # no features known: no AVX-512 assumed
@@ -252,13 +252,14 @@ def test_the_schedules_fit_the_host_vectors(monkeypatch: pytest.MonkeyPatch) -> 
     # of f32 spilled).
     from pymlirjit.codegen import linalg_schedules
 
-    for family, tile in (("zen", "[8, 32, 0]"), ("intel", "[8, 32, 0]"), ("avx2", "[8, 16, 0]")):
+    for family, tile in (("zen", "[8, 32, 0]"), ("intel", "[8, 32, 0]"), ("avx2", "[8, 16, 0]"),
+                         ("zen3", "[8, 16, 0]")):
         linalg_schedules.host_schedules.cache_clear()
-        monkeypatch.setattr(linalg_schedules, "host_family", lambda family=family: family)
+        monkeypatch.setattr(linalg_schedules, "host_shape", lambda family=family: SHAPES[family])
         serial, parallel, batch = linalg_schedules.host_schedules()
         assert tile in serial and tile in parallel and "tile_using_forall" in parallel
         assert tile.replace("[", "[0, ") in batch
-        if family != "avx2":
+        if family in ("zen", "intel"):
             assert (serial, parallel, batch) == (
                 linalg_schedules.MATMUL_SCHEDULE, linalg_schedules.PARALLEL_MATMUL_SCHEDULE,
                 linalg_schedules.BATCH_MATMUL_SCHEDULE)
