@@ -73,13 +73,14 @@ class MicrokernelShape:
 #: (packed: 384 KB of f64, within a Zen 2's 512 KB L2) that stay in cache while every
 #: panel of B goes by; 1.03-1.19x numpy where 8x2 was 1.6-1.9x, against 6x2 B-panels-only
 #: 0.82-0.87x the time at 1024^3 and 2048^3 (benchmarks/results/2026-12-05-avx2-matmul.md).
-#: ``zen3``: the same registers, B packed 512 deep and A in blocks of 384 rows: a Zen 3
-#: (two full-width 256-bit FMA pipes, where a Zen 2 splits them) spends half as many
-#: loads and stores of C per FMA; 0.92-0.95x the time of ``avx2``'s shape from 512^3 to
-#: 2048^3 (benchmarks/results/2026-12-06-zen3-matmul.md).
+#: ``zen3``: the same, B packed 512 deep: a Zen 3 (two full-width 256-bit FMA pipes,
+#: where a Zen 2 splits each ymm FMA in two) then loads and stores each block of C half
+#: as often; 0.80-0.99x the time of ``avx2``'s shape from 512^3 to 2048^3. Blocks of 288
+#: or 384 rows of A were as fast serially, but split 1024 rows unevenly between two
+#: threads (benchmarks/results/2026-12-06-zen3-matmul.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True),
-          "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=384, pack_a=True)}
+          "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=192, pack_a=True)}
 
 
 def host_shape() -> MicrokernelShape:
