@@ -237,3 +237,96 @@ func.func @scale(%x: memref<?xf64>, %k: f64) {
     np.testing.assert_array_equal(y, 2.0 * np.arange(1000.0))
     with pytest.raises(ValueError, match="shape mismatch in @matvec"):
         m.matvec(a, np.ones(3), np.zeros(300))
+
+
+def test_shapes_that_disagree_in_a_module_with_shared_libraries() -> None:
+    # Such a call cannot unwind at a failure: MLIR's shape check aborted the process;
+    # now it raises, and the op it checks does not run (nor do the later ones). In a
+    # child process: a regression aborts it, not the test run.
+    script = textwrap.dedent(f"""
+        import numpy as np, scipy.sparse as sp
+        from pymlirjit import Session
+        session = Session(shared_libs=["mlir_c_runner_utils"])
+        maps = {MAPS!r}
+        scipy_formats = {SCIPY!r}
+        for name, map_ in maps.items():
+            m = session.compile({matvec_source("MAP")!r}.replace("MAP", map_))
+            a = sp.random_array((7, 5), density=0.4, format="csr", rng=0)
+            a = a.asformat(scipy_formats[name])
+            for x, y in ((np.ones(6), np.zeros(7)), (np.ones(4), np.zeros(7)),
+                         (np.ones(5), np.zeros(6)), (np.ones(5), np.zeros(8))):
+                try:
+                    m.matvec(a, x, y)
+                    raise SystemExit(f"{{name}}: no error for {{x.shape}}, {{y.shape}}")
+                except ValueError as error:
+                    assert str(error).startswith(
+                        "shape mismatch in @matvec (MLIR line 3): dimension #0 of "
+                        "input/output operand #"), error
+            assert np.allclose(m.matvec(a, np.arange(5.0), np.zeros(7)), a @ np.arange(5.0))
+        # A sparse output (docs/sparse.md's SDDMM: S + spy(S) * (A @ B)), a checked op in a
+        # loop, and an elementwise op (checked too) after it.
+        m = session.compile('''
+        #CSR = #sparse_tensor.encoding<{{ map = (i, j) -> (i : dense, j : compressed) }}>
+        #sampled = {{indexing_maps = [affine_map<(i, j, k) -> (i, k)>,
+                                      affine_map<(i, j, k) -> (k, j)>,
+                                      affine_map<(i, j, k) -> (i, j)>],
+                    iterator_types = ["parallel", "parallel", "reduction"]}}
+        func.func @sampled(%s: tensor<?x?xf64, #CSR>, %a: tensor<?x?xf64>,
+                           %b: tensor<?x?xf64>) -> tensor<?x?xf64, #CSR> {{
+          %r = linalg.generic #sampled ins(%a, %b : tensor<?x?xf64>, tensor<?x?xf64>)
+              outs(%s : tensor<?x?xf64, #CSR>) {{
+            ^bb0(%x: f64, %y: f64, %v: f64):
+              %p = sparse_tensor.unary %v : f64 to f64
+                present = {{
+                  ^bb0(%stored: f64):
+                    %xy = arith.mulf %x, %y : f64
+                    sparse_tensor.yield %xy : f64
+                }}
+                absent = {{}}
+              %zero = arith.constant 0.0 : f64
+              %sum = sparse_tensor.reduce %v, %p, %zero : f64 {{
+                ^bb0(%l: f64, %r: f64):
+                  %t = arith.addf %l, %r : f64
+                  sparse_tensor.yield %t : f64
+              }}
+              linalg.yield %sum : f64
+          }} -> tensor<?x?xf64, #CSR>
+          return %r : tensor<?x?xf64, #CSR>
+        }}
+        func.func @twice(%a: tensor<?x?xf64, #CSR>, %x: tensor<?xf64>, %y: tensor<?xf64>,
+                         %n: index) -> tensor<?xf64> {{
+          %c0 = arith.constant 0 : index
+          %c1 = arith.constant 1 : index
+          %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %y) -> tensor<?xf64> {{
+            %t = linalg.matvec ins(%a, %x : tensor<?x?xf64, #CSR>, tensor<?xf64>)
+                outs(%acc : tensor<?xf64>) -> tensor<?xf64>
+            scf.yield %t : tensor<?xf64>
+          }}
+          %s = arith.addf %r, %y : tensor<?xf64>
+          return %s : tensor<?xf64>
+        }}
+        ''')
+        s = sp.random_array((30, 20), density=0.2, format="csr", rng=1)
+        left, right = np.random.default_rng(2).random((30, 4)), np.ones((4, 20))
+        got = m.sampled(s, left, right)
+        assert np.allclose((got - s).toarray(), (s != 0).multiply(left @ right).toarray())
+        for bad in ((np.ones((29, 4)), right), (left, np.ones((3, 20)))):
+            try:
+                m.sampled(s, *bad)
+                raise SystemExit("sampled: no error")
+            except ValueError as error:
+                assert str(error).startswith("shape mismatch in @sampled"), error
+        x, y = np.arange(20.0), np.zeros(30)
+        assert np.allclose(m.twice(s, x, y, 3), 3 * (s @ x))
+        for x, y in ((np.ones(19), np.zeros(30)), (np.ones(20), np.zeros(29))):
+            try:
+                m.twice(s, x, y, 3)
+                raise SystemExit("twice: no error")
+            except ValueError as error:
+                assert str(error).startswith("shape mismatch in @twice"), error
+        print("ok")
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok" and done.stderr == ""
