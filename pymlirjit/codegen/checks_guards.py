@@ -15,35 +15,9 @@ from typing import Any
 
 from .checks_asserts import check_assertion
 from .checks_writer import CheckWriter, function_containing
-from .shapechecks import SHAPE_REASON, VERIFICATION
+from .shapechecks import checked_ops
 
-__all__ = ["checked_ops", "guard_checked_ops"]
-
-
-def checked_ops(module: Any) -> list[tuple[Any, list[Any]]]:
-    """Each linalg op of ``module`` with MLIR's shape checks (``cf.assert`` ops, which
-    runtime verification puts right before the op they check), and those checks."""
-    from mlir import ir
-
-    found: list[tuple[Any, list[Any]]] = []
-    pending: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        name = op.name
-        if name == "cf.assert":
-            text = ir.StringAttr(op.attributes["msg"]).value
-            if text.startswith(VERIFICATION) and SHAPE_REASON in text:
-                pending.append(op)
-        elif (name.startswith("linalg.") and name not in ("linalg.yield", "linalg.index")
-              and pending):
-            location = str(op.location)
-            if all(str(check.location) == location for check in pending):
-                found.append((op, list(pending)))
-            pending.clear()  # checks of another op (none expected): left to abort
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
+__all__ = ["guard_checked_ops"]
 
 
 def guard_checked_ops(writer: CheckWriter, module: Any) -> None:

@@ -61,6 +61,24 @@ def test_operands_whose_shapes_disagree_raise_naming_the_op(session: Session,
     np.testing.assert_allclose(m.matvec(a, np.arange(5.0), np.zeros(7)), a @ np.arange(5.0))
 
 
+def test_a_mismatch_names_the_parameter_by_the_stubs_name(session: Session) -> None:
+    @mlir_kernel(source=matvec_source(MAPS["CSR"]), session=session)
+    def matvec(matrix: sp.csr_array, vector: np.ndarray, out: np.ndarray) -> np.ndarray: ...
+
+    a = matrix("csr")
+    with pytest.raises(ValueError, match=r"^shape mismatch in @matvec \(.*\): dimension #0 of "
+                                         r"input/output operand #1 is incompatible with "
+                                         r"inferred dimension size \(operand #1 is argument "
+                                         r"2 \('vector'\) of @matvec\)$"):
+        matvec(a, np.ones(6), np.zeros(7))
+    with pytest.raises(ValueError, match=r"\(operand #2 is argument 3 \('out'\) of @matvec\)$"):
+        matvec(a, np.ones(5), np.zeros(8))
+    # A module's function (of another text: a kernel's names go with its text, as its
+    # Python line does): no stub, so its position only.
+    with pytest.raises(ValueError, match=r"\(operand #1 is argument 2 of @matvec\)$"):
+        session.compile(matvec_source(MAPS["CSR"]) + "\n").matvec(a, np.ones(6), np.zeros(7))
+
+
 def test_a_sparse_vector_and_a_dense_one_of_another_length(session: Session) -> None:
     m = session.compile("""
 #V = #sparse_tensor.encoding<{ map = (i) -> (i : compressed) }>
