@@ -5,8 +5,9 @@ module still on tensors whose calls cannot unwind at a failure.
 ops record a ValueError instead of aborting; where the call unwinds at the failure, the op
 never runs. Where it does not (a module with shared libraries), the call runs on, and the
 op would read past its shorter operand: so each checked op is wrapped in ``scf.if`` on a
-flag of its function that a failed check clears, yielding its inits where it is skipped.
-The sparsifier sparsifies the op inside the ``scf.if`` as it does outside one.
+flag of its function that a failed check clears, yielding its inits where it is skipped
+(a linalg op on memrefs that a schedule outlined is a call without results, wrapped so
+too). The sparsifier sparsifies the op inside the ``scf.if`` as it does outside one.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def guard_checked_ops(writer: CheckWriter, module: Any) -> None:
     # lower memref accesses of i1)
     flags: dict[Any, Any] = {}
     i8 = ir.IntegerType.get_signless(8)
-    for op, checks in checked_ops(module):
+    for op, checks in checked_ops(module, calls=True):
         inits = list(op.operands)[len(op.operands) - len(op.results):]
         if [v.type for v in inits] != [r.type for r in op.results]:
             continue

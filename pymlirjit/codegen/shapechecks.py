@@ -60,9 +60,11 @@ def insert_shape_checks(module: Any, filename: str = "<source>") -> int:
     return kept
 
 
-def checked_ops(module: Any) -> list[tuple[Any, list[Any]]]:
+def checked_ops(module: Any, calls: bool = False) -> list[tuple[Any, list[Any]]]:
     """Each linalg op of ``module`` with MLIR's shape checks (``cf.assert`` ops, which
-    runtime verification puts right before the op they check), and those checks."""
+    runtime verification puts right before the op they check), and those checks.
+    ``calls``: also a ``func.call`` without results where the op was (a schedule's
+    microkernel, :mod:`pymlirjit.codegen.optimize`, outlines a linalg op on memrefs)."""
     from mlir import ir
 
     found: list[tuple[Any, list[Any]]] = []
@@ -74,8 +76,9 @@ def checked_ops(module: Any) -> list[tuple[Any, list[Any]]]:
             text = ir.StringAttr(op.attributes["msg"]).value
             if text.startswith(VERIFICATION) and SHAPE_REASON in text:
                 pending.append(op)
-        elif (name.startswith("linalg.") and name not in ("linalg.yield", "linalg.index")
-              and pending):
+        elif pending and ((name.startswith("linalg.")
+                           and name not in ("linalg.yield", "linalg.index"))
+                          or (calls and name == "func.call" and not op.results)):
             location = str(op.location)
             if all(str(check.location) == location for check in pending):
                 found.append((op, list(pending)))
