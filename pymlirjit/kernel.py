@@ -29,7 +29,7 @@ from typing import Any, SupportsIndex
 
 from .boundary.buildgate import building
 from .boundary.cprototype import function_pointer
-from .boundary.failures import register_source
+from .boundary.failures import register_parameters, register_source
 from .boundary.pickling import StandInStub, rebuilds
 from .boundary.signature import Signature
 from .boundary.sourcelines import definition_site, located_mlir_error, read_mlir_file
@@ -158,6 +158,8 @@ class Kernel(NativeCallable):
             if stub is not None:
                 check_stub(stub, function.signature, self.name)
                 names = list(inspect.signature(stub).parameters)
+                if isinstance(source, str):  # shape checks' failures then name them
+                    register_parameters(source, self.name, names)
                 function = function.with_options(stub.__name__, names, self.release_gil)
             elif self.release_gil is not None:
                 function = function.with_options(self.name,

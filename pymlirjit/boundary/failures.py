@@ -15,7 +15,8 @@ import re
 from typing import Any
 
 __all__ = ["ALLOCATION_TRACKERS", "ASSERTION", "FAIL_SIGNATURE", "FAIL_SYMBOL", "INDEX",
-           "SEPARATOR", "SHAPE", "ZERO_DIVISION", "raise_failure", "register_source", "source_id"]
+           "SEPARATOR", "SHAPE", "ZERO_DIVISION", "raise_failure", "register_parameters",
+           "register_source", "source_id"]
 
 #: The runtime symbol checked code calls to record a failure (a reserved name).
 FAIL_SYMBOL = "__pymlirjit_fail"
@@ -49,6 +50,9 @@ _sources: dict[str, tuple[Any, str]] = {}
 #: Between the source id and the text of a message.
 SEPARATOR = "\x1f"
 _MLIR_LINE = re.compile(r"\(MLIR line (\d+)\)")
+# (source id, "@function") -> the Python names of the function's parameters (a stub's).
+_parameters: dict[tuple[str, str], tuple[str, ...]] = {}
+_ARGUMENT = re.compile(r"(\(operand #\d+ is argument )(\d+) of (@[^\s)]+)\)")
 
 
 def register_source(text: str, site: Any, located: str | None = None) -> None:
@@ -59,8 +63,30 @@ def register_source(text: str, site: Any, located: str | None = None) -> None:
     _sources[source_id(text)] = (site, text if located is None else located)
 
 
+def register_parameters(text: str, function: str, names: list[str]) -> None:
+    """Let failures in the function ``@function`` of code compiled from the MLIR ``text``
+    name its parameters as ``names`` (its Python stub's): ``(operand #1 is argument 2
+    ('x') of @spmv)`` where the compiled message says ``(operand #1 is argument 2 of
+    @spmv)`` (:mod:`pymlirjit.codegen.shapechecks`). As with :func:`register_source`,
+    the names go with the text: the same text compiled again in this process (by a
+    session, without the stub) names them so too."""
+    _parameters[(source_id(text), f"@{function}")] = tuple(names)
+
+
+def _with_parameter_names(source: str, text: str) -> str:
+    def named(match: re.Match[str]) -> str:
+        names = _parameters.get((source, match[3]), ())
+        index = int(match[2]) - 1
+        if not 0 <= index < len(names):
+            return match[0]
+        return f"{match[1]}{index + 1} ({names[index]!r}) of {match[3]})"
+
+    return _ARGUMENT.sub(named, text) if _parameters else text
+
+
 def _on_python_line(text: str) -> str:
     source, _, text = text.rpartition(SEPARATOR)
+    text = _with_parameter_names(source, text)
     found = _sources.get(source)
     match = _MLIR_LINE.search(text)
     if found is None or match is None:

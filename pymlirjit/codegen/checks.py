@@ -20,7 +20,8 @@ before ``convert-scf-to-cf``, where memref accesses and ``scf.if`` both exist):
   call runs on after a failed assert, and must not then touch memory outside its arrays.
 
 The checks live in ``checks_divisions``, ``checks_asserts``, ``checks_bounds`` and
-``checks_hoisting``; what they all write (constants, messages, the failure call) in
+``checks_hoisting`` (``checks_guards``: a sparse module's shape checks where calls cannot
+unwind); what they all write (constants, messages, the failure call) in
 ``checks_writer``.
 
 Recording a failure is a call to the built-in callback :data:`FAIL_SYMBOL`, which raises
@@ -38,6 +39,7 @@ from typing import Any
 from .checks_asserts import check_assertion
 from .checks_bounds import ACCESSES, check_access, check_subview, in_bounds, view_flag
 from .checks_divisions import DIVISIONS, check_division
+from .checks_guards import guard_checked_ops
 from .checks_hoisting import version_loops
 from .checks_writer import CheckWriter, declare_fail, function_containing
 
@@ -106,16 +108,26 @@ def insert_checks(module: Any, *, boundscheck: bool, filename: str = "<source>",
     return writer.inserted
 
 
-def insert_assert_checks(module: Any, *, filename: str = "<source>", source: str = "") -> int:
+def insert_assert_checks(module: Any, *, filename: str = "<source>", source: str = "",
+                         unwinds: bool = True) -> int:
     """Make each ``cf.assert`` of ``module`` outside a linalg op's body record its failure
     (as :func:`insert_checks` does) on a module still on tensors: a module the sparsifier
     lowers in one pass, where no point between bufferization and ``convert-scf-to-cf``
     exists for :func:`insert_checks` (MLIR's shape checks of linalg ops would otherwise
-    abort the process). Returns how many failure calls it added. The call must unwind at
-    a failure: nothing here keeps the failed op from running after it."""
+    abort the process). Returns how many failure calls it added. ``unwinds``: whether a
+    call of the module ends at its first failure; if not, only the shape checks of linalg
+    ops record theirs, each keeping its op from running
+    (:func:`~pymlirjit.codegen.checks_guards.guard_checked_ops`), and other asserts still
+    abort: the code after them, which they guard, would run."""
     from mlir import ir
 
     writer = CheckWriter(module, filename, source)
+    if not unwinds:
+        with module.context, ir.Location.unknown():
+            guard_checked_ops(writer, module)
+            if writer.inserted:
+                declare_fail(module)
+        return writer.inserted
     assertions: list[Any] = []
 
     def visit(op: Any) -> Any:

@@ -3,6 +3,7 @@ an AssertionError with its message, instead of aborting the process."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..boundary.failures import ASSERTION, INDEX, SHAPE
@@ -12,9 +13,11 @@ from .shapechecks import SHAPE_REASON, VERIFICATION
 __all__ = ["check_assertion"]
 
 
-def check_assertion(w: CheckWriter, op: Any) -> None:
+def check_assertion(w: CheckWriter, op: Any,
+                    also: Callable[[], None] | None = None) -> None:
     """Make ``cf.assert`` ``op`` record an AssertionError (an IndexError for MLIR's runtime
-    verification) instead of aborting; ``op`` is erased."""
+    verification) instead of aborting, and then run ``also`` (writing more ops where it
+    failed); ``op`` is erased."""
     from mlir import ir
     from mlir.dialects import arith
 
@@ -33,5 +36,10 @@ def check_assertion(w: CheckWriter, op: Any) -> None:
                        else f"runtime op verification failed in {where}: {reason}")
         else:
             message = f"{text}, in {where}" if text else f"assertion failed in {where}"
-        w.if_failed(failed, lambda: w.fail(kind, message))
+        def record() -> None:
+            w.fail(kind, message)
+            if also is not None:
+                also()
+
+        w.if_failed(failed, record)
     op.erase()

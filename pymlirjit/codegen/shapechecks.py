@@ -12,12 +12,13 @@ mode (:mod:`pymlirjit.codegen.checks`) then turns each failing check into a Valu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..lowering.pipeline import run_pipeline
 from ..lowering.walk import operations
 
-__all__ = ["SHAPE_REASON", "VERIFICATION", "insert_shape_checks"]
+__all__ = ["SHAPE_REASON", "VERIFICATION", "checked_ops", "insert_shape_checks"]
 
 #: How the messages of MLIR's runtime verification start.
 VERIFICATION = "ERROR: Runtime op verification failed"
@@ -53,7 +54,70 @@ def insert_shape_checks(module: Any, filename: str = "<source>") -> int:
             kept += 1
             continue
         _erase_with_its_condition(op)
+    for checked, checks in checked_ops(module):
+        for check in checks:
+            _name_the_parameter(check, checked)
     return kept
+
+
+def checked_ops(module: Any, calls: bool = False) -> list[tuple[Any, list[Any]]]:
+    """Each linalg op of ``module`` with MLIR's shape checks (``cf.assert`` ops, which
+    runtime verification puts right before the op they check), and those checks.
+    ``calls``: also a ``func.call`` without results where the op was (a schedule's
+    microkernel, :mod:`pymlirjit.codegen.optimize`, outlines a linalg op on memrefs)."""
+    from mlir import ir
+
+    found: list[tuple[Any, list[Any]]] = []
+    pending: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        name = op.name
+        if name == "cf.assert":
+            text = ir.StringAttr(op.attributes["msg"]).value
+            if text.startswith(VERIFICATION) and SHAPE_REASON in text:
+                pending.append(op)
+        elif pending and ((name.startswith("linalg.")
+                           and name not in ("linalg.yield", "linalg.index"))
+                          or (calls and name == "func.call" and not op.results)):
+            location = str(op.location)
+            if all(str(check.location) == location for check in pending):
+                found.append((op, list(pending)))
+            pending.clear()  # checks of another op (none expected): left as they are
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+_OPERAND = re.compile(re.escape(SHAPE_REASON) + r" #(\d+)")
+
+
+def _name_the_parameter(check: Any, op: Any) -> None:
+    """Where the operand of ``op`` that ``check`` is about is a parameter of the function
+    holding it (its entry block's argument, no op between), say so at the end of its
+    message: ``(operand #1 is argument 2 of @spmv)``, which
+    :func:`~pymlirjit.boundary.failures.raise_failure` completes with the Python name."""
+    from mlir import ir
+
+    from ..boundary.abi import defined_function_symbol
+
+    text = ir.StringAttr(check.attributes["msg"]).value
+    match = _OPERAND.search(text)
+    if match is None or int(match[1]) >= len(op.operands):
+        return
+    value = op.operands[int(match[1])]
+    if not isinstance(value, ir.BlockArgument):
+        return
+    function = value.owner.owner.operation  # (a FuncOp's own name is its symbol's)
+    if function.name != "func.func" or value.owner != function.regions[0].blocks[0]:
+        return
+    name = ir.StringAttr(function.attributes["sym_name"]).value
+    name = name.removeprefix(defined_function_symbol(""))
+    # At the end of the reason's line: messages keep the words they started with.
+    end = text.find("\n", match.end())
+    end = len(text) if end < 0 else end
+    named = f" (operand #{match[1]} is argument {value.arg_number + 1} of @{name})"
+    check.attributes["msg"] = ir.StringAttr.get(text[:end] + named + text[end:], check.context)
 
 
 def _checked(op: Any) -> bool:

@@ -291,10 +291,10 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
 
     def add_assert_checks(module: Any) -> None:
         # The sparsifier lowers in one pass: the shape checks become failures before it,
-        # on tensors; only where a failure unwinds the call (else they abort, as MLIR's).
-        if not (options.shared_libs or names_small_floats(module)):
-            inserted.append(insert_assert_checks(module, filename=prepared.filename,
-                                                 source=prepared.source))
+        # on tensors; where a failure cannot unwind the call, each also skips its op.
+        inserted.append(insert_assert_checks(
+            module, filename=prepared.filename, source=prepared.source,
+            unwinds=not (options.shared_libs or names_small_floats(module))))
 
     hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
     hooks[SPARSIFIER] = add_assert_checks

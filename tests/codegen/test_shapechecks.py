@@ -62,6 +62,35 @@ def test_a_kernel_in_a_python_file_names_the_python_line() -> None:
         add(np.ones(4), np.ones(2))
 
 
+def test_an_operand_that_is_a_parameter_is_named() -> None:
+    # By its position in a module, by its stub's name in a kernel; an operand an op made
+    # (here the negation's result) is not a parameter, and is not named one.
+    module = Session().compile(SOURCE + """
+func.func @dot_negated(%a: tensor<?xf64>, %b: tensor<?xf64>, %o: tensor<f64>) -> tensor<f64> {
+  %n = arith.negf %b : tensor<?xf64>
+  %r = linalg.dot ins(%a, %n : tensor<?xf64>, tensor<?xf64>) outs(%o : tensor<f64>)
+      -> tensor<f64>
+  return %r : tensor<f64>
+}
+""")
+    with pytest.raises(ValueError, match=r"^shape mismatch in @add \(MLIR line 3\): dimension "
+                                         r"#0 of input/output operand #1 is incompatible "
+                                         r"with inferred dimension size \(operand #1 is "
+                                         r"argument 2 of @add\)$"):
+        module.add(np.ones(4), np.ones(2))
+    with pytest.raises(ValueError, match=r"operand #2 is argument 3 of @matmul\)$"):
+        module.matmul(np.ones((2, 3)), np.ones((3, 2)), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"operand #1 is incompatible with inferred "
+                                         r"dimension size$"):
+        module.dot_negated(np.ones(4), np.ones(2), np.zeros(()))
+
+    @mlir_kernel(source=SOURCE, session=Session())
+    def matmul(left: np.ndarray, right: np.ndarray, into: np.ndarray) -> None: ...
+
+    with pytest.raises(ValueError, match=r"operand #1 is argument 2 \('right'\) of @matmul\)$"):
+        matmul(np.ones((2, 3)), np.ones((4, 2)), np.zeros((2, 2)))
+
+
 def test_the_numpy_error_model_turns_them_off_and_they_stay_per_op() -> None:
     checked = Session().compile(SOURCE)
     unchecked = Session(error_model="numpy").compile(SOURCE)
