@@ -75,7 +75,7 @@ class MicrokernelShape:
 #: 0.82-0.87x the time at 1024^3 and 2048^3 (benchmarks/results/2026-12-05-avx2-matmul.md).
 #: ``zen3``: the same, B packed 512 deep: a Zen 3 (two full-width 256-bit FMA pipes,
 #: where a Zen 2 splits each ymm FMA in two) then loads and stores each block of C half
-#: as often; 0.80-0.99x the time of ``avx2``'s shape from 512^3 to 2048^3. Blocks of 288
+#: as often; 0.84-0.99x the time of ``avx2``'s shape from 512^3 to 2048^3. Blocks of 288
 #: or 384 rows of A were as fast serially, but split 1024 rows unevenly between two
 #: threads (benchmarks/results/2026-12-06-zen3-matmul.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
