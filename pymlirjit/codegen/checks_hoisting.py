@@ -10,8 +10,8 @@ if it does at both ends of each range: a few comparisons before the loop say so.
 an ``scf.if`` on those comparisons: its ``then`` branch holds an unchecked copy of the
 loop, its ``else`` branch the loop itself, which gets the usual per-access checks (so a
 call that goes out of bounds fails as before, at the same access, with the same
-message, after the same earlier iterations). Loops that make views (``memref.subview``) are left
-alone.
+message, after the same earlier iterations). Loops that make views
+(``memref.subview``) are left alone.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ def version_loops(w: CheckWriter, accesses: list[Any], flags: dict[str, Any]) ->
     return len(versioned)
 
 
-#: The loops whose iterations are independent of the checks (``scf.parallel``: the
-#: parallel loops a call of a ``parallel=True`` module runs, where a failed shape check
-#: does not end the call and its accesses are checked, see :mod:`pymlirjit.codegen.checks`).
+#: The loops whose accesses are checked once before them where they can be: serial
+#: loops, and the parallel loops of a ``parallel=True`` module (whose accesses are all
+#: checked where it has shape checks: its calls run on after a failed one).
 _LOOPS = frozenset({"scf.for", "scf.parallel"})
 
 
