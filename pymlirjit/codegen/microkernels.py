@@ -46,6 +46,9 @@ class MicrokernelShape:
     #: With ``block_rows``: whether each block of A is first copied into a contiguous
     #: buffer, each whole block of ``rows`` rows one after the other, row-interleaved.
     pack_a: bool = False
+    #: Whether each whole block of C prefetches the rows of the next one (whose loads
+    #: then find them in cache: C is read once per panel and depth block).
+    prefetch_c: bool = False
 
     def lanes(self, element: str) -> int:
         """Lanes of a vector of elements of type ``element`` (``f32``, ``f64``)."""
@@ -77,10 +80,13 @@ class MicrokernelShape:
 #: where a Zen 2 splits each ymm FMA in two) then loads and stores each block of C half
 #: as often; 0.84-0.99x the time of ``avx2``'s shape from 512^3 to 2048^3. Blocks of 288
 #: or 384 rows of A were as fast serially, but split 1024 rows unevenly between two
-#: threads (benchmarks/results/2026-12-06-zen3-matmul.md).
+#: threads. Each block of C prefetches the next: batch matmuls of 128^3 matrices, whose
+#: C comes from L3, and depths of 64 took 0.86-0.95x the time without
+#: (benchmarks/results/2026-12-06-zen3-matmul.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True),
-          "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=192, pack_a=True)}
+          "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=192, pack_a=True,
+                                   prefetch_c=True)}
 
 
 def host_shape() -> MicrokernelShape:
@@ -180,6 +186,14 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         out.extend(f"{pad}%j{v} = arith.addi {j}, %o{v} : index" for v in range(1, vectors))
         column = [j] + [f"%j{v}" for v in range(1, vectors)]
         acc = [(r, v) for r in range(count) for v in range(vectors)]
+        if shape.prefetch_c and count == rows:
+            out.extend([f"{pad}%pnext = arith.addi {first}, %rows : index",
+                        f"{pad}%plast = arith.subi %m, %c1 : index"])
+            for r in range(rows):  # clamped: the rows after the last one are not C's
+                out.extend([f"{pad}%pr{r} = arith.addi %pnext, %c{r} : index",
+                            f"{pad}%pc{r} = arith.minui %pr{r}, %plast : index",
+                            f"{pad}memref.prefetch %C[%pc{r}, {j}], write, locality<3>, "
+                            f"data : {tc}"])
         for r, v in acc:
             out.append(f"{pad}%acc{r}_{v} = " + (
                 f"vector.maskedload %C[{index[r]}, {column[v]}], %mask{v}, %zero : {tc}, "

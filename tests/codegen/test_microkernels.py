@@ -264,3 +264,15 @@ def test_the_schedules_fit_the_host_vectors(monkeypatch: pytest.MonkeyPatch) -> 
                 linalg_schedules.MATMUL_SCHEDULE, linalg_schedules.PARALLEL_MATMUL_SCHEDULE,
                 linalg_schedules.BATCH_MATMUL_SCHEDULE)
     linalg_schedules.host_schedules.cache_clear()
+
+
+def test_only_shapes_that_prefetch_c_do_and_within_c() -> None:
+    strided = "memref<?x?xf64, strided<[?, ?], offset: ?>>"
+    unit = "memref<?x?xf64, strided<[?, 1], offset: ?>>"
+    for family, shape in SHAPES.items():
+        text = microkernel("mm", "f64", (strided, unit, unit), False, shape)
+        prefetches = [line for line in text.split("\n") if "memref.prefetch" in line]
+        assert len(prefetches) == (shape.rows if shape.prefetch_c else 0), family
+        # The next block's rows, clamped to C's last row (%m - 1).
+        assert all(line.strip().startswith("memref.prefetch %C[%pc") for line in prefetches)
+    assert SHAPES["zen3"].prefetch_c
