@@ -129,18 +129,25 @@ def _compressed_converter(t: SparseTensorType, pos: np.dtype[Any], crd: np.dtype
     def convert(value: Any) -> list[Any]:
         try:
             passed = _passed.get(id(value))
-            if (passed is not None and passed[0]() is value and passed[1] is t
-                    and passed[2] is value.indptr
-                    and passed[3] is value.indices and passed[4] is value.data
-                    and passed[5] == value.shape and value.has_canonical_format
-                    and passed[2].flags.writeable and passed[3].flags.writeable
-                    and passed[4].flags.writeable):  # (see _writable; inline: faster)
-                remembered: list[Any] = passed[6]
-                return remembered
+            if passed is not None and passed[0]() is value and passed[1] is t:
+                # The matrix's state read where scipy keeps it: its ``shape`` and
+                # ``has_canonical_format`` properties cost ~150-200 ns each, as much as
+                # the rest of this test. A state other than the one expected here (not
+                # yet known canonical, or another scipy's attributes) takes the paths
+                # below, which ask the properties.
+                state = value.__dict__
+                if (state["indptr"] is passed[2] and state["indices"] is passed[3]
+                        and state["data"] is passed[4] and state["_shape"] == passed[5]
+                        and state.get("_has_canonical_format") is True
+                        and state.get("_has_sorted_indices", True) is True
+                        and passed[2].flags.writeable and passed[3].flags.writeable
+                        and passed[4].flags.writeable):  # (see _writable; inline: faster)
+                    remembered: list[Any] = passed[6]
+                    return remembered
             if value.format != wanted or value.dtype != element or static:
                 return general(value)
             indptr, indices, data = value.indptr, value.indices, value.data
-        except AttributeError:
+        except (AttributeError, KeyError):
             return general(value)
         shape = value.shape
         major, minor = shape if csr else shape[::-1]

@@ -385,6 +385,25 @@ def test_index_arrays_changed_in_place_are_checked_again_once_scipy_is_told(
         m.matvec(b, x, np.zeros(5))
 
 
+def test_a_matrix_resized_or_told_unsorted_in_place_is_not_passed_as_remembered(
+        modules: dict[str, Any]) -> None:
+    # A matrix passed before is passed again without its checks, unless its arrays, its
+    # shape or scipy's flags changed since: each of those takes the checked path.
+    m = modules["CSR"]
+    a = random_matrix((5, 4), 0.5, "csr", seed=12)
+    for _ in range(2):
+        np.testing.assert_allclose(m.matvec(a, np.ones(4), np.zeros(5)), a @ np.ones(4))
+    a.resize((5, 6))  # scipy changes only the shape: the arrays are the same
+    x = np.arange(6.0)
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(5)), a @ x)
+    with pytest.raises(ValueError):
+        m.matvec(a, np.ones(4), np.zeros(5))  # the old width no longer fits
+    a.has_sorted_indices = False  # told unsorted: passed as a sorted copy
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(5)), a @ x)
+    a.data = a.data * 2  # new values: seen
+    np.testing.assert_allclose(m.matvec(a, x, np.zeros(5)), a @ x)
+
+
 def test_a_matrix_passed_is_not_changed_and_pickles_without_pymlirjit(
         modules: dict[str, Any]) -> None:
     # What pymlirjit remembers of a matrix lives in pymlirjit, not in the matrix: it
