@@ -80,8 +80,9 @@ class MicrokernelShape:
 #: where a Zen 2 splits each ymm FMA in two) then loads and stores each block of C half
 #: as often; 0.84-0.99x the time of ``avx2``'s shape from 512^3 to 2048^3. Blocks of 288
 #: or 384 rows of A were as fast serially, but split 1024 rows unevenly between two
-#: threads. Each block of C prefetches the next: batch matmuls of 128^3 matrices, whose
-#: C comes from L3, and depths of 64 took 0.86-0.95x the time without
+#: threads. Each block of C prefetches the next: f32 matmuls took 0.84-0.97x the time
+#: without (batch matmuls of 128^3 matrices, whose C comes from L3, and depths of 64
+#: gain most), f64 0.85-0.88x on those and -4%..+5% elsewhere, within noise
 #: (benchmarks/results/2026-12-06-zen3-matmul.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True),
