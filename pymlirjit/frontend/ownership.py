@@ -124,10 +124,18 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     always make a new array (``np.empty`` & co, whole-array expressions, allocating
     numpy functions); ``new``: those too, and calls whose array result may be new
     memory (freed only if it is, see :mod:`.emit_calls`)."""
+    if not new:
+        return frozenset()
+    kinds = nodes_by_type(tree)
+    candidates = [assign for assign in kinds.get(ast.Assign, ())
+                  if isinstance(assign, ast.Assign) and len(assign.targets) == 1
+                  and isinstance(assign.targets[0], ast.Name) and assign.value in new
+                  and isinstance(types.get(assign.value), Array)]
+    if not candidates:
+        return frozenset()
     bindings = _bindings(tree, types, variables, fresh)
     returned: set[str] = set()
     uses: dict[str, list[ast.Name]] = {}
-    kinds = nodes_by_type(tree)
     for node in kinds.get(ast.Return, ()):
         assert isinstance(node, ast.Return)
         returned |= aliases(node.value, types, fresh)
@@ -135,11 +143,8 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
         assert isinstance(node, ast.Name)
         uses.setdefault(node.id, []).append(node)
     chosen: set[str] = set()
-    for assign in kinds.get(ast.Assign, ()):
-        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1
-                and isinstance(assign.targets[0], ast.Name) and assign.value in new
-                and isinstance(types.get(assign.value), Array)):
-            continue
+    for assign in candidates:
+        assert isinstance(assign.targets[0], ast.Name)
         name = assign.targets[0].id
         if counts.get(name) != 1:
             continue
@@ -160,7 +165,8 @@ def managed(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     flag whether the current array is its own (see :mod:`.emit_memory`): those that only
     ``name = value`` statements outside ``prange`` bodies assign, that at least one new
     array is assigned to, and that no other variable may view."""
-    bindings = _bindings(tree, types, variables, fresh)
+    if not new:
+        return frozenset()
     plain: dict[str, int] = {}
     gets_new: set[str] = set()
     kinds = nodes_by_type(tree)
@@ -170,12 +176,15 @@ def managed(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
             plain[node.targets[0].id] = plain.get(node.targets[0].id, 0) + 1
             if node.value in new:
                 gets_new.add(node.targets[0].id)
+    if not gets_new:
+        return frozenset()
     in_prange: set[str] = set()
     for loop in kinds.get(ast.For, ()):
         if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and \
                 getattr(loop.iter.func, "id", getattr(loop.iter.func, "attr", "")) == "prange":
             in_prange |= {n.id for n in walk(loop) if isinstance(n, ast.Name)}
     parameters = {a.arg for a in tree.args.args}
+    bindings = _bindings(tree, types, variables, fresh)
     return frozenset(
         v for v in gets_new - in_prange
         if isinstance(variables.get(v), Array) and counts.get(v, 0) > 1

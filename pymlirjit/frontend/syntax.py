@@ -60,6 +60,8 @@ if hasattr(ast, "Match"):
 if hasattr(ast, "TryStar"):
     _UNSUPPORTED[ast.TryStar] = _UNSUPPORTED[ast.Try]
 
+#: The node types check_subset looks at (one set lookup for every other node).
+_CHECKED = frozenset({*_UNSUPPORTED, ast.Constant, ast.Call})
 
 _walks: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
 
@@ -73,18 +75,26 @@ def walk(node: ast.AST) -> list[ast.AST]:
     if len(_walks) > 8192:  # the trees of the last few functions compiled
         _walks.clear()
     nodes = [node]
-    position = 0
-    while position < len(nodes):  # ast.walk's breadth-first order, without its generators
-        current = nodes[position]
-        position += 1
-        for name in current._fields:
+    append = nodes.append
+    for current in nodes:  # grows as it goes: ast.walk's breadth-first order
+        kind = type(current)
+        fields = _node_fields.get(kind)
+        if fields is None:
+            fields = _node_fields[kind] = () if kind is ast.Constant else kind._fields
+        for name in fields:
             child = getattr(current, name, None)
-            if isinstance(child, ast.AST):
-                nodes.append(child)
-            elif isinstance(child, list):
-                nodes.extend(item for item in child if isinstance(item, ast.AST))
+            if isinstance(child, list):
+                for item in child:
+                    if isinstance(item, ast.AST):
+                        append(item)
+            elif isinstance(child, ast.AST):
+                append(child)
     _walks[id(node)] = (node, nodes)
     return nodes
+
+
+#: The fields of each node type that may hold nodes (a constant's hold values only).
+_node_fields: dict[type[ast.AST], tuple[str, ...]] = {}
 
 
 def nodes_of(tree: ast.AST) -> list[ast.AST]:
@@ -109,7 +119,11 @@ def nodes_by_type(tree: ast.AST) -> dict[type[ast.AST], list[ast.AST]]:
         _kinds.clear()
     kinds: dict[type[ast.AST], list[ast.AST]] = {}
     for node in nodes_of(tree):
-        kinds.setdefault(type(node), []).append(node)
+        group = kinds.get(type(node))
+        if group is None:
+            kinds[type(node)] = [node]
+        else:
+            group.append(node)
     _kinds[id(tree)] = (tree, kinds)
     return kinds
 
@@ -131,6 +145,8 @@ def check_subset(source: FunctionSource) -> None:
         raise source.unsupported(node, what, "@jit functions take positional parameters")
     for stmt in tree.body:
         for node in walk(stmt):
+            if type(node) not in _CHECKED:
+                continue
             found = _UNSUPPORTED.get(type(node))
             if found is not None:
                 raise source.unsupported(node, found[0], found[1])
