@@ -244,9 +244,9 @@ class Inference:
     def loop(self, stmt: ast.For) -> None:
         it = stmt.iter
         bindings: JType | None = None
-        if isinstance(it, ast.Call) and isinstance(self._static_or_none(it.func), object) \
-                and self._iter_kind(it) is not None:
-            kind = self._iter_kind(it)
+        kind = self._iter_kind(it) if isinstance(it, ast.Call) else None
+        if kind is not None:
+            assert isinstance(it, ast.Call)
             args = [self.expr(a) for a in it.args]
             if kind in ("range", "prange"):
                 if not 1 <= len(args) <= 3:

@@ -11,7 +11,7 @@ f32
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ class Scalar:
             return f"complex<f{self.bits // 2}>"
         return f"i{self.bits}"
 
-    @property
+    @cached_property
     def dtype(self) -> np.dtype[Any]:
         if self.kind == "bool":
             return np.dtype(np.bool_)
@@ -187,6 +187,11 @@ def promote(a: Scalar, b: Scalar) -> Scalar:
         if weak.kind == "complex" and strong.kind == "float":
             return Scalar("complex", max(64, 2 * strong.bits))  # f32 * 1j: complex64
         return C128 if weak.kind == "complex" else F64  # a Python float with an int: f64
+    return _promote_strong(a, b)
+
+
+@cache  # numpy's promotion is slow; there are few pairs of types
+def _promote_strong(a: Scalar, b: Scalar) -> Scalar:
     return from_dtype(np.promote_types(a.dtype, b.dtype))
 
 

@@ -16,25 +16,27 @@ __all__ = ["MISSING", "resolve"]
 MISSING = object()
 
 
-def _closure(function: Any) -> dict[str, Any]:
+def _cell(function: Any, name: str) -> Any:
+    """The value of ``function``'s closure cell ``name`` (MISSING: none, or not filled)."""
     code = getattr(function, "__code__", None)
     cells = getattr(function, "__closure__", None) or ()
-    found: dict[str, Any] = {}
-    if code is not None:
-        for name, cell in zip(code.co_freevars, cells):
+    if code is None or name not in code.co_freevars:
+        return MISSING
+    for free, cell in zip(code.co_freevars, cells):
+        if free == name:
             try:
-                found[name] = cell.cell_contents
+                return cell.cell_contents
             except ValueError:  # a cell not filled yet
-                continue
-    return found
+                return MISSING
+    return MISSING
 
 
 def lookup(source: FunctionSource, name: str) -> Any:
     """The object ``name`` means in the function's scope (MISSING if none)."""
     function = source.function
-    closure = _closure(function)
-    if name in closure:
-        return closure[name]
+    found = _cell(function, name)
+    if found is not MISSING:
+        return found
     scope = getattr(function, "__globals__", {})
     if name in scope:
         return scope[name]
