@@ -22,8 +22,8 @@ def check_defined(source: FunctionSource) -> None:
     """Raise :class:`JitSyntaxError` at the first use of a local variable that may be
     undefined there (parameters are defined; names assigned nowhere are globals)."""
     tree = source.tree
-    assignment_counts(tree)  # every block's assigned names, in one walk
-    local = assigned_names(tree.body)
+    assignment_counts(source)  # every block's assigned names, in one walk
+    local = assigned_names(source, tree.body)
     params = frozenset(a.arg for a in tree.args.args)
     _Walker(source, local).block(tree.body, params)
 

@@ -46,7 +46,7 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
         self.symbol, self.params, self.private = symbol, params, private
         self.loops = []
         self.nonneg_vars = set()
-        self.assignment_counts = assignment_counts(source.tree)
+        self.assignment_counts = assignment_counts(source)
         allocating: set[ast.AST] = {
             c for c, t in info.targets.items()
             if getattr(t, "kind", "") in ("alloc", "alloc_like")
@@ -96,7 +96,7 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
         head = f"  func.func {visibility}@{self.symbol}({', '.join(signature)})"
         if results:
             head += f" -> ({results})"
-        body = "\n".join(line for line in [*self.entry, *self.lines] if line)
+        body = "\n".join(filter(None, [*self.entry, *self.lines]))
         return f"{head} {{\n{body}\n  }}{self.source.loc(tree)}"
 
     # -- statements ----------------------------------------------------------------------

@@ -36,7 +36,7 @@ class LoopsMixin(EmitBase):
 
 
     def while_(self, stmt: ast.While) -> None:
-        header = self.loop_header(sorted(assigned_names(stmt.body)))
+        header = self.loop_header(sorted(assigned_names(self.source, stmt.body)))
         self.jump(header)
         self.enter(header)
         exit_ = Join(self.label())
@@ -175,7 +175,7 @@ class LoopsMixin(EmitBase):
              produce: Callable[[str], Value], step: str) -> None:
         counter = self.slot(I64)
         self.do(f"memref.store {init}, {counter}[] : memref<i64>")
-        header = self.loop_header(sorted(assigned_names(stmt.body)))
+        header = self.loop_header(sorted(assigned_names(self.source, stmt.body)))
         self.jump(header)
         self.enter(header)
         c = self.op(f"memref.load {counter}[] : memref<i64>")

@@ -50,7 +50,7 @@ class ParallelMixin(EmitBase):
                                  f"is not supported", "use range() for a loop that stops "
                                  "early")
         reductions = _reductions(stmt.body)
-        assigned = assigned_names(stmt.body) | {stmt.target.id}
+        assigned = assigned_names(self.source, stmt.body) | {stmt.target.id}
         loaded = {n.id for s in stmt.body for n in ast.walk(s)
                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         captured = sorted(n for n in loaded - assigned if n in self.info.variables)

@@ -72,7 +72,8 @@ class Inference:
     def __init__(self, program: Host, source: FunctionSource,
                  params: tuple[JType, ...]) -> None:
         self.program, self.source = program, source
-        self.locals = assigned_names(source.tree.body) | {a.arg for a in source.tree.args.args}
+        self.locals = assigned_names(source, source.tree.body) | {
+            a.arg for a in source.tree.args.args}
         self.variables: dict[str, JType] = {}
         self.sites: dict[str, ast.AST] = {}
         self.types: dict[ast.AST, JType] = {}

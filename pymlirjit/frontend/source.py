@@ -28,6 +28,11 @@ class FunctionSource:
     lines: list[str]
     _locs: dict[int, str] = field(default_factory=dict)
     _node_locs: dict[ast.AST, str] = field(default_factory=dict)  # the same, per node
+    # What :mod:`.syntax` works out once per function: how many places assign each
+    # variable, and the names each list of statements assigns (by the list's id).
+    counts: dict[str, int] | None = field(default=None, init=False, repr=False)
+    assigned: dict[int, tuple[list[ast.stmt], frozenset[str]]] = field(
+        default_factory=dict, init=False, repr=False)
 
     @property
     def name(self) -> str:

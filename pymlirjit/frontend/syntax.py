@@ -63,17 +63,9 @@ if hasattr(ast, "TryStar"):
 #: The node types check_subset looks at (one set lookup for every other node).
 _CHECKED = frozenset({*_UNSUPPORTED, ast.Constant, ast.Call})
 
-_walks: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
-
-
 def walk(node: ast.AST) -> list[ast.AST]:
-    """The nodes of ``node``'s subtree in :func:`ast.walk`'s order, listed once per node:
-    the checks, the inference and the emitter ask for the same subtrees many times."""
-    found = _walks.get(id(node))
-    if found is not None and found[0] is node:  # the entry keeps node alive: ids are unique
-        return found[1]
-    if len(_walks) > 8192:  # the trees of the last few functions compiled
-        _walks.clear()
+    """The nodes of ``node``'s subtree in :func:`ast.walk`'s order (without its
+    generators)."""
     nodes = [node]
     append = nodes.append
     for current in nodes:  # grows as it goes: ast.walk's breadth-first order
@@ -89,7 +81,6 @@ def walk(node: ast.AST) -> list[ast.AST]:
                         append(item)
             elif isinstance(child, ast.AST):
                 append(child)
-    _walks[id(node)] = (node, nodes)
     return nodes
 
 
@@ -98,12 +89,8 @@ _node_fields: dict[type[ast.AST], tuple[str, ...]] = {}
 
 
 def nodes_of(tree: ast.AST) -> list[ast.AST]:
-    """The nodes of ``tree``'s subtree in no particular order, from its children's
-    :func:`walk` (listed already when the checks walked each statement)."""
-    found = [tree]
-    for child in ast.iter_child_nodes(tree):
-        found += walk(child)
-    return found
+    """The nodes of ``tree``'s subtree in no particular order."""
+    return walk(tree)
 
 
 _kinds: dict[int, tuple[ast.AST, dict[type[ast.AST], list[ast.AST]]]] = {}
@@ -174,16 +161,12 @@ def target_names(target: ast.AST) -> Iterable[str]:
             yield from target_names(item)
 
 
-_assigned: dict[int, tuple[list[ast.stmt], frozenset[str]]] = {}
-_counts: dict[int, tuple[ast.FunctionDef, dict[str, int]]] = {}
-
-
-def assignment_counts(tree: ast.FunctionDef) -> dict[str, int]:
+def assignment_counts(source: FunctionSource) -> dict[str, int]:
     """How many places assign each variable (parameters count once); made once per
     function, with the names every block of it assigns (see :func:`assigned_names`)."""
-    found = _counts.get(id(tree))
-    if found is not None and found[0] is tree:
-        return found[1]
+    if source.counts is not None:
+        return source.counts
+    tree = source.tree
     counts: dict[str, int] = {a.arg: 1 for a in tree.args.args}
 
     def block(stmts: list[ast.stmt]) -> frozenset[str]:
@@ -203,27 +186,22 @@ def assignment_counts(tree: ast.FunctionDef) -> dict[str, int]:
                 if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
                     names |= block(inner)
         frozen = frozenset(names)
-        _assigned[id(stmts)] = (stmts, frozen)
+        source.assigned[id(stmts)] = (stmts, frozen)
         return frozen
 
-    if len(_counts) > 1024:
-        _counts.clear()
-        _assigned.clear()
     block(tree.body)
-    _counts[id(tree)] = (tree, counts)
+    source.counts = counts
     return counts
 
 
-def assigned_names(stmts: list[ast.stmt]) -> frozenset[str]:
+def assigned_names(source: FunctionSource, stmts: list[ast.stmt]) -> frozenset[str]:
     """Every variable some statement of ``stmts`` (nested ones included) assigns (made
-    once per list of statements: loops ask for theirs several times)."""
-    found = _assigned.get(id(stmts))
+    once per list of statements of ``source``: loops ask for theirs several times)."""
+    found = source.assigned.get(id(stmts))
     if found is not None and found[0] is stmts:
         return found[1]
-    if len(_assigned) > 65536:
-        _assigned.clear()
     names = frozenset(_assigned_names(stmts))
-    _assigned[id(stmts)] = (stmts, names)
+    source.assigned[id(stmts)] = (stmts, names)
     return names
 
 
