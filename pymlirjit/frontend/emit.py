@@ -253,13 +253,13 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
             value = self.info.constants[node]
             assert isinstance(t, Scalar)
             return self.const(value.item() if hasattr(value, "item") else value, t)
+        if isinstance(node, ast.Name):  # the commonest
+            return self.load_var(node.id)
         if isinstance(node, ast.Constant) and node.value is None:
             return Value("", NoneT())
         if isinstance(node, ast.Constant):
             assert isinstance(t, Scalar) and isinstance(node.value, (bool, int, float, complex))
             return self.const(node.value, t)
-        if isinstance(node, ast.Name):
-            return self.load_var(node.id)
         assert t is not None
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value)

@@ -333,7 +333,8 @@ class Inference:
             return t
         if isinstance(node, ast.Name) and node.id in self.locals:
             return self.variables.get(node.id)
-        static = self._static_or_none(node)
+        static = self._static_or_none(node) if isinstance(node, (ast.Name, ast.Attribute)) \
+            else None  # the others are never resolved
         if static is not None or isinstance(node, ast.Name):
             t = literal_type(static)
             if t is None:
