@@ -24,7 +24,7 @@ from .emit_parallel import ParallelMixin
 from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
 from .npfunctions import NumpyCall
-from .ownership import aliases, freeable, has_array, managed
+from .ownership import aliases, freeable, has_array, managed, name_bindings
 from .reductions import ReductionsMixin
 from .syntax import assignment_counts
 
@@ -115,16 +115,18 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
     def stmt(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Assign):
             value = self.expr(stmt.value)
-            target = stmt.targets[0]
-            if isinstance(target, ast.Name) and target.id in self.managed:
-                self.at = stmt
-                self.replace_owned(target.id, value)
+            bindings = name_bindings(stmt)
+            self.at = stmt
+            for b in bindings:
+                if b.name in self.managed:
+                    self.replace_owned(b.name, value if b.position is None
+                                       else value.items[b.position])
             for target in stmt.targets:
                 self.at = stmt
                 self.assign(target, value)
-            target = stmt.targets[0]
-            if isinstance(target, ast.Name) and target.id in self.freeable:
-                self.scopes[-1].append(self.arrays[target.id])
+            for b in bindings:
+                if b.name in self.freeable:
+                    self.scopes[-1].append(self.arrays[b.name])
         elif isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
                 self.assign(stmt.target, self.expr(stmt.value))

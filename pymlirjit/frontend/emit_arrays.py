@@ -253,6 +253,7 @@ class ArraysMixin(EmitBase):
         if fill:
             c = self.const(int(fill), t.dtype)
             self.do(f"linalg.fill ins({c.ssa} : {t.dtype.mlir}) outs({m} : {t.mlir})")
+        self.fresh_temps.add(m)  # new memory: freed once used, unless a variable takes it
         return Value(m, t)
 
     def scalar_of(self, v: Value) -> Scalar:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from .jtypes import Array, JType, Optional, Tuple
 from .syntax import nodes_by_type, nodes_of, walk
 
-__all__ = ["aliases", "freeable", "has_array", "managed"]
+__all__ = ["Binding", "aliases", "freeable", "has_array", "managed", "name_bindings"]
 
 
 def has_array(t: JType | None) -> bool:
@@ -91,7 +92,42 @@ def _bindings(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     return bound
 
 
-def _block_of(tree: ast.FunctionDef, assign: ast.stmt) -> list[ast.stmt]:
+class Binding(NamedTuple):
+    """A variable a ``name = value`` or ``a, b = ...`` statement binds."""
+
+    name: str
+    value: ast.expr  # the expression whose value (or item ``part`` of it) is bound
+    position: int | None  # the variable's place in the target tuple (None: not a tuple)
+    part: int | None  # which item of ``value`` (None: all of it)
+
+
+def name_bindings(stmt: ast.AST) -> list[Binding]:
+    """The variables ``stmt`` binds if it is ``name = value``, ``a, b = x, y`` or
+    ``a, b = call(...)``; nothing for any other statement."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return []
+    target, value = stmt.targets[0], stmt.value
+    if isinstance(target, ast.Name):
+        return [Binding(target.id, value, None, None)]
+    if not isinstance(target, ast.Tuple):
+        return []
+    if isinstance(value, ast.Tuple):
+        if len(target.elts) != len(value.elts):
+            return []
+        return [Binding(t.id, v, k, None) for k, (t, v) in
+                enumerate(zip(target.elts, value.elts)) if isinstance(t, ast.Name)]
+    return [Binding(t.id, value, k, k) for k, t in enumerate(target.elts)
+            if isinstance(t, ast.Name)]
+
+
+def _bound_type(b: Binding, types: Mapping[ast.AST, JType]) -> JType | None:
+    t = types.get(b.value)
+    if b.part is None:
+        return t
+    return t.items[b.part] if isinstance(t, Tuple) and b.part < len(t.items) else None
+
+
+def _block_of(tree: ast.FunctionDef, assign: ast.AST) -> list[ast.stmt]:
     """The statement list that holds ``assign`` itself."""
     for node in nodes_of(tree):
         for field in ("body", "orelse", "finalbody"):
@@ -127,10 +163,9 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     if not new:
         return frozenset()
     kinds = nodes_by_type(tree)
-    candidates = [assign for assign in kinds.get(ast.Assign, ())
-                  if isinstance(assign, ast.Assign) and len(assign.targets) == 1
-                  and isinstance(assign.targets[0], ast.Name) and assign.value in new
-                  and isinstance(types.get(assign.value), Array)]
+    candidates = [(assign, b.name) for assign in kinds.get(ast.Assign, ())
+                  for b in name_bindings(assign)
+                  if b.value in new and isinstance(_bound_type(b, types), Array)]
     if not candidates:
         return frozenset()
     bindings = _bindings(tree, types, variables, fresh)
@@ -143,9 +178,7 @@ def freeable(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
         assert isinstance(node, ast.Name)
         uses.setdefault(node.id, []).append(node)
     chosen: set[str] = set()
-    for assign in candidates:
-        assert isinstance(assign.targets[0], ast.Name)
-        name = assign.targets[0].id
+    for assign, name in candidates:
         if counts.get(name) != 1:
             continue
         closure = _closure(name, bindings)
@@ -171,11 +204,10 @@ def managed(tree: ast.FunctionDef, types: Mapping[ast.AST, JType],
     gets_new: set[str] = set()
     kinds = nodes_by_type(tree)
     for node in kinds.get(ast.Assign, ()):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name):
-            plain[node.targets[0].id] = plain.get(node.targets[0].id, 0) + 1
-            if node.value in new:
-                gets_new.add(node.targets[0].id)
+        for b in name_bindings(node):
+            plain[b.name] = plain.get(b.name, 0) + 1
+            if b.value in new:
+                gets_new.add(b.name)
     if not gets_new:
         return frozenset()
     in_prange: set[str] = set()

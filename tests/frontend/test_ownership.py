@@ -164,6 +164,56 @@ def switch_owner(a, k):
     return x.sum() + x[0]
 
 
+@jit
+def allocated_in_either_branch(a, flag):
+    if flag:
+        t = np.zeros(a.shape[0])  # a managed variable given a constructor's array
+    else:
+        t = np.ones(a.shape[0])
+    return t.sum() + a[0]
+
+
+@jit
+def constructor_temporaries(n):
+    return np.zeros(n).sum() + np.ones(n)[0] + (np.ones(n) * 2.0).sum()
+
+
+@jit
+def unpacked_new_arrays(a):
+    t, u = a * 2.0, np.ones(a.shape[0])  # each freed where its block ends
+    return t.sum() + u.sum()
+
+
+@jit
+def make_pair(a):
+    return a * 2.0, a[1:]  # a new array and a view of the argument
+
+
+@jit
+def unpacked_from_a_call(a, k):
+    s = 0.0
+    for _ in range(k):
+        t, v = make_pair(a)  # t is new (freed each iteration), v is the caller's
+        s += t.sum() + v[0]
+    return s
+
+
+@jit
+def swapped_in_a_loop(a, k):
+    x, y = a * 1.0, a + 1.0
+    for _ in range(k):
+        x, y = y * 2.0, x  # y views the last x: neither may be freed on its own
+    return x.sum() + y[0]
+
+
+@jit
+def unpacked_and_returned(a, k):
+    x, s = a * 1.0, 0.0
+    for i in range(k):
+        x, s = x + 1.0, s + x[0]  # the last x is the caller's
+    return x, s
+
+
 @pytest.mark.parametrize("f, args", [
     (temporary_to_helper, (np.arange(10.0),)),
     (view_of_temporary_from_helper, (np.arange(10.0),)),
@@ -182,6 +232,14 @@ def switch_owner(a, k):
     (iterate_returned, (np.arange(5.0), np.ones(5), 0)),
     (shrink, (np.arange(6.0), 3)),
     (switch_owner, (np.arange(1.0, 9.0), 7)),
+    (allocated_in_either_branch, (np.arange(4.0), True)),
+    (allocated_in_either_branch, (np.arange(4.0), False)),
+    (constructor_temporaries, (5,)),
+    (unpacked_new_arrays, (np.arange(4.0),)),
+    (unpacked_from_a_call, (np.arange(4.0), 3)),
+    (swapped_in_a_loop, (np.arange(4.0), 3)),
+    (unpacked_and_returned, (np.arange(4.0), 3)),
+    (unpacked_and_returned, (np.arange(4.0), 0)),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_results_agree_with_python(f: object, args: tuple[object, ...]) -> None:
     for _ in range(3):  # a second call would see memory freed too early
@@ -235,6 +293,11 @@ cases = {
     "iterate_returned": lambda: iterate_returned(a, a, 3),
     "shrink": lambda: shrink(a, 3),
     "switch_owner": lambda: switch_owner(a, 5),
+    "allocated_in_either_branch": lambda: allocated_in_either_branch(a, True),
+    "constructor_temporaries": lambda: constructor_temporaries(n),
+    "unpacked_new_arrays": lambda: unpacked_new_arrays(a),
+    "unpacked_from_a_call": lambda: unpacked_from_a_call(a, 3),
+    "unpacked_and_returned": lambda: unpacked_and_returned(a, 3),
 }
 def attempt(call):
     try:
@@ -259,6 +322,6 @@ def test_no_new_array_leaks() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     grown = {name: int(mb) for name, mb in (line.split() for line in done.stdout.split("\n")
                                              if line)}
-    assert len(grown) == 12, done.stdout
+    assert len(grown) == 17, done.stdout
     # 8 MB (or more) a call leaked would be 1,600 MB; allocator noise is a few MB
     assert all(mb < 100 for mb in grown.values()), grown
