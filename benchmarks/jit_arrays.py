@@ -39,6 +39,15 @@ def hypot(x, y):
     return np.sqrt(x * x + y * y)
 
 
+def axpb_into(a, x, b, out):
+    out[:] = a * x + b  # into memory the caller keeps: no new pages to fault in
+
+
+def numpy_axpb_into(a, x, b, out):
+    np.multiply(x, a, out=out)
+    out += b
+
+
 def median_time(f: Any, *args: Any, repeat: int = 9) -> float:
     f(*args)
     times = []
@@ -85,6 +94,15 @@ def main(quick: bool = False) -> None:
         _row(f"{f.__name__} 1e{len(str(size)) - 1} f64 parallel=True",
              median_time(par, *args), {"@jit serial": median_time(mine, *args)},
              "faster than serial on 2 idle cores")
+    out = np.empty_like(x)
+    into = jit(axpb_into)
+    into(2.0, x, 1.0, out)
+    np.testing.assert_allclose(out, 2.0 * x + 1.0)
+    baselines = {"numpy out=": median_time(numpy_axpb_into, 2.0, x, 1.0, out)}
+    if numba is not None:
+        baselines["numba"] = median_time(numba.njit(axpb_into), 2.0, x, 1.0, out)
+    _row(f"out[:] = a * x + b 1e{len(str(size)) - 1} f64", median_time(into, 2.0, x, 1.0, out),
+         baselines, "none (the preallocated form of the row above)")
 
 
 if __name__ == "__main__":

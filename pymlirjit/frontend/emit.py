@@ -20,6 +20,7 @@ from .emit_loops import LoopsMixin
 from .emit_memory import MemoryMixin
 from .emit_numpy import NumpyMixin
 from .emit_ops import OpsMixin
+from .emit_overlap import unsafe_overlap
 from .emit_parallel import ParallelMixin
 from .emit_random import RandomMixin
 from .jtypes import BOOL, Array, JType, NoneT, Optional, Scalar
@@ -114,6 +115,8 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
 
     def stmt(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Assign):
+            if self.fused_into_view(stmt):
+                return
             value = self.expr(stmt.value)
             bindings = name_bindings(stmt)
             self.at = stmt
@@ -163,6 +166,51 @@ class Emitter(LinalgMixin, ReductionsMixin, NumpyMixin, ArraysMixin, CallsMixin,
                 self.assign(item, v)
         elif isinstance(target, ast.Subscript):
             self.store_element(target, value)
+
+    def fused_into_view(self, stmt: ast.Assign) -> bool:
+        """``view[...] = <whole-array expression>``: computed straight into the view, in
+        one loop, unless an array of the expression may overlap it (then into a new
+        array first, as numpy's). False, with nothing emitted, for other statements."""
+        target, node = stmt.targets[0], stmt.value
+        if len(stmt.targets) != 1 or not isinstance(target, ast.Subscript):
+            return False
+        result, view_type = self.info.types.get(node), self.info.types.get(target)
+        if not (isinstance(result, Array) and isinstance(view_type, Array)
+                and result.ndim <= view_type.ndim and self.fusable(node)):
+            return False
+        base_type = self.info.types.get(target.value)
+        indices = self.indices(target)
+        if not (isinstance(base_type, Array) and (
+                any(isinstance(i, ast.Slice) for i in indices) or len(indices) < base_type.ndim)):
+            return False
+        leaves: dict[ast.AST, Value] = {}
+        self._leaves(node, leaves, root=True)  # the operands, evaluated as expr() would
+        operands = list(leaves.values())
+        dims = self.broadcast_dims(operands, result.ndim)
+        view = self.view(self.expr(target.value), indices, target)
+        assert isinstance(view.type, Array)
+        view_dims = [self.dim(view, d) for d in range(view.type.ndim)]
+        self.at = target
+        self.check_assignable(dims, view_dims)
+        unsafe = self.const(False, BOOL).ssa
+        for v in operands:
+            if isinstance(v.type, Array):
+                unsafe = self.op(f"arith.ori {unsafe}, {unsafe_overlap(self, view, v)} : i1")
+        direct, through, done = self.label(), self.label(), self.label()
+        self.branch(unsafe, through, direct)
+        self.start(direct)
+        self.broadcast_loop(view, view_dims, leaves, lambda env: self._element(node, env))
+        self.goto(done)
+        self.start(through)
+        out = self.new_array(dims, result)
+        self.broadcast_loop(out, dims, leaves, lambda env: self._element(node, env))
+        self.fresh_temps.add(out.ssa)
+        self.store_view(view, out)  # frees out
+        self.goto(done)
+        self.start(done)
+        for v in operands:
+            self.release(v)
+        return True
 
     def augmented(self, stmt: ast.AugAssign) -> None:
         target = stmt.target

@@ -8,6 +8,7 @@ import ast
 from collections.abc import Callable
 
 from .emit_base import EmitBase, Value
+from .emit_overlap import unsafe_overlap
 from .jtypes import WEAK_INT, Array, JType, Scalar, Tuple, literal_int
 
 __all__ = ["ArraysMixin"]
@@ -123,36 +124,19 @@ class ArraysMixin(EmitBase):
     def store_view(self, view: Value, value: Value, op: ast.operator | None = None,
                    result: JType | None = None) -> None:
         """``view[...] = value`` (or ``op=``): a scalar to every element, or an array
-        broadcast to the view's shape (copied first, as numpy does, in case the two
-        overlap, unless this statement made it)."""
+        broadcast to the view's shape (copied first, as numpy does, if the two share
+        memory in a way the loop could read an element it already wrote)."""
         t = view.type
         assert isinstance(t, Array)
         dims = [self.dim(view, d) for d in range(t.ndim)]
-        source, copy = value, None
+        source, copy = value, None  # copy: (whether made, the array to free)
         fresh = value.ssa in self.fresh_temps  # made by this expression: cannot overlap
         if isinstance(value.type, Array):
-            vt = value.type
-            bad = self.const(False, Scalar("bool", 1)).ssa
-            for k in range(vt.ndim):
-                other = self.dim(value, k)
-                d = dims[t.ndim - vt.ndim + k]
-                differ = self.op(f"arith.cmpi ne, {other}, {d} : index")
-                not_one = self.op(f"arith.cmpi ne, {other}, {self.index_const(1)} : index")
-                bad = self.op(f"arith.ori {bad}, {self.op(f'arith.andi {differ}, {not_one} : i1')}"
-                              f" : i1")
-            fail, ok = self.label(), self.label()
-            self.branch(bad, fail, ok)
-            self.start(fail)
-            self.raise_python(ValueError, ("could not broadcast the assigned array to the "
-                                           "view's shape",))
-            self.start(ok)
+            self.check_assignable([self.dim(value, k) for k in range(value.type.ndim)], dims)
             if not fresh:
-                own = [self.dim(value, k) for k in range(vt.ndim)]
-                copy = Value(self.op(f"memref.alloc({', '.join(own)}) : "
-                                     f"{Array(vt.dtype, vt.ndim).mlir}"), Array(vt.dtype, vt.ndim))
-                self.each_element(own, lambda idx: self.store_at(self.load_at(value, idx),
-                                                                 copy, idx))
-                source = copy
+                copied = unsafe_overlap(self, view, value)
+                source = self._copy_if(copied, value)
+                copy = (copied, source)
         target, given = ast.Pass(), ast.Pass()
         leaves: dict[ast.AST, Value] = {given: source}
         if op is not None:
@@ -169,8 +153,52 @@ class ArraysMixin(EmitBase):
         self.broadcast_loop(view, dims, leaves, compute)
         self.release(value)
         if copy is not None:
-            assert isinstance(copy.type, Array)
-            self.do(f"memref.dealloc {copy.ssa} : {copy.type.mlir}")
+            (made, array), free, done = copy, self.label(), self.label()
+            assert isinstance(array.type, Array)
+            self.branch(made, free, done)
+            self.start(free)
+            self.do(f"memref.dealloc {array.ssa} : {array.type.mlir}")
+            self.goto(done)
+            self.start(done)
+
+    def check_assignable(self, shape: list[str], view_shape: list[str]) -> None:
+        """Raise ValueError unless an array of ``shape`` broadcasts to ``view_shape``."""
+        bad = self.const(False, Scalar("bool", 1)).ssa
+        one = self.index_const(1)
+        for k, other in enumerate(shape):
+            d = view_shape[len(view_shape) - len(shape) + k]
+            differ = self.op(f"arith.cmpi ne, {other}, {d} : index")
+            not_one = self.op(f"arith.cmpi ne, {other}, {one} : index")
+            bad = self.op(f"arith.ori {bad}, {self.op(f'arith.andi {differ}, {not_one} : i1')}"
+                          f" : i1")
+        fail, ok = self.label(), self.label()
+        self.branch(bad, fail, ok)
+        self.start(fail)
+        self.raise_python(ValueError, ("could not broadcast the assigned array to the "
+                                       "view's shape",))
+        self.start(ok)
+
+    def _copy_if(self, condition: str, value: Value) -> Value:
+        """``value``, or a new copy of it (of the same type) when the i1 ``condition``
+        holds."""
+        vt = value.type
+        assert isinstance(vt, Array)
+        copied, kept, joined = self.label(), self.label(), self.label()
+        self.branch(condition, copied, kept)
+        self.start(copied)
+        own = [self.dim(value, k) for k in range(vt.ndim)]
+        plain = Array(vt.dtype, vt.ndim)
+        copy = Value(self.op(f"memref.alloc({', '.join(own)}) : {plain.mlir}"), plain)
+        self.each_element(own, lambda idx: self.store_at(self.load_at(value, idx), copy, idx))
+        if plain.mlir != vt.mlir:
+            copy = Value(self.op(f"memref.cast {copy.ssa} : {plain.mlir} to {vt.mlir}"), vt)
+        self.do(f"cf.br ^{joined}({copy.ssa} : {vt.mlir})")
+        self.start(kept)
+        self.do(f"cf.br ^{joined}({value.ssa} : {vt.mlir})")
+        source = Value(self.fresh(), vt)
+        self.lines.append(f"  ^{joined}({source.ssa}: {vt.mlir}):")
+        self.terminated = False
+        return source
 
     def each_element(self, dims: list[str], body: Callable[[list[str]], None]) -> None:
         """Run ``body(indices)`` for every index of a ``dims``-shaped nest (a CFG)."""
