@@ -319,10 +319,12 @@ def runs_top_level(pipeline: str, name: str) -> bool:
     return any(_first_pass(stage) == name for stage in _stages(pipeline, (name,)))
 
 
-def names_small_floats(module: Any) -> bool:
-    """Whether ``module`` names a float type LLVM lacks (f8, f6, f4): arithmetic on it
-    lowers to calls of MLIR's runtime (a shared library: see :data:`SMALL_FLOAT_PASSES`)."""
-    return bool(_SMALL_FLOAT_TYPE.search(module.operation.get_asm(large_elements_limit=16)))
+def names_small_floats(text: str) -> bool:
+    """Whether the MLIR ``text`` names a float type LLVM lacks (f8, f6, f4): arithmetic
+    on it lowers to calls of MLIR's runtime (a shared library: see
+    :data:`SMALL_FLOAT_PASSES`). No pass makes such a type up, so a module's source
+    text tells (printing the module to ask costs ~8 ms for a matmul's microkernel)."""
+    return bool(_SMALL_FLOAT_TYPE.search(text))
 
 
 @functools.cache

@@ -103,6 +103,8 @@ class PreparedModule:
     shallow: bool = False
     #: The text names bf16: LLVM may call ``__truncsfbf2`` for it (see :data:`BF16_LIBRARY`).
     names_bf16: bool = False
+    #: The text names f8, f6 or f4 types (see :func:`.names_small_floats`).
+    small_floats: bool = False
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -246,7 +248,7 @@ def prepare(text: str, options: CompileOptions,
                 module.body.append(op)
     return PreparedModule(context, module, filename, signatures, linked, registrations,
                           tuple(declared), uncallable, source=source_id(text),
-                          names_bf16="bf16" in text,
+                          names_bf16="bf16" in text, small_floats=names_small_floats(text),
                           externs=externs, shallow=is_shallow)
 
 
@@ -287,14 +289,14 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         inserted.append(insert_checks(
             module, boundscheck=options.boundscheck, filename=prepared.filename,
             source=prepared.source, error_model=options.error_model,
-            unwinds=lambda: unwinds and not names_small_floats(module)))
+            unwinds=lambda: unwinds and not prepared.small_floats))
 
     def add_assert_checks(module: Any) -> None:
         # The sparsifier lowers in one pass: the shape checks become failures before it,
         # on tensors; where a failure cannot unwind the call, each also skips its op.
         inserted.append(insert_assert_checks(
             module, filename=prepared.filename, source=prepared.source,
-            unwinds=not (options.shared_libs or names_small_floats(module))))
+            unwinds=not (options.shared_libs or prepared.small_floats)))
 
     hooks = parallel_hooks(options.threads) if options.parallel_loops else {}
     hooks[SPARSIFIER] = add_assert_checks
