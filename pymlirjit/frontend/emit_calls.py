@@ -49,9 +49,6 @@ def rebuild(t: JType, values: list[Value]) -> tuple[Value, list[Value]]:
 class CallsMixin(EmitBase):
     """Calls, ``raise`` and ``print``."""
 
-
-
-
     def call(self, node: ast.Call) -> Value:
         target = self.info.targets.get(node)
         result = self.type_of(node)

@@ -31,10 +31,6 @@ class LoopsMixin(EmitBase):
     nonneg_vars: set[str]
     assignment_counts: dict[str, int]
 
-
-
-
-
     def while_(self, stmt: ast.While) -> None:
         header = self.loop_header(sorted(assigned_names(self.source, stmt.body)))
         self.jump(header)
@@ -94,10 +90,6 @@ class LoopsMixin(EmitBase):
         if isinstance(it, ast.Attribute) and it.attr == "flat":
             arr = self.flat(arr)
         self.counted(stmt, self.dim_i64(arr), lambda k: self.element(arr, k))
-
-
-
-
 
     def dim_i64(self, a: Value) -> str:
         if not isinstance(a.type, Array):
@@ -198,7 +190,6 @@ class LoopsMixin(EmitBase):
             self.do(f"memref.store {following}, {counter}[] : memref<i64>")
             self.jump(header)
         self.enter(exit_)
-
 
 
 def _literal_int(node: ast.expr | None) -> int | None:

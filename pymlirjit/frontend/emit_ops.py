@@ -220,7 +220,6 @@ class OpsMixin(EmitBase):
         return Value(args[0], result)
 
 
-
 def _nonzero(node: ast.expr | None) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
         and node.value != 0
