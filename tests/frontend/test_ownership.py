@@ -166,7 +166,7 @@ def switch_owner(a, k):
 
 @jit
 def allocated_in_either_branch(a, flag):
-    if flag:
+    if flag:  # noqa: SIM108 (two assignments are the point: t is a managed variable)
         t = np.zeros(a.shape[0])  # a managed variable given a constructor's array
     else:
         t = np.ones(a.shape[0])
@@ -209,7 +209,7 @@ def swapped_in_a_loop(a, k):
 @jit
 def unpacked_and_returned(a, k):
     x, s = a * 1.0, 0.0
-    for i in range(k):
+    for _ in range(k):
         x, s = x + 1.0, s + x[0]  # the last x is the caller's
     return x, s
 
