@@ -18,9 +18,9 @@ from numbers import Integral
 from typing import Any
 
 from ..boundary import ffi
-from ..boundary.abi import symbol_references
 from ..errors import Diagnostic, MLIRError, error_diagnostics
 from .checks import check_lowered, check_no_stack_results, check_no_sub_byte_access
+from .declarations import drop_unused_declarations
 from .deepinput import MAX_NESTING, check_nesting, nesting, on_large_stack, shallow
 from .hints import with_hints
 from .llvmoptions import enable_matrix_lowering
@@ -370,7 +370,7 @@ def _lower(module: Any, text: str, filename: str, before: Callable[[Any, str], s
             check_before(module, stage, filename)
             lower_vector_scans(module, stage, filename)
             _run_passes(PassManager.parse(stage), module, filename)
-    _drop_unused_declarations(module, keep)
+    drop_unused_declarations(module, keep)
     erase_schedules(module)
     if check_lowered(module, filename).uses_matrix_intrinsics:
         enable_matrix_lowering()  # else LLVM's code generator ends the process on them
@@ -427,29 +427,6 @@ def _with_printed(reason: str, printed: str) -> str:
     if printed.startswith(":"):
         return reason + printed
     return "\n".join(filter(None, (reason, printed)))
-
-
-def _drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) -> None:
-    """Erase the external ``llvm.func`` declarations nothing refers to (see :func:`lower`):
-    as in mlir-runner, a function declared but never called needs no definition."""
-    from mlir import ir
-
-    candidates = []
-    for op in module.body.operations:
-        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        if name.startswith("mlirAsyncRunti") or (keep is not None and not keep(name)):
-            candidates.append((name, op))
-    if not candidates:  # nothing could go: skip printing the module
-        return
-    # Counted in the printed module: reading every attribute from Python would abort on a
-    # dense complex constant (the bindings throw through C++). Large constants are elided.
-    text = module.operation.get_asm(large_elements_limit=16)
-    used = symbol_references(text)
-    for name, op in candidates:
-        if used[name] <= 1:  # its own declaration only
-            op.operation.erase()
 
 
 def _run_passes(passes: Any, module: Any, filename: str) -> None:
