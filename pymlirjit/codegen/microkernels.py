@@ -49,6 +49,9 @@ class MicrokernelShape:
     #: Whether each whole block of C prefetches the rows of the next one (whose loads
     #: then find them in cache: C is read once per panel and depth block).
     prefetch_c: bool = False
+    #: Whether a whole panel's blocks store C unmasked (the last, partial panel masked):
+    #: AVX2's masked stores (``vmaskmovps``/``vmaskmovpd`` to memory) are slow on AMD.
+    unmasked_stores: bool = False
 
     def lanes(self, element: str) -> int:
         """Lanes of a vector of elements of type ``element`` (``f32``, ``f64``)."""
@@ -83,11 +86,15 @@ class MicrokernelShape:
 #: threads. Each block of C prefetches the next: f32 matmuls took 0.84-0.97x the time
 #: without (batch matmuls of 128^3 matrices, whose C comes from L3, and depths of 64
 #: gain most), f64 0.85-0.88x on those and -4%..+5% elsewhere, within noise
-#: (benchmarks/results/2026-12-06-zen3-matmul.md).
+#: (benchmarks/results/2026-12-06-zen3-matmul.md). Both AVX2 shapes store whole panels'
+#: C unmasked: on a Zen 3, 1024x64x1024 f32 took 0.76x the time, batches of 128^3 f32
+#: matrices 0.78x, f64 0.88x and 1.00x, square 512^3 0.96-1.00x (masked loads cost
+#: nothing there: unmasked ones gained nothing; benchmarks/results/2026-12-06-masked-stores.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
-          "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True),
+          "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
+                                   unmasked_stores=True),
           "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=192, pack_a=True,
-                                   prefetch_c=True)}
+                                   prefetch_c=True, unmasked_stores=True)}
 
 
 def host_shape() -> MicrokernelShape:
@@ -174,6 +181,8 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             out.extend([f"{pad}%left{v} = arith.subi %nr, %o{v} : index",
                         f"{pad}%kept{v} = arith.maxsi %left{v}, %c0 : index",
                         f"{pad}%mask{v} = vector.create_mask %kept{v} : {mt}"])
+        if shape.unmasked_stores:
+            out.append(f"{pad}%whole = arith.cmpi uge, %nr, %width : index")
 
     def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
         from_buffer = packed and count == rows  # A's elements from its packed block
@@ -217,11 +226,23 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
                        for v in range(vectors))
         out.append(f"{pad}  scf.yield {', '.join(f'%y{r}_{v}' for r, v in acc)} : {vts}")
         out.append(f"{pad}}}{_NO_UNROLL}")
-        for number, (r, v) in enumerate(acc):
-            out.append(
-                f"{pad}vector.maskedstore %C[{index[r]}, {column[v]}], %mask{v}, "
-                f"%res#{number} : {tc}, {mt}, {vt}" if masked else
-                f"{pad}vector.store %res#{number}, %C[{index[r]}, {column[v]}] : {tc}, {vt}")
+
+        def store_c(prefix: str, masked: bool) -> None:
+            for number, (r, v) in enumerate(acc):
+                out.append(
+                    f"{prefix}vector.maskedstore %C[{index[r]}, {column[v]}], %mask{v}, "
+                    f"%res#{number} : {tc}, {mt}, {vt}" if masked else
+                    f"{prefix}vector.store %res#{number}, %C[{index[r]}, {column[v]}] : "
+                    f"{tc}, {vt}")
+
+        if masked and shape.unmasked_stores:  # whole panels unmasked, the last one masked
+            out.append(f"{pad}scf.if %whole {{")
+            store_c(pad + "  ", False)
+            out.append(f"{pad}}} else {{")
+            store_c(pad + "  ", True)
+            out.append(f"{pad}}}")
+        else:
+            store_c(pad, masked)
 
     def pack(j: str, masked: bool, pad: str) -> None:
         out.append(f"{pad}scf.for %p = %c0 to %kc step %c1 {{")
