@@ -12,7 +12,8 @@ Run it against one OpenBLAS thread::
 
 A shape is ``ROWSxVECTORSxDEPTH@BITS`` (:class:`MicrokernelShape`), then ``/BLOCK_ROWS``
 (and ``a`` if A is packed, ``c`` if C's next block is prefetched, ``u`` if whole panels'
-C is stored unmasked) if A goes in blocks, then ``:p`` for ``parallel=True``.
+C is stored unmasked, ``t`` if a row block's last rows go through one clamped block) if A
+goes in blocks, then ``:p`` for ``parallel=True``.
 """
 
 from __future__ import annotations
@@ -50,16 +51,16 @@ DTYPES = {"f32": np.float32, "f64": np.float64}
 
 
 def parse_shape(text: str) -> MicrokernelShape:
-    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[a][c][u]`` (``6x2x256@256/96a``: ``a`` packs
-    A, ``c`` prefetches C's next block, ``u`` stores whole panels' C unmasked)
-    as a shape."""
+    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[a][c][u][t]`` (``6x2x256@256/96a``: ``a``
+    packs A, ``c`` prefetches C's next block, ``u`` stores whole panels' C unmasked,
+    ``t`` clamps the last rows' block) as a shape."""
     text, _, block_rows = text.partition("/")
     flags = block_rows.lstrip("0123456789")
     block_rows = block_rows[:len(block_rows) - len(flags)]
     block, _, bits = text.partition("@")
     rows, vectors, depth = (int(part) for part in block.split("x"))
     return MicrokernelShape(rows, vectors, depth, int(bits or 512), int(block_rows or 0),
-                            "a" in flags, "c" in flags, "u" in flags)
+                            "a" in flags, "c" in flags, "u" in flags, "t" in flags)
 
 
 def kernel(shape: MicrokernelShape, element: str, batch: bool,

@@ -113,7 +113,7 @@ def test_parallel_microkernel_runs_every_panel_in_its_parallel_loop(family: str)
         module.operation.walk(visit)
     # One panel body, masked (a full mask but in the last panel): two bodies, one of them
     # masked, were twice the code to compile. Only the stores of C may come twice.
-    blocks = shape.rows + sum(_tail_blocks(shape.rows))
+    blocks = shape.rows + (0 if shape.clamped_rows else sum(_tail_blocks(shape.rows)))
     copies = 2 if shape.unmasked_stores else 1
     assert len(stores) == blocks * shape.vectors * copies and all(stores)
     assert str(module).count("scf.parallel") == 1
@@ -281,11 +281,12 @@ def test_only_shapes_that_prefetch_c_do_and_within_c() -> None:
 
 @pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("family", sorted(SHAPES))
-def test_stores_stay_within_c_whichever_panels_are_whole(
+def test_stores_stay_within_c_whichever_panels_and_rows_are_last(
         monkeypatch: pytest.MonkeyPatch, family: str, parallel: bool) -> None:
-    # C a window of a wider array, NaN on both sides: whole panels (stored unmasked
+    # C a window of a larger array, NaN all around: whole panels (stored unmasked
     # where the shape says so) and the last, partial one (masked) must write C's
-    # columns and nothing next to them.
+    # columns and nothing next to them; the last rows (a clamped block, or blocks of 2
+    # and 1) C's rows and nothing below them.
     monkeypatch.setitem(SHAPES, host_family(), SHAPES[family])
     rows = "memref<?x?xf32, strided<[?, 1], offset: ?>>"
     mm = mlir_kernel(source=MATMUL.replace("memref<?x?xT>", rows), name="mm", opt_level=3,
@@ -293,16 +294,19 @@ def test_stores_stay_within_c_whichever_panels_are_whole(
     width = SHAPES[family].columns("f32")
     rng = np.random.default_rng(13)
     for m, k, n in [(13, 9, width), (13, 9, 2 * width), (13, 9, width + 1),
-                    (13, 9, 2 * width - 1), (7, 600, 3 * width + 5), (1, 1, width - 1)]:
+                    (13, 9, 2 * width - 1), (7, 600, 3 * width + 5), (1, 1, width - 1),
+                    (389, 17, width + 3), (200, 5, 2 * width)]:
         a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
         b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-        wide = np.full((m, n + 2 * width), np.nan, np.float32)
-        c = wide[:, width:width + n]
+        wide = np.full((m + 14, n + 2 * width), np.nan, np.float32)
+        c = wide[7:7 + m, width:width + n]
         c[...] = 0
         mm(a, b, c)
         np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64),
                                    rtol=1e-5, atol=1e-5 * k, err_msg=f"{family}: {m}x{k}x{n}")
-        assert np.isnan(wide[:, :width]).all() and np.isnan(wide[:, width + n:]).all()
+        outside = np.ones(wide.shape, bool)
+        outside[7:7 + m, width:width + n] = False
+        assert np.isnan(wide[outside]).all(), f"{family}: {m}x{k}x{n}"
 
 
 def test_only_shapes_that_store_unmasked_do_and_only_whole_panels() -> None:
@@ -313,3 +317,12 @@ def test_only_shapes_that_store_unmasked_do_and_only_whole_panels() -> None:
         stores = text.count("vector.store %res#")
         assert stores == (text.count("vector.maskedstore %C") if shape.unmasked_stores else 0)
     assert SHAPES["zen3"].unmasked_stores and SHAPES["avx2"].unmasked_stores
+
+
+def test_clamped_shapes_have_no_tail_blocks_and_repeat_the_last_row() -> None:
+    unit = "memref<?x?xf64, strided<[?, 1], offset: ?>>"
+    for family, shape in SHAPES.items():
+        text = microkernel("mm", "f64", (unit, unit, unit), False, shape)
+        assert ("scf.for %t" in text) != shape.clamped_rows, family  # the 2-row blocks
+        assert ("%ilast" in text) == shape.clamped_rows, family
+    assert SHAPES["zen3"].clamped_rows and SHAPES["avx2"].clamped_rows
