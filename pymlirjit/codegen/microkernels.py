@@ -92,11 +92,11 @@ class MicrokernelShape:
 #: without (batch matmuls of 128^3 matrices, whose C comes from L3, and depths of 64
 #: gain most), f64 0.85-0.88x on those and -4%..+5% elsewhere, within noise
 #: (benchmarks/results/2026-12-06-zen3-matmul.md). Both AVX2 shapes store whole panels'
-#: C unmasked: on a Zen 3, 1024x64x1024 f32 took 0.76x the time, batches of 128^3 f32
-#: matrices 0.78x, f64 0.88x and 1.00x, square 512^3 0.96-1.00x (masked loads cost
-#: nothing there: unmasked ones gained nothing; benchmarks/results/2026-12-06-masked-stores.md).
+#: C unmasked: on a Zen 3, depths of 64 took 0.78-0.85x the time, batches of 128^3
+#: matrices 0.87-0.90x, square sizes 0.95-1.04x (unmasked loads gained nothing more).
 #: And a row block's last rows go through one more 6-row block, clamped, not blocks of
-#: 2 and 1: a matmul module compiles in 0.85x the time, at the same speed or better.
+#: 2 and 1: a matmul module compiles in 0.85x the time, at the same speed or better
+#: (benchmarks/results/2026-12-06-masked-stores.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
                                    unmasked_stores=True, clamped_rows=True),
