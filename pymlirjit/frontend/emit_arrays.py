@@ -171,12 +171,8 @@ class ArraysMixin(EmitBase):
             not_one = self.op(f"arith.cmpi ne, {other}, {one} : index")
             bad = self.op(f"arith.ori {bad}, {self.op(f'arith.andi {differ}, {not_one} : i1')}"
                           f" : i1")
-        fail, ok = self.label(), self.label()
-        self.branch(bad, fail, ok)
-        self.start(fail)
         self.raise_python(ValueError, ("could not broadcast the assigned array to the "
-                                       "view's shape",))
-        self.start(ok)
+                                       "view's shape",), when=bad)
 
     def _copy_if(self, condition: str, value: Value) -> Value:
         """``value``, or a new copy of it (of the same type) when the i1 ``condition``

@@ -126,7 +126,7 @@ class EmitBase:
     def nonneg(self, node: ast.expr) -> bool:
         raise NotImplementedError
 
-    def raise_python(self, cls: type, args: tuple[object, ...]) -> None:
+    def raise_python(self, cls: type, args: tuple[object, ...], when: str | None = None) -> None:
         raise NotImplementedError
 
     def allocate(self, node: ast.Call, like: bool, fill: str, t: JType) -> Value:

@@ -189,12 +189,8 @@ class CallsMixin(EmitBase):
                 count = self.op(f"arith.muli {count}, {n} : i64")
             empty = self.op(f"arith.cmpi eq, {count}, {self.const(0, Scalar('int', 64)).ssa}"
                             f" : i64")
-            fail, ok = self.label(), self.label()
-            self.branch(empty, fail, ok)
-            self.start(fail)
             self.raise_python(ValueError, (f"zero-size array to reduction operation {op}imum "
-                                           f"which has no identity",))
-            self.start(ok)
+                                           f"which has no identity",), when=empty)
             first = self.load_at(a, [self.index_const(0)] * len(dims))
             init = self.convert(first, t).ssa
         else:
@@ -254,12 +250,19 @@ class CallsMixin(EmitBase):
         self.call_function(symbol, params, values, NoneT())
         return Value("", NoneT())
 
-    def raise_python(self, cls: type, args: tuple[object, ...]) -> None:
+    def raise_python(self, cls: type, args: tuple[object, ...], when: str | None = None) -> None:
         """Raise ``cls(*args)`` from the kernel call (a callback raising it), then leave
-        the function (the code after never runs)."""
+        the function (the code after never runs). With ``when`` (an i1), only where it
+        holds: the code after runs where it does not."""
+        if when is not None:
+            fail, ok = self.label(), self.label()
+            self.branch(when, fail, ok)
+            self.start(fail)
         symbol = self.program.raise_callback(cls, args, str(self.source.where(self.at)))
         self.do(f"func.call @{symbol}() : () -> ()")
         self.leave()
+        if when is not None:
+            self.start(ok)
 
     def raise_(self, stmt: ast.Raise) -> None:
         exc = stmt.exc

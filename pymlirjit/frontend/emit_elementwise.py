@@ -109,12 +109,8 @@ class ElementwiseMixin(EmitBase):
                     fits = self.op(f"arith.ori {is_one}, {same} : i1")
                     unfit = self.op(f"arith.xori {fits}, {self.const(True, BOOL).ssa} : i1")
                     bad = self.op(f"arith.ori {bad}, {unfit} : i1")
-                fail, ok = self.label(), self.label()
-                self.branch(bad, fail, ok)
-                self.start(fail)
                 self.raise_python(ValueError, ("operands could not be broadcast together "
-                                               "(their shapes differ)",))
-                self.start(ok)
+                                               "(their shapes differ)",), when=bad)
             dims.append(size)
         return dims
 

@@ -24,12 +24,8 @@ class LinalgMixin(EmitBase):
         ka = self.dim(a2, ta.ndim - 1)
         kb = self.dim(b2, 0)
         differ = self.op(f"arith.cmpi ne, {ka}, {kb} : index")
-        fail, ok = self.label(), self.label()
-        self.branch(differ, fail, ok)
-        self.start(fail)
         self.raise_python(ValueError, ("matmul: the operands' inner dimensions differ "
-                                       "(shapes not aligned)",))
-        self.start(ok)
+                                       "(shapes not aligned)",), when=differ)
         types = f"{a2.type.mlir}, {b2.type.mlir}"  # type: ignore[union-attr]
         operands = f"ins({a2.ssa}, {b2.ssa} : {types})"
         zero = self.const(0, dtype).ssa

@@ -140,11 +140,7 @@ class LoopsMixin(EmitBase):
         assert step_node is not None
         step = self.convert(self.expr(step_node), I64).ssa
         is_zero = self.op(f"arith.cmpi eq, {step}, {zero.ssa} : i64")
-        fail, ok = self.label(), self.label()
-        self.branch(is_zero, fail, ok)
-        self.start(fail)
-        self.raise_python(ValueError, ("range() arg 3 must not be zero",))
-        self.start(ok)
+        self.raise_python(ValueError, ("range() arg 3 must not be zero",), when=is_zero)
         # Trip count: ceil((stop - start) / step), at least 0, for either sign of step.
         span = self.op(f"arith.subi {stop.ssa}, {start.ssa} : i64")
         n = self.op(f"arith.ceildivsi {span}, {step} : i64")

@@ -85,11 +85,7 @@ class NumpyMixin(EmitBase):
         start, stop, step = (self.convert(v, work) for v in (start, stop, step))
         zero = self.const(0, work)
         is_zero = self.compare(ast.Eq(), step, zero)
-        fail, ok = self.label(), self.label()
-        self.branch(is_zero, fail, ok)
-        self.start(fail)
-        self.raise_python(ZeroDivisionError, ("arange: the step is zero",))
-        self.start(ok)
+        self.raise_python(ZeroDivisionError, ("arange: the step is zero",), when=is_zero)
         m = work.mlir
         span = self.op(f"arith.sub{'f' if work.kind == 'float' else 'i'} {stop.ssa}, "
                        f"{start.ssa} : {m}")
@@ -125,11 +121,7 @@ class NumpyMixin(EmitBase):
         endpoint = self.truth(self.expr(given["endpoint"])) if "endpoint" in given else \
             self.const(True, Scalar("bool", 1)).ssa
         negative = self.op(f"arith.cmpi slt, {num.ssa}, {self.const(0, I64).ssa} : i64")
-        fail, ok = self.label(), self.label()
-        self.branch(negative, fail, ok)
-        self.start(fail)
-        self.raise_python(ValueError, ("Number of samples must be non-negative.",))
-        self.start(ok)
+        self.raise_python(ValueError, ("Number of samples must be non-negative.",), when=negative)
         one = self.const(1, I64).ssa
         less = self.op(f"arith.subi {num.ssa}, {one} : i64")
         div = self.op(f"arith.select {endpoint}, {less}, {num.ssa} : i64")
@@ -228,12 +220,8 @@ class NumpyMixin(EmitBase):
             bad = self.op(f"arith.ori {bad}, {negative} : i1")
         differ = self.op(f"arith.cmpi ne, {product}, {total} : index")
         bad = self.op(f"arith.ori {bad}, {differ} : i1")
-        fail, ok = self.label(), self.label()
-        self.branch(bad, fail, ok)
-        self.start(fail)
         self.raise_python(ValueError, ("cannot reshape the array into the shape given "
-                                       "(the sizes differ)",))
-        self.start(ok)
+                                       "(the sizes differ)",), when=bad)
         shape_buf = self.fresh()  # in the entry block: not a new one per iteration
         self.entry.append(f"    {shape_buf} = memref.alloca() : memref<{len(dims)}xindex>")
         for i, d in enumerate(dims):

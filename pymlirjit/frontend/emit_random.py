@@ -120,12 +120,8 @@ class RandomMixin(EmitBase):
 
     def randint(self, first: int, low: str, high: str, module: str) -> str:
         empty = self.op(f"arith.cmpi sle, {high}, {low} : i64")
-        fail, ok = self.label(), self.label()
-        self.branch(empty, fail, ok)
-        self.start(fail)
         self.raise_python(ValueError, ("empty range for randrange()" if module == "py"
-                                       else "low >= high",))
-        self.start(ok)
+                                       else "low >= high",), when=empty)
         span = self._i("subi", high, low)  # as unsigned: up to 2**64 - 1
         loop, slow, done = self.label(), self.label(), self.label()
         self.goto(loop)

@@ -47,14 +47,10 @@ class ReductionsMixin(EmitBase):
 
     def _empty_check(self, n: str, op: str) -> None:
         is_empty = self.op(f"arith.cmpi eq, {n}, {self.index_const(0)} : index")
-        fail, ok = self.label(), self.label()
-        self.branch(is_empty, fail, ok)
-        self.start(fail)
         self.raise_python(ValueError, (f"attempt to get {op} of an empty sequence" if
                                        op.startswith("arg") else
                                        f"zero-size array to reduction operation {op}imum "
-                                       f"which has no identity",))
-        self.start(ok)
+                                       f"which has no identity",), when=is_empty)
 
     def _better(self, op: str, v: Value, best: Value) -> str:
         """Whether ``v`` replaces ``best`` in an arg-reduction (strictly better, or the
