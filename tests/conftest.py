@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# OpenBLAS (numpy's BLAS) starts a worker thread per core when numpy is imported and
+# joins it in a fork handler. The kernel may still count that thread for a moment after
+# the join, so Python 3.12 sometimes warns that a forked process "is multi-threaded" on
+# stderr (seen in CI). One BLAS thread in this process and every script the tests start
+# leaves only pymlirjit's own threads for the tests that fork to check.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import pytest
 

@@ -10,9 +10,11 @@ enough (:func:`shallow`): a thread of its own costs a small compile ~10%.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -128,6 +130,21 @@ def _ask_stack_size() -> int:
     return size.value
 
 
+def _wait_until_gone(native_id: int | None, timeout: float = 1.0) -> None:
+    """Wait until the OS no longer counts thread ``native_id`` of this process.
+
+    ``Thread.join`` returns once the thread has finished its Python work, while the
+    kernel may count it for a few more microseconds. A ``fork`` in that window makes
+    Python 3.12+ warn that the process "is multi-threaded", about a thread that is gone:
+    a compile must leave the process with the threads it had."""
+    if native_id is None or not sys.platform.startswith("linux"):
+        return
+    task = f"/proc/self/task/{native_id}"
+    deadline = time.monotonic() + timeout
+    while os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0)
+
+
 def on_large_stack(function: Callable[[], _T], inline: bool = False) -> _T:
     """``function()``, run on a thread with a :data:`STACK_SIZE` stack: MLIR's parser
     and passes recurse with the input's nesting, and the caller's stack may be small.
@@ -151,6 +168,7 @@ def on_large_stack(function: Callable[[], _T], inline: bool = False) -> _T:
         finally:
             threading.stack_size(previous)
     worker.join()
+    _wait_until_gone(worker.native_id)
     ok, value = outcome[0]
     if not ok:
         raise value
