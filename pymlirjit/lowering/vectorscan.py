@@ -23,7 +23,8 @@ _CONVERTS_VECTORS = re.compile(
     r"(?<![\w-])(?:convert-vector-to-llvm|convert-to-llvm|sparsifier)(?![\w-])")
 
 #: Lowers the scans of each function that has one. Matched in C++: a walk from Python
-#: costs ~100 ms per 20k ops; this costs ~1 ms, and leaves a module without scans as it was.
+#: costs ~20 ms per 20k ops; this costs ~2 ms, and leaves a module without scans as it
+#: was. Small modules are searched from Python first (:func:`_may_have_scans`).
 _SCHEDULE = """
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
@@ -52,5 +53,33 @@ def lower_vector_scans(module: Any, stage: str, filename: str = "<source>") -> b
     # every compile's context.
     if not module.context.is_registered_operation("vector.scan"):
         return True
-    apply_script(module, _SCHEDULE, filename, "lowering vector.scan failed")
+    if _may_have_scans(module):
+        apply_script(module, _SCHEDULE, filename, "lowering vector.scan failed")
     return True
+
+
+#: Modules of up to this many ops are searched for a scan from Python (~1.1 us an op)
+#: before the schedule runs, whose first parse in a compile's context costs ~1.8 ms, a
+#: tenth of a small module's compile. At this stage a matmul module at the default
+#: options has ~340 ops, a small kernel tens.
+_SEARCHED = 1000
+
+
+def _may_have_scans(module: Any) -> bool:
+    """Whether ``module`` holds a ``vector.scan``, or has more than :data:`_SEARCHED`
+    ops (not searched: the schedule finds its scans faster)."""
+    from mlir import ir
+
+    seen = 0
+    found = False
+
+    def visit(op: Any) -> Any:
+        nonlocal seen, found
+        seen += 1
+        if seen > _SEARCHED or op.name == "vector.scan":
+            found = True
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
