@@ -65,6 +65,7 @@ from ..lowering.pipeline import (
     runtime_library,
 )
 from .externs import LinkedExtern
+from .microkernelcache import Microkernel, splice, split_off
 from .runnerprint import print_callbacks, print_symbols_to_bind
 from .symbolnames import check_reserved_names, rename_definitions_named_like_c_functions
 
@@ -262,6 +263,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
     returns ``prepared``."""
     tiled: list[bool] = []  # whether the schedules changed the module
+    microkernels: list[Microkernel] = []  # lowered once per process (microkernelcache)
 
     def optimize_first(module: Any, pipeline: str) -> str:
         # Shapes are checked before linalg ops are tiled, where checked mode runs after.
@@ -277,7 +279,11 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
             use_vector_library(module)
         if options.parallel_loops and "sparsifier" not in pipeline:  # its loops: serial
             pipeline = with_parallel_loops(pipeline, options.threads)
-        return with_vector_lowering(pipeline) if vectors else pipeline
+        if not vectors:
+            return pipeline
+        pipeline = with_vector_lowering(pipeline)
+        microkernels.extend(split_off(module, pipeline, options))
+        return pipeline
 
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
 
@@ -328,6 +334,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])
+    splice(prepared.module, microkernels)
     _add_c_interfaces(prepared)
     prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
     printers = print_callbacks()  # printF64, vector.print's calls: through sys.stdout
