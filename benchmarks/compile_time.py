@@ -19,6 +19,7 @@ from typing import Any
 from pymlirjit import Session
 from pymlirjit.codegen.options import CompileOptions
 from pymlirjit.lowering.pipeline import DEFAULT_PIPELINE, SMALL_FLOAT_PASSES, normalize_pipeline
+from pymlirjit.runtime import microkernelcache
 from pymlirjit.runtime.module import attach_native_entries, build_engine, engine_module
 from pymlirjit.runtime.prepare import lower, prepare
 
@@ -162,7 +163,11 @@ LINALG_TARGET_RATIO = 2.0
 NAIVE = [p for p in DEFAULT_PIPELINE if p not in SMALL_FLOAT_PASSES]
 
 
-def _pymlirjit_cold(source: str, **options: Any) -> object:
+def _pymlirjit_cold(source: str, first: bool = False, **options: Any) -> object:
+    """A cold compile of ``source`` in a new session; ``first``: as the process's first
+    module of its microkernels (those lowered for other modules are forgotten first)."""
+    if first:
+        microkernelcache.clear()
     module = Session(**options).compile(source)
     assert module.functions
     return module
@@ -320,20 +325,22 @@ def run(config: Config) -> CaseResult:
         variants: dict[str, dict[str, Any]] = {
             "naive": {"pipeline": NAIVE},
             "default": {}, "opt3": {"opt_level": 3}, "fastmath": {"fastmath": True},
-            "opt3+fastmath": {"opt_level": 3, "fastmath": True}}
+            "opt3+fastmath": {"opt_level": 3, "fastmath": True}, "first": {}}
         for options in variants.values():
             _pymlirjit_cold(source, **options)
         measured = interleaved(
-            *(lambda source=source, options=options: _cold(
-                lambda: _pymlirjit_cold(source, **options))
-              for options in variants.values()), repeat=config.pick(repeat, 1))
+            *(lambda source=source, options=options, first=name == "first": _cold(
+                lambda: _pymlirjit_cold(source, first=first, **options))
+              for name, options in variants.items()), repeat=config.pick(repeat, 1))
         base = f"{key} naive"
         for (name, options), samples in zip(variants.items(), measured):
             spelled = ", ".join(f"{k}={v}" for k, v in options.items()) or "default options"
             if name == "naive":
                 spelled = "pipeline= the default passes (run as written: no schedules)"
+            if name == "first":  # the microkernels other modules lowered are not reused
+                spelled = "default options, the process's first module of its matmuls"
             result.add(f"{key} {name}", f"pymlirjit cold, {spelled}, {label}", samples, base)
-        for name in ("default", "opt3", "opt3+fastmath"):
+        for name in ("default", "opt3", "opt3+fastmath", "first"):
             extra = result.ratio(f"{key} {name}", base)
             limit = LINALG_TARGET_RATIO if key == "linalg" and name == "default" else None
             result.targets.append(Target(
