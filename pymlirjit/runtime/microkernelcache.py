@@ -103,7 +103,9 @@ def splice(module: Any, microkernels: list[Microkernel]) -> None:
         if present is None:  # nothing calls it any more: it was dropped
             continue
         if kernel.lowered is None:
-            _keep(kernel.key, _extract(present, symbols))
+            extracted = _extract(present, symbols)
+            if extracted is not None:
+                _keep(kernel.key, extracted)
             continue
         lowered = ir.Module.parse(kernel.lowered, module.context)
         for op in list(lowered.body.operations):
@@ -122,9 +124,10 @@ def splice(module: Any, microkernels: list[Microkernel]) -> None:
                                 f"unlike its module does")
 
 
-def _extract(function: Any, symbols: dict[str, Any]) -> bytes:
+def _extract(function: Any, symbols: dict[str, Any]) -> bytes | None:
     """A module holding a copy of the lowered ``function`` (named ``_CANONICAL``) and of
-    the top-level symbols of its module (``symbols``, by name) it refers to, as bytecode."""
+    the declarations of its module (``symbols``, by name) it calls, as bytecode; ``None``
+    if it refers to anything else of its module (its code would then be the module's)."""
     from mlir import ir
 
     with function.context, ir.Location.unknown():
@@ -141,9 +144,18 @@ def _extract(function: Any, symbols: dict[str, Any]) -> bytes:
 
         copy.walk(visit)
         for name in sorted(referred):
-            if name in symbols:
-                symbols[name].operation.clone(ir.InsertionPoint(alone.body))
+            if name not in symbols:
+                continue
+            if not _is_declaration(symbols[name]):
+                return None
+            symbols[name].operation.clone(ir.InsertionPoint(alone.body))
         return _bytecode(alone.operation)
+
+
+def _is_declaration(op: Any) -> bool:
+    """Whether ``op`` (top-level, lowered) is a function without a body."""
+    operation = op.operation
+    return operation.name == "llvm.func" and len(operation.regions[0].blocks) == 0
 
 
 def _signature(op: Any) -> str:

@@ -75,7 +75,6 @@ def test_a_user_pipeline_converting_vectors_lowers_scans_too() -> None:
     assert "vector." not in str(module)
 
 
-
 def test_a_scan_past_the_searched_ops_is_lowered(monkeypatch: pytest.MonkeyPatch) -> None:
     # Modules larger than the Python search are handed to the schedule unsearched.
     monkeypatch.setattr(vectorscan, "_SEARCHED", 3)

@@ -169,3 +169,15 @@ def test_a_module_stored_on_disk_holds_its_microkernel(tmp_path: Path) -> None:
     module = reader.compile(ONE.replace("@one", "@disk"))
     assert reader.cache_info().disk_hits == 1
     check_one(module.disk, 5)
+
+
+def test_a_microkernel_calling_its_modules_code_is_not_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # None does; one that did would carry that code into other modules.
+    real = microkernelcache._is_declaration
+    monkeypatch.setattr(microkernelcache, "_is_declaration", lambda op: False)
+    lowered(ONE)
+    assert not microkernelcache._lowered
+    monkeypatch.setattr(microkernelcache, "_is_declaration", real)
+    lowered(ONE)
+    assert len(microkernelcache._lowered) == 1
