@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..lowering.walk import operations
+from ..lowering.walk import operations, top_level_symbols
 from .microkernels import LANES, MicrokernelShape, host_shape, microkernel
 
 __all__ = ["CONVOLUTIONS", "batch_matmuls_to_matmuls", "convolutions_to_matmuls",
@@ -56,7 +56,7 @@ def matmuls_to_microkernels(module: Any, parallel: bool = False,
 
     chosen = operations(module, lambda op: on_memrefs(op) and _microkernel_fits(op),
                         names={"linalg.matmul"})
-    names = _symbols(module)
+    names = set(top_level_symbols(module))
     with module.context:
         for op in chosen:
             element = str(ir.MemRefType(op.operands[0].type).element_type)
@@ -76,13 +76,6 @@ def _microkernel_fits(op: Any) -> bool:
     types = [ir.MemRefType(v.type) for v in op.operands]
     return (str(types[0].element_type) in LANES
             and all(t.get_strides_and_offset()[0][-1] == 1 for t in types[1:]))
-
-
-def _symbols(module: Any) -> set[str]:
-    from mlir import ir
-
-    return {ir.StringAttr(op.attributes["sym_name"]).value
-            for op in module.body.operations if "sym_name" in op.attributes}
 
 
 def _replace_by_call(module: Any, op: Any, name: str, text: str,
@@ -134,7 +127,7 @@ def batch_matmuls_to_matmuls(module: Any) -> int:
 
     chosen = operations(module, lambda op: on_memrefs(op) and _plain_float_memrefs(op)
                         and _default_maps(op), names={"linalg.batch_matmul"})
-    names = _symbols(module)
+    names = set(top_level_symbols(module))
     with module.context:
         for op in chosen:
             types: dict[str, str] = {}
@@ -220,7 +213,7 @@ def convolutions_to_matmuls(module: Any) -> int:
 
     convs = operations(module, lambda op: on_memrefs(op) and _plain_float_memrefs(op),
                        names=CONVOLUTIONS)
-    names = _symbols(module)
+    names = set(top_level_symbols(module))
     with module.context:
         for op in convs:
             name = _fresh("__pymlirjit_conv", names)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["drop_unused_declarations"]
+__all__ = ["drop_unused_declarations", "is_declaration"]
 
 _VISIBILITY = "sym_visibility"
 
@@ -38,8 +38,7 @@ def drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) ->
         if (_VISIBILITY in operation.attributes
                 and ir.StringAttr(operation.attributes[_VISIBILITY]).value == "private"):
             private.add(name)
-        declaration = operation.name == "llvm.func" and len(operation.regions[0].blocks) == 0
-        if declaration and (name.startswith("mlirAsyncRunti")
+        if is_declaration(operation) and (name.startswith("mlirAsyncRunti")
                             or (keep is not None and not keep(name))):
             candidates.add(name)
     if not candidates:
@@ -52,6 +51,13 @@ def drop_unused_declarations(module: Any, keep: Callable[[str], bool] | None) ->
         finally:
             _set_visibility(module, candidates - private, None)
             _set_visibility(module, private, "private")
+
+
+def is_declaration(op: Any) -> bool:
+    """Whether ``op`` (of a module lowered to the LLVM dialect) is a function without a
+    body: an external declaration."""
+    operation = op.operation
+    return operation.name == "llvm.func" and len(operation.regions[0].blocks) == 0
 
 
 def _set_visibility(module: Any, names: set[str], visibility: str | None) -> None:

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from .transformscripts import apply_script
+from .walk import operations
 
 __all__ = ["lower_vector_scans"]
 
@@ -68,18 +69,11 @@ _SEARCHED = 1000
 def _may_have_scans(module: Any) -> bool:
     """Whether ``module`` holds a ``vector.scan``, or has more than :data:`_SEARCHED`
     ops (not searched: the schedule finds its scans faster)."""
-    from mlir import ir
-
     seen = 0
-    found = False
 
-    def visit(op: Any) -> Any:
-        nonlocal seen, found
+    def is_scan_or_past_limit(op: Any) -> bool:
+        nonlocal seen
         seen += 1
-        if seen > _SEARCHED or op.name == "vector.scan":
-            found = True
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
+        return seen > _SEARCHED or op.name == "vector.scan"
 
-    module.operation.walk(visit)
-    return found
+    return bool(operations(module, is_scan_or_past_limit, limit=1))

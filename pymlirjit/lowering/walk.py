@@ -1,5 +1,5 @@
 """The operations of an MLIR module (or of any op) that a rewrite or a check looks for:
-one walk, written once.
+one walk, written once; and a module's top-level symbols by name.
 
 >>> from mlir import ir
 >>> module = ir.Module.parse('''
@@ -12,6 +12,8 @@ one walk, written once.
 ['arith.addf', 'arith.mulf']
 >>> len(operations(module, lambda op: op.name.startswith("arith."), limit=1))
 1
+>>> list(top_level_symbols(module))
+['f']
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from typing import Any
 
-__all__ = ["operations"]
+__all__ = ["operations", "top_level_symbols"]
 
 
 def operations(root: Any, where: Callable[[Any], bool] | None = None, *,
@@ -62,3 +64,11 @@ def operations(root: Any, where: Callable[[Any], bool] | None = None, *,
     if failure:
         raise failure[0]
     return found
+
+
+def top_level_symbols(module: Any) -> dict[str, Any]:
+    """The ops of ``module``'s body that define a symbol, by symbol name."""
+    from mlir import ir
+
+    return {ir.StringAttr(op.operation.attributes["sym_name"]).value: op
+            for op in module.body.operations if "sym_name" in op.operation.attributes}

@@ -25,6 +25,8 @@ from typing import Any
 
 from ..codegen.options import CompileOptions
 from ..errors import MLIRError
+from ..lowering.declarations import is_declaration
+from ..lowering.walk import operations, top_level_symbols
 
 __all__ = ["ENABLED", "Microkernel", "clear", "splice", "split_off"]
 
@@ -39,6 +41,9 @@ _KEPT = 32
 _CANONICAL = "__pymlirjit_microkernel"
 
 _PREFIX = "__pymlirjit_matmul"
+
+#: The attributes by which a lowered function's ops refer to other symbols.
+_REFERENCES = ("callee", "global_name")
 
 _lowered: OrderedDict[Hashable, bytes] = OrderedDict()
 _lock = threading.Lock()
@@ -96,8 +101,7 @@ def splice(module: Any, microkernels: list[Microkernel]) -> None:
 
     if not microkernels:
         return
-    symbols = {ir.StringAttr(op.attributes["sym_name"]).value: op
-               for op in module.body.operations if "sym_name" in op.attributes}
+    symbols = top_level_symbols(module)
     for kernel in microkernels:
         present = symbols.get(kernel.name)
         if present is None:  # nothing calls it any more: it was dropped
@@ -134,28 +138,16 @@ def _extract(function: Any, symbols: dict[str, Any]) -> bytes | None:
         alone = ir.Module.create()
         copy = function.operation.clone(ir.InsertionPoint(alone.body))
         copy.attributes["sym_name"] = ir.StringAttr.get(_CANONICAL)
-        referred: set[str] = set()
-
-        def visit(op: Any) -> Any:
-            for attribute in ("callee", "global_name"):
-                if attribute in op.attributes:
-                    referred.add(ir.FlatSymbolRefAttr(op.attributes[attribute]).value)
-            return ir.WalkResult.ADVANCE
-
-        copy.walk(visit)
+        referred = {ir.FlatSymbolRefAttr(op.attributes[attribute]).value
+                    for op in operations(copy) for attribute in _REFERENCES
+                    if attribute in op.attributes}
         for name in sorted(referred):
             if name not in symbols:
                 continue
-            if not _is_declaration(symbols[name]):
+            if not is_declaration(symbols[name]):
                 return None
             symbols[name].operation.clone(ir.InsertionPoint(alone.body))
         return _bytecode(alone.operation)
-
-
-def _is_declaration(op: Any) -> bool:
-    """Whether ``op`` (top-level, lowered) is a function without a body."""
-    operation = op.operation
-    return operation.name == "llvm.func" and len(operation.regions[0].blocks) == 0
 
 
 def _signature(op: Any) -> str:

@@ -62,11 +62,11 @@ from ..lowering.pipeline import (
     new_context,
     normalize_pipeline,
     parse_module,
-    runtime_library,
 )
 from .externs import LinkedExtern
 from .microkernelcache import Microkernel, splice, split_off
 from .runnerprint import print_callbacks, print_symbols_to_bind
+from .runtimelibraries import external_declarations, needed_runtime_libraries
 from .symbolnames import check_reserved_names, rename_definitions_named_like_c_functions
 
 __all__ = ["CompileOptions", "PreparedModule", "builtin_callbacks", "lower",
@@ -102,7 +102,8 @@ class PreparedModule:
     #: Parsed from text :func:`~pymlirjit.lowering.deepinput.shallow` enough to lower on the
     #: caller's thread.
     shallow: bool = False
-    #: The text names bf16: LLVM may call ``__truncsfbf2`` for it (see :data:`BF16_LIBRARY`).
+    #: The text names bf16: LLVM may call ``__truncsfbf2`` for it (see
+    #: :data:`~pymlirjit.runtime.runtimelibraries.BF16_LIBRARY`).
     names_bf16: bool = False
     #: The text names f8, f6 or f4 types (see :func:`.names_small_floats`).
     small_floats: bool = False
@@ -336,15 +337,13 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
             builtin_callbacks()[FAIL_SYMBOL])
     splice(prepared.module, microkernels)
     _add_c_interfaces(prepared)
-    prepared.runtime_libs = _needed_runtime_libraries(prepared.module)
+    prepared.runtime_libs = needed_runtime_libraries(prepared.module, prepared.names_bf16)
     printers = print_callbacks()  # printF64, vector.print's calls: through sys.stdout
-    for symbol in print_symbols_to_bind(_external_declarations(prepared.module),
+    for symbol in print_symbols_to_bind(external_declarations(prepared.module),
                                         (*prepared.registrations, *prepared.externs),
                                         options.shared_libs):
         cb = printers[symbol]
         prepared.linked[cb.name] = prepared.registrations[symbol] = cb
-    if prepared.names_bf16:
-        prepared.runtime_libs += (runtime_library(BF16_LIBRARY),)
     return prepared
 
 
@@ -367,42 +366,6 @@ def builtin_callbacks() -> dict[str, Callback]:
     signature = Signature.of([i32, i64, i64, i64, i64], [])
     printers = {cb.name: cb for cb in print_callbacks().values()}
     return {FAIL_SYMBOL: Callback(raise_failure, signature, name=FAIL_SYMBOL), **printers}
-
-
-#: Runtime libraries linked whenever the lowered module calls them, by symbol prefix:
-#: the lowering of the async dialect calls MLIR's async runtime; arithmetic on floats
-#: LLVM lacks (f8, f6, f4) calls MLIR's APFloat wrappers in the C runner utilities.
-_AUTOMATIC_LIBRARIES = {"mlirAsyncRuntime": "mlir_async_runtime",
-                        "_mlir_apfloat_": "mlir_c_runner_utils"}
-
-
-#: Rounding to bf16 is a call of ``__truncsfbf2``/``__truncdfbf2`` on CPUs without
-#: AVX512-BF16 (LLVM's lowering of ``fptrunc`` and of bf16 arithmetic), which libgcc before
-#: GCC 13 lacks; MLIR's float16 utilities define both, so modules naming bf16 link them.
-BF16_LIBRARY = "mlir_float16_utils"
-
-
-def _external_declarations(module: Any) -> list[str]:
-    """The names of the ``llvm.func`` declarations of a lowered ``module``."""
-    from mlir import ir
-
-    return [ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
-            if op.operation.name == "llvm.func" and len(op.regions[0].blocks) == 0]
-
-
-def _needed_runtime_libraries(module: Any) -> tuple[str, ...]:
-    from mlir import ir
-
-    needed = []
-    for op in module.body.operations:
-        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) > 0:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        for prefix, library in _AUTOMATIC_LIBRARIES.items():
-            path = runtime_library(library)
-            if name.startswith(prefix) and path not in needed:
-                needed.append(path)
-    return tuple(needed)
 
 
 def _is_public(op: Any) -> bool:

@@ -174,10 +174,10 @@ def test_a_module_stored_on_disk_holds_its_microkernel(tmp_path: Path) -> None:
 def test_a_microkernel_calling_its_modules_code_is_not_kept(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # None does; one that did would carry that code into other modules.
-    real = microkernelcache._is_declaration
-    monkeypatch.setattr(microkernelcache, "_is_declaration", lambda op: False)
+    real = microkernelcache.is_declaration
+    monkeypatch.setattr(microkernelcache, "is_declaration", lambda op: False)
     lowered(ONE)
     assert not microkernelcache._lowered
-    monkeypatch.setattr(microkernelcache, "_is_declaration", real)
+    monkeypatch.setattr(microkernelcache, "is_declaration", real)
     lowered(ONE)
     assert len(microkernelcache._lowered) == 1
