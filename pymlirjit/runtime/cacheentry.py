@@ -8,8 +8,9 @@ the lowered MLIR (for inspection). The code is one of two kinds:
 - ``shared``: a shared library with the module's code, its native entry points and
   its callback trampolines (see :mod:`pymlirjit.runtime.sharedlib`). Loading it is a
   ``dlopen``: no MLIR, no LLVM, no code generation.
-- ``object``: the object file MLIR's ExecutionEngine produced, where no shared library
-  can be linked (no C compiler). llvmlite links it when loaded
+- ``object``: the object file MLIR's ExecutionEngine produced (and those of the matmul
+  microkernels it calls, see :mod:`pymlirjit.runtime.microkernelcache`), where no shared
+  library can be linked (no C compiler). llvmlite links them when loaded
   (:class:`pymlirjit.runtime.objectfile.ObjectEngine`), and the native entry points are generated
   again.
 
@@ -39,7 +40,7 @@ __all__ = ["FORMAT", "HEADER", "KINDS", "MAC_SIZE", "MAGIC", "CachedModule", "de
            "encode_entry", "entry_key", "entry_mac"]
 
 #: The entry format's version (in every key and MAC: entries of another format miss).
-FORMAT = 10  # 10: callbacks at declared widths (9: trampolines check float results)
+FORMAT = 11  # 11: object code of microkernels (10: callbacks at declared widths)
 KINDS = ("shared", "object")  # the kinds of code an entry holds
 
 
@@ -71,6 +72,8 @@ class CachedModule:
     #: runtime symbol -> the signature its callback is linked with, where a callback
     #: annotated ``int``/``float``/``complex`` serves a declaration of other widths
     widths: dict[str, Signature] = field(default_factory=dict)
+    #: ``object`` kind: the object files linked with ``code`` (the microkernels it calls)
+    objects: tuple[bytes, ...] = ()
 
 
 def entry_key(source: str, pipeline: str, opt_level: int, shared_libs: Iterable[str],
@@ -113,9 +116,11 @@ def encode_entry(entry: CachedModule, key: str, secret: bytes) -> bytes:
             "guards": entry.guards, "runtime_libs": list(entry.runtime_libs),
             "uncallable": entry.uncallable, "initializers": list(entry.initializers),
             "widths": {symbol: encode_signature(signature)
-                       for symbol, signature in entry.widths.items()}}
+                       for symbol, signature in entry.widths.items()},
+            "objects": [len(code) for code in entry.objects]}
     description = json.dumps(meta).encode()
-    body = HEADER.pack(MAGIC, len(description)) + description + entry.code
+    body = HEADER.pack(MAGIC, len(description)) + description + entry.code + b"".join(
+        entry.objects)
     return body + entry_mac(secret, key, body)
 
 
@@ -141,8 +146,16 @@ def decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
         runtime_libs = tuple(meta["runtime_libs"])  # found by name, never at a path:
         if not all(_FILE_NAME.fullmatch(name) for name in runtime_libs):
             raise ValueError(f"runtime libraries are file names, got {runtime_libs!r}")
+        sizes = [int(length) for length in meta["objects"]]
+        end = len(body) - sum(sizes)
+        if any(length < 0 for length in sizes) or end < start + size:
+            raise ValueError(f"its objects' sizes do not fit in it: {sizes!r}")
+        objects = []
+        for length in sizes:
+            objects.append(bytes(body[end:end + length]))
+            end += length
         return CachedModule(
-            meta["kind"], bytes(body[start + size:]),
+            meta["kind"], bytes(body[start + size:len(body) - sum(sizes)]),
             {name: (decode_signature(signature), symbol)
              for name, (signature, symbol) in meta["functions"].items()},
             dict(meta["callbacks"]), tuple(meta["declared"]), tuple(meta["needed"]),
@@ -150,6 +163,6 @@ def decode_entry(data: bytes, key: str, secret: bytes) -> CachedModule:
             dict(meta["guards"]), runtime_libs, dict(meta["uncallable"]),
             tuple(meta["initializers"]),
             {symbol: decode_signature(signature)
-             for symbol, signature in meta["widths"].items()})
+             for symbol, signature in meta["widths"].items()}, tuple(objects))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Refused("format", f"its description cannot be decoded: {exc!r}") from exc

@@ -41,6 +41,7 @@ from ..lowering.pipeline import runtime_library_defining
 from .engine import ExecutionEngine
 from .function import CompiledFunction
 from .gilpolicy import call_policy, is_async_runtime, only_failure_callback
+from .microkernelcache import LinkedModule
 from .prepare import PreparedModule
 from .sharedlib import NativeCode
 
@@ -298,6 +299,8 @@ def build_engine(prepared: PreparedModule, options: CompileOptions) -> Execution
         engine.raw_register_runtime(symbol, cb)  # the engine keeps the callback alive
     for symbol, native in prepared.externs.items():
         engine.raw_register_runtime(symbol, native)  # and the extern's target code
+    for symbol, compiled in prepared.microkernels.items():
+        engine.raw_register_runtime(symbol, compiled)  # and the microkernel's
     missing = engine.missing_symbols()
     if missing:
         names = sorted({ciface_name(s) for s in missing})
@@ -333,7 +336,9 @@ def engine_module(engine: ExecutionEngine, prepared: PreparedModule, source: str
     global constructors run now, as mlir-runner runs them before its entry."""
     if has_global_constructors(prepared.module):
         engine.initialize()
-    return CompiledModule(engine, source, prepared.module, prepared.signatures,
+    lowered = (LinkedModule(prepared.module, prepared.microkernels) if prepared.microkernels
+               else prepared.module)
+    return CompiledModule(engine, source, lowered, prepared.signatures,
                           prepared.linked, prepared.shared_libs(options),
                           prepared.registrations, context=prepared.context,
                           uncallable=prepared.uncallable,

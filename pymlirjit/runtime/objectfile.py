@@ -1,4 +1,5 @@
-"""Object-code artifacts: a module's object file, linked in this process with llvmlite.
+"""Object-code artifacts: a module's object file (and its microkernels'), linked in this
+process with llvmlite.
 
 The disk cache stores a module's object file where no shared library can be linked (no
 C compiler at the time of the miss); :class:`ObjectEngine` links it when loaded and
@@ -26,12 +27,14 @@ class ObjectEngine:
     ExecutionEngine: ``function_address(name)`` gives a function's C-ABI address.
 
     ``symbols`` maps the runtime symbols the object calls to native addresses (the
-    callbacks); ``shared_libs`` are loaded so that their symbols resolve too. The
+    callbacks); ``shared_libs`` are loaded so that their symbols resolve too, and
+    ``objects`` (object files defining functions it calls) linked with it. The
     callbacks passed in are kept alive with the engine.
     """
 
     def __init__(self, object_code: bytes, symbols: dict[str, Any],
-                 shared_libs: Iterable[str] = (), needed: Iterable[str] = ()) -> None:
+                 shared_libs: Iterable[str] = (), needed: Iterable[str] = (),
+                 objects: Iterable[bytes] = ()) -> None:
         import llvmlite.binding as llvm  # LLVM loads only when a cached object is loaded
 
         libraries = [ctypes.CDLL(library) for library in shared_libs]
@@ -54,7 +57,8 @@ class ObjectEngine:
             for symbol, target in symbols.items():
                 llvm.add_symbol(symbol, address_of(target))
             self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
-            self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+            for code in (object_code, *objects):
+                self._engine.add_object_file(llvm.ObjectFileRef.from_data(code))
             self._engine.finalize_object()
 
     def function_address(self, name: str) -> int:

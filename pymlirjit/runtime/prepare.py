@@ -64,7 +64,7 @@ from ..lowering.pipeline import (
     parse_module,
 )
 from .externs import LinkedExtern
-from .microkernelcache import Microkernel, splice, split_off
+from .microkernelcache import CompiledMicrokernel, Microkernel, link, split_off
 from .runnerprint import print_callbacks, print_symbols_to_bind
 from .runtimelibraries import external_declarations, needed_runtime_libraries
 from .symbolnames import check_reserved_names, rename_definitions_named_like_c_functions
@@ -107,6 +107,9 @@ class PreparedModule:
     names_bf16: bool = False
     #: The text names f8, f6 or f4 types (see :func:`.names_small_floats`).
     small_floats: bool = False
+    #: The matmul microkernels the lowered module declares, compiled apart, by symbol
+    #: (:mod:`pymlirjit.runtime.microkernelcache`).
+    microkernels: dict[str, CompiledMicrokernel] = field(default_factory=dict)
 
     def shared_libs(self, options: CompileOptions) -> tuple[str, ...]:
         """The libraries the code links: ``options``' and the runtime libraries the
@@ -264,7 +267,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
     returns ``prepared``."""
     tiled: list[bool] = []  # whether the schedules changed the module
-    microkernels: list[Microkernel] = []  # lowered once per process (microkernelcache)
+    microkernels: list[Microkernel] = []  # compiled once per process (microkernelcache)
 
     def optimize_first(module: Any, pipeline: str) -> str:
         # Shapes are checked before linalg ops are tiled, where checked mode runs after.
@@ -335,7 +338,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])
-    splice(prepared.module, microkernels)
+    prepared.microkernels = link(prepared.module, microkernels, options.opt_level)
     _add_c_interfaces(prepared)
     prepared.runtime_libs = needed_runtime_libraries(prepared.module, prepared.names_bf16)
     printers = print_callbacks()  # printF64, vector.print's calls: through sys.stdout

@@ -546,3 +546,22 @@ def test_an_entry_naming_a_runtime_library_by_a_path_is_refused(tmp_path: Path) 
                                 secret)
         with pytest.raises(Refused, match="runtime libraries are file names"):
             decode_entry(planted, key, secret)
+
+
+def test_an_entrys_object_files_round_trip_and_bad_sizes_are_refused() -> None:
+    secret, key = b"s" * 32, "k" * 64
+    entry = CachedModule("object", b"module code", {}, {}, (), (), "module {}",
+                         objects=(b"first object", b"", b"third"))
+    assert decode_entry(encode_entry(entry, key, secret), key, secret) == entry
+    plain = dataclasses.replace(entry, objects=())
+    assert decode_entry(encode_entry(plain, key, secret), key, secret) == plain
+    # Authentic (under the secret) but sizes that do not fit: refused, nothing decoded.
+    data = encode_entry(entry, key, secret)[:-32]
+    _, size = HEADER.unpack_from(data)
+    meta = json.loads(data[HEADER.size:HEADER.size + size])
+    for sizes in ([10**9], [-5, 30], [1] * 10**4):
+        description = json.dumps({**meta, "objects": sizes}).encode()
+        body = HEADER.pack(b"pymlirjit-entry\n", len(description)) + description + data[
+            HEADER.size + size:]
+        with pytest.raises(Refused, match="objects' sizes"):
+            decode_entry(body + entry_mac(secret, key, body), key, secret)

@@ -1,9 +1,15 @@
-"""Microkernels lowered once per process: a module whose microkernel was lowered apart (now
-or by an earlier module) is the module lowered whole, and its code computes the same."""
+"""Matmul microkernels compiled once per process and linked into every module calling one:
+each module computes what it computes with its microkernels kept inside it, through
+threads, forks, a forgotten cache and the disk cache (in processes that never compiled
+the microkernel)."""
 
 from __future__ import annotations
 
+import gc
 import os
+import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,7 +20,9 @@ import pytest
 from pymlirjit import Session
 from pymlirjit.codegen.options import CompileOptions
 from pymlirjit.runtime import microkernelcache
-from pymlirjit.runtime.prepare import lower, prepare
+from pymlirjit.runtime.cacheentry import decode_entry
+from pymlirjit.runtime.prepare import PreparedModule, lower, prepare
+from pymlirjit.runtime.sharedlib import c_compiler
 
 MATMULS = """
 func.func @two(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>,
@@ -40,6 +48,20 @@ func.func @one(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
 }
 """
 
+#: A microkernel as its module declares it once compiled apart.
+DECLARED = re.compile(r"llvm\.func @__pymlirjit_matmul_[0-9a-f]{24}\([^)]*\)"
+                      r"( attributes \{[^{}]*\})?$", re.M)
+#: A microkernel defined, as a module's ``lowered_mlir`` shows the ones it links.
+DEFINED = re.compile(r"llvm\.func @__pymlirjit_matmul_[0-9a-f]{24}\(%arg0")
+
+
+def shows_its_microkernels(text: str, count: int) -> bool:
+    """Whether ``text`` (a ``lowered_mlir``) parses and defines ``count`` microkernels."""
+    from mlir import ir
+
+    ir.Module.parse(text, ir.Context())
+    return len(DEFINED.findall(text)) == count and not DECLARED.search(text)
+
 
 @pytest.fixture(autouse=True)
 def empty_cache() -> Any:
@@ -48,30 +70,78 @@ def empty_cache() -> Any:
     microkernelcache.clear()
 
 
-def lowered(source: str, filename: str = "<source>", **options: Any) -> list[str]:
-    """The top-level ops of ``source`` lowered, as text, sorted (their order may differ)."""
+def lowered(source: str, **options: Any) -> PreparedModule:
     compile_options = CompileOptions.make(**options)
-    prepared = prepare(source, compile_options, lambda name: None, filename)
-    return sorted(str(op) for op in lower(prepared, compile_options).module.body.operations)
+    return lower(prepare(source, compile_options, lambda name: None, "<source>"),
+                 compile_options)
+
+
+def operands(shapes: list[tuple[int, ...]], dtype: Any, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, shape).astype(dtype) for shape in shapes]
+
+
+def check_two(two: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Run @two of MATMULS on edge shapes against numpy; its last results."""
+    for m, k, n in [(1, 1, 1), (7, 13, 33), (61, 5, 17), (200, 64, 31), (0, 3, 2)]:
+        a, b, c = operands([(m, k), (k, n), (m, n)], np.float32, seed)
+        x, y, z = operands([(n, k), (k, m), (n, m)], np.float64, seed + 1)
+        expected = (c + a @ b, z + x @ y)
+        two(a, b, c, x, y, z)
+        np.testing.assert_allclose(c, expected[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(z, expected[1], rtol=1e-12, atol=1e-12)
+    return c, z
+
+
+def check_one(one: Any, seed: int = 0) -> None:
+    for m, k, n in [(1, 1, 1), (7, 13, 33), (61, 5, 17), (200, 64, 31)]:
+        a, b, c = operands([(m, k), (k, n), (m, n)], np.float32, seed)
+        expected = c + a @ b
+        one(a, b, c)
+        np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("options", [{}, {"opt_level": 3}, {"fastmath": True},
                                      {"error_model": "numpy"}], ids=repr)
-@pytest.mark.parametrize("source", [MATMULS, BATCH], ids=["two matmuls", "batch"])
-def test_a_module_is_lowered_alike_with_microkernels_lowered_apart(
-        monkeypatch: pytest.MonkeyPatch, source: str, options: dict[str, Any]) -> None:
+def test_modules_compute_alike_with_microkernels_compiled_apart(
+        monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]) -> None:
     monkeypatch.setattr(microkernelcache, "ENABLED", False)
-    whole = lowered(source, "first.mlir", **options)
-    assert any("__pymlirjit_matmul" in op for op in whole)
+    whole = Session(**options).compile(MATMULS)
+    assert not DECLARED.search(whole.lowered_mlir)
     monkeypatch.setattr(microkernelcache, "ENABLED", True)
-    apart = lowered(source, "first.mlir", **options)  # lowered now, kept
-    assert len(microkernelcache._lowered) == (2 if source is MATMULS else 1)
-    # Another file and source, the kept microkernels: nothing of the first may leak in.
-    renamed = source.replace("@two", "@other").replace("@batch", "@other")
-    kept = lowered(renamed, "second.mlir", **options)
-    monkeypatch.setattr(microkernelcache, "ENABLED", False)
-    assert apart == whole
-    assert kept == lowered(renamed, "second.mlir", **options)
+    first = Session(**options).compile(MATMULS)  # compiled now, kept
+    assert len(microkernelcache._compiled) == 2
+    kept = Session(**options).compile(MATMULS.replace("@two", "@other"))
+    assert len(microkernelcache._compiled) == 2
+    assert len(DECLARED.findall(str(lowered(MATMULS, **options).module))) == 2
+    for module in (first, kept):  # as they run: the microkernels' code shown in place
+        assert shows_its_microkernels(module.lowered_mlir, 2)
+    results = [check_two(function, seed=3) for function in (whole.two, first.two, kept.other)]
+    for apart in results[1:]:  # the same machine code, compiled apart or inside
+        for got, expected in zip(apart, results[0], strict=True):
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_a_batch_matmul_calls_its_microkernel_compiled_apart() -> None:
+    module = Session().compile(BATCH)
+    assert shows_its_microkernels(module.lowered_mlir, 1)
+    assert len(DECLARED.findall(str(lowered(BATCH).module))) == 1
+    a, b, c = operands([(3, 17, 9), (3, 9, 26), (3, 17, 26)], np.float64, 0)
+    expected = c + a @ b
+    module.batch(a, b, c)
+    np.testing.assert_allclose(c, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_one_microkernel_serves_two_matmuls_alike() -> None:
+    twice = ONE.replace("  return", "  linalg.matmul ins(%a, %b : memref<?x?xf32>, "
+                        "memref<?x?xf32>) outs(%c : memref<?x?xf32>)\n  return")
+    prepared = lowered(twice)
+    assert len(prepared.microkernels) == 1
+    module = Session().compile(twice)
+    a, b, c = operands([(9, 4, 5)[:2], (4, 5), (9, 5)], np.float32, 0)
+    expected = c + 2 * (a @ b)
+    module.one(a, b, c)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_options_and_types_are_part_of_the_key() -> None:
@@ -79,7 +149,7 @@ def test_options_and_types_are_part_of_the_key() -> None:
     lowered(ONE, fastmath=True)
     lowered(ONE.replace("f32", "f64"))
     lowered(ONE)
-    assert len(microkernelcache._lowered) == 3
+    assert len(microkernelcache._compiled) == 3
 
 
 def test_the_least_recently_used_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,39 +159,40 @@ def test_the_least_recently_used_go_first(monkeypatch: pytest.MonkeyPatch) -> No
     for source in (ONE, f64, strided):
         microkernelcache.clear()
         lowered(source)
-        (keys[source],) = microkernelcache._lowered
+        (keys[source],) = microkernelcache._compiled
     microkernelcache.clear()
     monkeypatch.setattr(microkernelcache, "_KEPT", 2)
     for source in (ONE, f64, ONE, f64, strided):
         lowered(source)
     # f64 was used after f32: f32 went when the strided one came.
-    assert list(microkernelcache._lowered) == [keys[f64], keys[strided]]
+    assert list(microkernelcache._compiled) == [keys[f64], keys[strided]]
 
 
 def test_parallel_microkernels_stay_in_their_module() -> None:
-    session = Session()
-    module = session.compile(ONE, parallel=True)
-    assert not microkernelcache._lowered
+    module = Session().compile(ONE, parallel=True)
+    assert not microkernelcache._compiled
+    assert not DECLARED.search(module.lowered_mlir) and not DEFINED.search(module.lowered_mlir)
     check_one(module.one)
 
 
-def check_one(one: Any, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    for m, k, n in [(1, 1, 1), (7, 13, 33), (61, 5, 17), (200, 64, 31)]:
-        a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
-        b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-        c = rng.uniform(-1, 1, (m, n)).astype(np.float32)
-        expected = c + a @ b
-        one(a, b, c)
-        np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+def test_modules_share_one_compiled_microkernel() -> None:
+    first = lowered(ONE)
+    second = lowered(ONE.replace("@one", "@again"))
+    assert list(first.microkernels) == list(second.microkernels)
+    (compiled,) = first.microkernels.values()
+    assert second.microkernels[compiled.symbol] is compiled
+    check_one(Session().compile(ONE).one)
+    check_one(Session().compile(ONE.replace("@one", "@again")).again, seed=1)
 
 
-def test_modules_sharing_a_microkernel_compute_alike() -> None:
-    first = Session().compile(ONE).one
-    second = Session().compile(ONE.replace("@one", "@again")).again  # the kept one
-    assert len(microkernelcache._lowered) == 1
-    check_one(first)
-    check_one(second, seed=1)
+def test_a_module_keeps_its_microkernel_after_the_cache_forgets_it() -> None:
+    module = Session().compile(ONE)
+    microkernelcache.clear()
+    for _ in range(3):  # other microkernels take the place; nothing else holds the first
+        lowered(ONE.replace("f32", "f64"))
+        microkernelcache.clear()
+    gc.collect()
+    check_one(module.one, seed=2)
 
 
 def test_threads_compiling_at_once_get_correct_code() -> None:
@@ -147,37 +218,76 @@ def test_threads_compiling_at_once_get_correct_code() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_compiles_with_the_kept_microkernels() -> None:
-    check_one(Session().compile(ONE).one)
-    assert microkernelcache._lowered
+def test_a_forked_child_links_the_kept_microkernels() -> None:
+    parent = Session().compile(ONE).one
+    assert microkernelcache._compiled
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's outcome is its exit status
         try:
             check_one(Session().compile(ONE.replace("@one", "@child")).child, 3)
-            os._exit(0)
+            check_one(parent, 4)
+            os._exit(0 if len(microkernelcache._compiled) == 1 else 2)
         except BaseException:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_a_module_stored_on_disk_holds_its_microkernel(tmp_path: Path) -> None:
-    check_one(Session().compile(ONE).one)  # kept: the next module splices it
+#: Loads @disk from the cache folder argv[1] in a process that never compiled a
+#: microkernel, and runs it against numpy.
+LOADER = """
+import sys
+import numpy as np
+from pymlirjit import Session
+from pymlirjit.runtime import microkernelcache
+session = Session(cache_dir=sys.argv[1])
+module = session.compile(sys.argv[2])
+assert session.cache_info().disk_hits == 1, session.cache_info()
+assert not microkernelcache._compiled
+rng = np.random.default_rng(7)
+for m, k, n in [(1, 1, 1), (37, 300, 19), (128, 64, 96)]:
+    a, b, c = (rng.uniform(-1, 1, s).astype(np.float32) for s in [(m, k), (k, n), (m, n)])
+    expected = c + a @ b
+    module.disk(a, b, c)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+print(type(module.engine).__name__)
+"""
+
+
+@pytest.mark.parametrize("kind", ["shared", "object"])
+def test_a_module_stored_on_disk_holds_its_microkernel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    if kind == "shared" and c_compiler() is None:
+        pytest.skip("needs a C compiler")
+    if kind == "object":
+        monkeypatch.setenv("CC", "")  # no C compiler: the entry holds object files
+    source = ONE.replace("@one", "@disk")
+    check_one(Session().compile(ONE).one)  # compiled and kept: the next module links it
     writer = Session(cache_dir=tmp_path)
-    check_one(writer.compile(ONE.replace("@one", "@disk")).disk)
-    reader = Session(cache_dir=tmp_path)
-    module = reader.compile(ONE.replace("@one", "@disk"))
-    assert reader.cache_info().disk_hits == 1
-    check_one(module.disk, 5)
+    check_one(writer.compile(source).disk)
+    (entry,) = tmp_path.glob("*.entry")
+    decoded = decode_entry(entry.read_bytes(), entry.name.removesuffix(".entry"),
+                           (tmp_path / "secret.key").read_bytes())
+    assert decoded.kind == kind
+    assert len(decoded.objects) == (kind == "object")
+    assert shows_its_microkernels(decoded.lowered_mlir, 1)
+    assert not any(symbol.startswith("__pymlirjit_matmul") for symbol in decoded.needed)
+    monkeypatch.delenv("CC", raising=False)
+    done = subprocess.run([sys.executable, "-c", LOADER, str(tmp_path), source],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.split() == [{"shared": "SharedLibrary", "object": "ObjectEngine"}[kind]]
 
 
-def test_a_microkernel_calling_its_modules_code_is_not_kept(
+def test_a_microkernel_calling_its_modules_code_stays_in_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # None does; one that did would carry that code into other modules.
+    # None does; one that did would need its module's code.
     real = microkernelcache.is_declaration
     monkeypatch.setattr(microkernelcache, "is_declaration", lambda op: False)
-    lowered(ONE)
-    assert not microkernelcache._lowered
+    prepared = lowered(ONE)
+    assert not microkernelcache._compiled and not prepared.microkernels
+    assert not DECLARED.search(str(prepared.module))
+    check_one(Session().compile(ONE).one)
     monkeypatch.setattr(microkernelcache, "is_declaration", real)
-    lowered(ONE)
-    assert len(microkernelcache._lowered) == 1
+    assert len(lowered(ONE).microkernels) == 1
