@@ -12,7 +12,7 @@ T = TypeVar("T")
 
 
 def run_in_threads(target: Callable[[A], T], arguments: Iterable[A], *,
-                   timeout: float = 300.0) -> list[T]:
+                   timeout: float = 120.0) -> list[T]:
     """``[target(a) for a in arguments]``, each call on a thread of its own, the threads
     all started before any of them calls ``target`` (a barrier), so that the calls overlap.
 
