@@ -21,6 +21,7 @@ from pymlirjit import MemRef, Session, callback, f64, mlir_kernel
 from pymlirjit.boundary.vectorcall import NativeCallable, has_entry
 from pymlirjit.callbacks import Callback, CallbackRegistry
 from pymlirjit.kernel import Kernel
+from tests.threads import run_in_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -339,20 +340,14 @@ def test_parts_pickled_at_once_by_two_threads_are_one_value() -> None:
 
     holder, both_making = Holder(), threading.Barrier(2, timeout=10)
     made = iter([b"first", b"second"])
-    got: list[bytes] = []
 
     def make() -> bytes:
         part = next(made)
         both_making.wait()  # each thread has made its own parts before either keeps them
         return part
 
-    threads = [threading.Thread(target=lambda: got.append(pickled_once(holder, make)))
-               for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(got) == 2 and got[0] == got[1] == pickled_once(holder, make)
+    first, second = run_in_threads(lambda _: pickled_once(holder, make), range(2))
+    assert first == second == pickled_once(holder, make)
 
 
 def test_a_receiver_keeps_what_it_unpickled_between_tasks(session: Session) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
 from pymlirjit import LinkError, MLIRError, Session, callback, f64, mlir_kernel
+from tests.threads import run_in_threads
 
 SQUARE = """
 func.func @square(%x: f64) -> f64 {
@@ -131,16 +131,7 @@ def test_runtime_libraries_are_found_by_name() -> None:
 
 
 def test_concurrent_compiles_of_one_source_compile_once(session: Session) -> None:
-    results = []
-
-    def work() -> None:
-        results.append(session.compile(SQUARE))
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = run_in_threads(lambda _: session.compile(SQUARE), range(4))
     assert len({id(r) for r in results}) == 1
     assert session.cache_info().misses == 1
 
@@ -172,17 +163,14 @@ class Subscriber:
 
     def invalidate(self) -> None:
         # Another thread cannot take the session's lock if this one holds it.
-        taken: list[bool] = []
-
-        def probe() -> None:
-            taken.append(self.session.lock.acquire(blocking=False))
-            if taken[0]:
+        def probe(_: int) -> bool:
+            taken = self.session.lock.acquire(blocking=False)
+            if taken:
                 self.session.lock.release()
+            return taken
 
-        thread = threading.Thread(target=probe)
-        thread.start()
-        thread.join()
-        self.seen.append((not taken[0], self.session.callbacks._lock.locked()))
+        [taken] = run_in_threads(probe, range(1))
+        self.seen.append((not taken, self.session.callbacks._lock.locked()))
 
 
 def test_sessions_and_registries_notify_subscribers(session: Session) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
-import threading
 import weakref
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from pymlirjit import MLIRError, Session, SignatureError, callback, f64, mlir_gufunc, mlir_ufunc
+from tests.threads import run_in_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -289,11 +289,7 @@ def test_threads_share_one_ufunc(add: np.ufunc) -> None:
             if not np.array_equal(add(a, k), a + k):
                 errors.append(f"wrong result for {k}")
 
-    threads = [threading.Thread(target=work, args=(float(k),)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, [float(k) for k in range(4)])
     assert not errors
 
 

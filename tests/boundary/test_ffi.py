@@ -6,13 +6,13 @@ import ctypes
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pymlirjit.boundary import ffi
+from tests.threads import run_in_threads
 
 FFI_PATH = Path(ffi.__file__)
 
@@ -64,10 +64,7 @@ def test_a_pthread_key_holds_one_value_per_thread() -> None:
     key = ctypes.c_uint(0)
     assert ffi.pthread_key_create(ctypes.byref(key), None) == 0
     assert ffi.pthread_setspecific(key, 0x1234) == 0
-    seen: list[int | None] = []
-    thread = threading.Thread(target=lambda: seen.append(ffi.pthread_getspecific(key)))
-    thread.start()
-    thread.join()
+    seen = run_in_threads(lambda _: ffi.pthread_getspecific(key), range(1))
     assert seen == [None]  # NULL in a thread that set nothing
     assert ffi.pthread_getspecific(key) == 0x1234
     assert ffi.pthread_setspecific(key, None) == 0

@@ -6,7 +6,6 @@ several threads, and the relocatable code of the disk cache in a new process."""
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 
 from pymlirjit import Session
 from tests.boundary.test_native_shapes import python_path_calls, run_python
+from tests.threads import run_in_threads
 
 COMPLEX = """
 func.func @cmul(%a: complex<f64>, %b: complex<f64>) -> complex<f64> {
@@ -124,24 +124,14 @@ def test_other_arguments_go_to_the_python_path(module: Any) -> None:
 
 
 def test_several_threads_call_complex_kernels(module: Any) -> None:
-    errors: list[BaseException] = []
-
     def work(seed: int) -> None:
-        try:
-            rng = np.random.default_rng(seed)
-            for _ in range(2000):
-                a, b = (complex(*rng.standard_normal(2)) for _ in range(2))
-                assert module.cmul(a, b) == pytest.approx(a * b, rel=1e-15)
-                assert module.parts(a, 1.0, seed)[3] == a
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        rng = np.random.default_rng(seed)
+        for _ in range(2000):
+            a, b = (complex(*rng.standard_normal(2)) for _ in range(2))
+            assert module.cmul(a, b) == pytest.approx(a * b, rel=1e-15)
+            assert module.parts(a, 1.0, seed)[3] == a
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    run_in_threads(work, range(4))
 
 
 CACHED = """

@@ -6,7 +6,6 @@ results, several threads, and the relocatable code of the disk cache."""
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from pymlirjit import Session
 from tests.boundary.test_native_shapes import python_path_calls, run_python
+from tests.threads import run_in_threads
 
 HALVES = """
 func.func @h(%x: f16) -> f16 { return %x : f16 }
@@ -103,23 +103,13 @@ def test_tuples_mixing_half_results(module: Any) -> None:
 
 
 def test_several_threads_call_half_kernels(module: Any) -> None:
-    errors: list[BaseException] = []
-
     def work(seed: int) -> None:
-        try:
-            rng = np.random.default_rng(seed)
-            for value in rng.standard_normal(3000) * 100:
-                assert module.h(float(value)) == float(np.float16(value))
-                assert module.bh(float(value)) == float(ml_dtypes.bfloat16(value))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        rng = np.random.default_rng(seed)
+        for value in rng.standard_normal(3000) * 100:
+            assert module.h(float(value)) == float(np.float16(value))
+            assert module.bh(float(value)) == float(ml_dtypes.bfloat16(value))
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    run_in_threads(work, range(4))
 
 
 CACHED = """

@@ -9,7 +9,6 @@ import gc
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from pymlirjit import Session, callback, f64
 from tests.conftest import rss_bytes
+from tests.threads import run_in_threads
 
 SHAPES = """
 func.func @fill(%x: f64, %n: index) -> memref<?xf64> {
@@ -388,21 +388,12 @@ def test_the_native_entry_and_the_python_path_agree_on_odd_shapes(session: Sessi
 
 def test_array_results_from_several_threads(shapes: object) -> None:
     fill = shapes.fill  # type: ignore[attr-defined]
-    errors: list[BaseException] = []
 
     def work(seed: int) -> None:
-        try:
-            for n in range(50):
-                np.testing.assert_array_equal(fill(float(seed), n), seed + np.arange(n))
-        except BaseException as error:
-            errors.append(error)
+        for n in range(50):
+            np.testing.assert_array_equal(fill(float(seed), n), seed + np.arange(n))
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    run_in_threads(work, range(4))
 
 
 # Callback shapes: trampolines serve memref results, unranked memref parameters and

@@ -960,6 +960,7 @@ def test_two_threads_failing_at_once_each_free_their_own_allocations() -> None:
     # fails, nothing leaks, and the results a thread keeps stay intact.
     rows = run_isolated(_UNWIND_PRELUDE + textwrap.dedent("""
         import threading
+        from tests.threads import run_in_threads
         start = threading.Barrier(2)
         report = {}
 
@@ -973,11 +974,7 @@ def test_two_threads_failing_at_once_each_free_their_own_allocations() -> None:
             report[index] = (outcomes, mine[1:].min(), mine.max(), mine[0])
 
         def both():
-            threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            run_in_threads(work, range(2))
             gc.collect()
 
         say(kept.compile().release_gil)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pymlirjit import Session
+from tests.threads import run_in_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,28 +136,19 @@ def test_batch_matmul_edge_shapes(session: Session, element: str) -> None:
 
 def test_several_threads_at_once(session: Session) -> None:
     module = session.compile(MATMUL.replace("T", "f32"))
-    errors: list[BaseException] = []
 
     def work(seed: int) -> None:
-        try:
-            rng = np.random.default_rng(seed)
-            for _ in range(20):
-                m, k, n = rng.integers(1, 150, 3)
-                a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
-                b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-                c = np.zeros((m, n), np.float32)
-                module.mm(a, b, c)
-                np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5,
-                                           atol=1e-5 * k)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            m, k, n = rng.integers(1, 150, 3)
+            a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+            c = np.zeros((m, n), np.float32)
+            module.mm(a, b, c)
+            np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5,
+                                       atol=1e-5 * k)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    run_in_threads(work, range(4))
 
 
 FORKED = """

@@ -23,6 +23,7 @@ from pymlirjit.codegen.parallel import (
 )
 from pymlirjit.lowering.pipeline import new_context, normalize_pipeline, parse_module
 from pymlirjit.runtime.prepare import CompileOptions
+from tests.threads import run_in_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -634,11 +635,7 @@ def test_back_to_back_calls_from_several_threads(two_threads: None) -> None:
                 if not np.allclose(v, _stencil_numpy(u), rtol=1e-15, atol=0):
                     failures.append(f"stencil, thread {seed}, call {i}, {u.shape}")
 
-    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(run, range(3))
     assert failures == []
 
 

@@ -120,10 +120,10 @@ def _run(code: str, threads: int, timeout: float = 150) -> str:
 
 
 NESTED = """
-import threading
 import numpy as np
 from pymlirjit import Session, callback, f64, index, mlir_kernel
 from tests.codegen.test_parallel_safety import INNER, LINKED, OUTER, PRIVATE
+from tests.threads import run_in_threads
 
 session = Session(parallel=True)
 
@@ -156,18 +156,7 @@ def check(kernel):
 
 for kernel in (outer, linked, private_nest):
     check(kernel)                 # one Python thread
-    errors = []
-    def run():
-        try:
-            check(kernel)
-        except BaseException as error:
-            errors.append(error)
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors     # two Python threads
+    run_in_threads(lambda _: check(kernel), range(2))  # two Python threads
 print("ok")
 """
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import threading
 
 import numpy as np
 import pytest
 
 from pymlirjit import callback, f64, jit
+from tests.threads import run_in_threads
 
 from .helpers import check
 
@@ -138,24 +138,8 @@ def test_threads_compile_each_specialization_once() -> None:
             s += v * k
         return s
 
-    results: list[float] = []
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            results.append(poly(np.arange(4.0), i))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    assert sorted(results) == [0.0, 6.0, 12.0, 18.0]
+    results = run_in_threads(lambda i: poly(np.arange(4.0), i), range(4))
+    assert results == [0.0, 6.0, 12.0, 18.0]
     assert poly.signatures == [("memref<?xf64>", "i64")]
 
 

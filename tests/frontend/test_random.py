@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import threading
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from pymlirjit import jit, prange
 from pymlirjit.boundary.native.randomstate import SYMBOL, seed_words
 from pymlirjit.frontend import JitTypeError
 from pymlirjit.frontend.randoms import STATE_SYMBOL
+from tests.threads import run_in_threads
 
 M = (1 << 64) - 1
 N = 1_000_000
@@ -195,20 +195,9 @@ def test_unsupported_forms_are_compile_errors() -> None:
 
 
 def test_each_thread_has_its_own_stream() -> None:
-    firsts: list[float] = []
-    seeded_runs: list[list[float]] = []
-
-    def work() -> None:
-        firsts.append(draw())
-        seeded_runs.append(seeded(11, 3).tolist())
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(set(firsts)) == 4  # unseeded: distinct streams
-    assert all(run == reference(11, 3) for run in seeded_runs)  # a seed is per thread
+    outcomes = run_in_threads(lambda _: (draw(), seeded(11, 3).tolist()), range(4))
+    assert len({first for first, _ in outcomes}) == 4  # unseeded: distinct streams
+    assert all(run == reference(11, 3) for _, run in outcomes)  # a seed is per thread
 
 
 def test_prange_threads_draw_distinct_streams() -> None:

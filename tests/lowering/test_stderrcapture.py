@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 
 import pytest
 
 from pymlirjit.lowering.stderrcapture import stderr_captured
+from tests.threads import run_in_threads
 
 
 def test_text_written_during_a_failing_block_is_kept_and_not_printed(
@@ -73,9 +73,7 @@ def test_a_write_larger_than_a_pipe_holds_neither_blocks_nor_is_lost() -> None:
 
 
 def test_concurrent_captures_each_get_their_own_text() -> None:
-    texts: dict[int, str] = {}
-
-    def capture(number: int) -> None:
+    def capture(number: int) -> str:
         for _ in range(20):
             try:
                 with stderr_captured() as printed:
@@ -83,14 +81,9 @@ def test_concurrent_captures_each_get_their_own_text() -> None:
                     raise ValueError
             except ValueError:
                 assert printed.text == f"thread {number}\n"
-        texts[number] = printed.text
+        return printed.text
 
-    threads = [threading.Thread(target=capture, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert texts == {n: f"thread {n}\n" for n in range(4)}
+    assert run_in_threads(capture, range(4)) == [f"thread {n}\n" for n in range(4)]
 
 
 _CLOSED_CHILD = """if True:

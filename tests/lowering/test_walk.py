@@ -3,13 +3,13 @@ parsed by MLIR."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
 from mlir import ir
 
 from pymlirjit.lowering.walk import operations
+from tests.threads import run_in_threads
 
 NESTED = """
 func.func @f(%n: index, %m: memref<?xf64>) -> f64 {
@@ -109,20 +109,7 @@ def test_where_may_walk_again() -> None:
 
 
 def test_threads_walk_their_own_modules() -> None:
-    counts: list[int] = []
-    errors: list[BaseException] = []
+    def counts(_: int) -> list[int]:
+        return [len(operations(_module(), names={"arith.constant"})) for _ in range(20)]
 
-    def work() -> None:
-        try:
-            for _ in range(20):
-                counts.append(len(operations(_module(), names={"arith.constant"})))
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
-    assert counts == [3] * 80
+    assert run_in_threads(counts, range(4)) == [[3] * 20] * 4

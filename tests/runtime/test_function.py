@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pymlirjit import MemRef, Session, callback, f64, i8, i64, mlir_kernel
+from tests.threads import run_in_threads
 
 SPIN = """
 func.func @spin(%n: i64) -> i64 {
@@ -63,24 +64,15 @@ def test_one_kernel_from_eight_threads(session: Session) -> None:
       }
       return
     }""")
-    failures: list[BaseException] = []
 
     def work(seed: int) -> None:
-        try:
-            x = np.full(1000, float(seed))
-            for _ in range(50):
-                y = np.arange(1000.0)
-                module.axpy(2.0, x, y)
-                np.testing.assert_array_equal(y, 2.0 * seed + np.arange(1000.0))
-        except BaseException as error:  # pragma: no cover - reported below
-            failures.append(error)
+        x = np.full(1000, float(seed))
+        for _ in range(50):
+            y = np.arange(1000.0)
+            module.axpy(2.0, x, y)
+            np.testing.assert_array_equal(y, 2.0 * seed + np.arange(1000.0))
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
+    run_in_threads(work, range(8))
 
 
 def test_callback_errors_stay_with_their_thread(session: Session) -> None:
@@ -97,22 +89,15 @@ def test_callback_errors_stay_with_their_thread(session: Session) -> None:
     }
     func.func private @check(i64) -> i64
     """).run
-    outcomes: dict[int, object] = {}
-
-    def work(value: int) -> None:
+    def work(value: int) -> str:
         try:
             for _ in range(200):
                 assert run(value) == value
-            outcomes[value] = "ok"
         except ValueError as error:
-            outcomes[value] = str(error)
+            return str(error)
+        return "ok"
 
-    threads = [threading.Thread(target=work, args=(v,)) for v in (-1, 1, 2, 3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert outcomes == {-1: "negative -1", 1: "ok", 2: "ok", 3: "ok"}
+    assert run_in_threads(work, (-1, 1, 2, 3)) == ["negative -1", "ok", "ok", "ok"]
 
 
 def test_a_callback_may_call_kernels_reentrantly(session: Session) -> None:

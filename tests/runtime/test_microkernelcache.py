@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from pymlirjit.runtime import microkernelcache
 from pymlirjit.runtime.cacheentry import decode_entry
 from pymlirjit.runtime.prepare import PreparedModule, lower, prepare
 from pymlirjit.runtime.sharedlib import c_compiler
+from tests.threads import run_in_threads
 
 MATMULS = """
 func.func @two(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>,
@@ -196,25 +196,13 @@ def test_a_module_keeps_its_microkernel_after_the_cache_forgets_it() -> None:
 
 
 def test_threads_compiling_at_once_get_correct_code() -> None:
-    failures: list[BaseException] = []
-    start = threading.Barrier(4)
-
     def compile_and_run(index: int) -> None:
-        try:
-            start.wait()
-            if index == 2:
-                microkernelcache.clear()  # from another thread, during the others' compiles
-            name = f"k{index}"
-            check_one(getattr(Session().compile(ONE.replace("@one", f"@{name}")), name), index)
-        except BaseException as exc:  # re-raised below
-            failures.append(exc)
+        if index == 2:
+            microkernelcache.clear()  # from another thread, during the others' compiles
+        name = f"k{index}"
+        check_one(getattr(Session().compile(ONE.replace("@one", f"@{name}")), name), index)
 
-    threads = [threading.Thread(target=compile_and_run, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not failures, failures
+    run_in_threads(compile_and_run, range(4))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

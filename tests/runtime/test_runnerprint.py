@@ -10,7 +10,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import pytest
 
 from pymlirjit import Session, callback, jit, mlir_kernel
 from pymlirjit.runtime.runnerprint import format_float, format_memref
+from tests.threads import run_in_threads
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -105,9 +105,7 @@ def test_prints_from_a_thread_and_a_parallel_loop(session: Session) -> None:
     module = session.compile(SCALARS)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        thread = threading.Thread(target=module.show, args=(1.0, 2))
-        thread.start()
-        thread.join()
+        run_in_threads(lambda _: module.show(1.0, 2), range(1))
     assert out.getvalue() == "1, 2\n"
 
     parallel = mlir_kernel(source="""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import threading
 from typing import Any
 
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from pymlirjit import Session, callback, mlir_kernel
+from tests.threads import run_in_threads
 
 MAPS = {
     "CSR": "(i, j) -> (i : dense, j : compressed)",
@@ -159,11 +159,7 @@ def test_threads_call_a_kernel_whose_callback_gets_views(session: Session) -> No
             elif f(a, 2.0) != pytest.approx(2.0 * a.sum()):
                 failures.append("wrong value")
 
-    threads = [threading.Thread(target=work, args=(a,)) for a in matrices]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(work, matrices)
     assert failures == []
 
 

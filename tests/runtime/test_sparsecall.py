@@ -8,7 +8,6 @@ import gc
 import os
 import subprocess
 import sys
-import threading
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import scipy.sparse as sp
 
 from pymlirjit import Session, SignatureError, callback, f64, mlir_kernel
 from tests.conftest import rss_bytes
+from tests.threads import run_in_threads
 
 MAPS = {
     "CSR": "(i, j) -> (i : dense, j : compressed)",
@@ -267,11 +267,7 @@ def test_threads_share_a_sparse_kernel(modules: dict[str, Any]) -> None:
             if not np.array_equal(m.square(a).toarray(), squared):
                 failures.append("square")
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(lambda _: work(), range(4))
     assert failures == []
 
 
