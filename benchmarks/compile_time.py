@@ -165,10 +165,12 @@ NAIVE = [p for p in DEFAULT_PIPELINE if p not in SMALL_FLOAT_PASSES]
 
 def _pymlirjit_cold(source: str, first: bool = False, **options: Any) -> object:
     """A cold compile of ``source`` in a new session; ``first``: as the process's first
-    module of its microkernels (those lowered for other modules are forgotten first)."""
+    module of its microkernels (those compiled for other modules are set aside meanwhile)."""
     if first:
-        microkernelcache.clear()
-    module = Session(**options).compile(source)
+        with microkernelcache.set_aside():
+            module = Session(**options).compile(source)
+    else:
+        module = Session(**options).compile(source)
     assert module.functions
     return module
 

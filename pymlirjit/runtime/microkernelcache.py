@@ -28,7 +28,8 @@ import re
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from ..lowering.walk import operations, top_level_symbols
 from .engine import ExecutionEngine
 
 __all__ = ["ENABLED", "CompiledMicrokernel", "LinkedModule", "Microkernel", "clear", "link",
-           "split_off"]
+           "set_aside", "split_off"]
 
 #: Whether microkernels are compiled apart and reused (tests compare with modules that
 #: keep theirs).
@@ -156,6 +157,22 @@ def clear() -> None:
     linking one keep it)."""
     with _lock:
         _compiled.clear()
+
+
+@contextmanager
+def set_aside() -> Iterator[None]:
+    """Within the block, compile as a process's first modules do: the microkernels kept
+    are set aside, and after it they are kept again instead of those compiled within
+    (for measuring a first compile without slowing the next ones)."""
+    with _lock:
+        kept = _compiled.copy()
+        _compiled.clear()
+    try:
+        yield
+    finally:
+        with _lock:
+            _compiled.clear()
+            _compiled.update(kept)
 
 
 def _after_fork_in_child() -> None:

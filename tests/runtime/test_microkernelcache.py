@@ -279,3 +279,18 @@ def test_a_microkernel_calling_its_modules_code_stays_in_it(
     check_one(Session().compile(ONE).one)
     monkeypatch.setattr(microkernelcache, "is_declaration", real)
     assert len(lowered(ONE).microkernels) == 1
+
+
+def test_set_aside_compiles_as_a_first_module_and_keeps_the_others() -> None:
+    lowered(ONE)
+    (key,) = microkernelcache._compiled
+    kept = microkernelcache._compiled[key]
+    with microkernelcache.set_aside():
+        assert not microkernelcache._compiled
+        first = lowered(ONE)  # compiled again: its own code
+        assert first.microkernels[kept.symbol] is not kept
+    assert microkernelcache._compiled == {key: kept}
+    with pytest.raises(ZeroDivisionError), microkernelcache.set_aside():
+        lowered(ONE.replace("f32", "f64"))
+        1 / 0  # noqa: B018
+    assert microkernelcache._compiled == {key: kept}
