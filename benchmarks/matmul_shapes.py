@@ -53,14 +53,16 @@ DTYPES = {"f32": np.float32, "f64": np.float64}
 def parse_shape(text: str) -> MicrokernelShape:
     """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[a][c][u][t]`` (``6x2x256@256/96a``: ``a``
     packs A, ``c`` prefetches C's next block, ``u`` stores whole panels' C unmasked,
-    ``t`` clamps the last rows' block) as a shape."""
+    ``t`` clamps the last rows' block, ``r`` walks C by rows through all of B's panels)
+    as a shape."""
     text, _, block_rows = text.partition("/")
     flags = block_rows.lstrip("0123456789")
     block_rows = block_rows[:len(block_rows) - len(flags)]
     block, _, bits = text.partition("@")
     rows, vectors, depth = (int(part) for part in block.split("x"))
     return MicrokernelShape(rows, vectors, depth, int(bits or 512), int(block_rows or 0),
-                            "a" in flags, "c" in flags, "u" in flags, "t" in flags)
+                            "a" in flags, "c" in flags, "u" in flags, "t" in flags,
+                            "r" in flags)
 
 
 def kernel(shape: MicrokernelShape, element: str, batch: bool,

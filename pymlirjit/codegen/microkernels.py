@@ -10,10 +10,12 @@ through as vectors and A's elements are broadcast into FMAs.
 The copy matters when B's rows are a power of two apart: read in place, a panel's
 rows fall into a few sets of the L1 cache and evict each other.
 
-With ``block_rows`` (the AVX2 shape), the depth blocks and blocks of A's rows are loops
+With ``block_rows`` (the AVX2 shapes), the depth blocks and blocks of A's rows are loops
 around the panels instead (GotoBLAS's order): each block of A, copied contiguous
 (``pack_a``), stays in L2 while every panel of B goes by; ``parallel`` then shares out
-the row blocks."""
+the row blocks. With ``rows_first`` too (serial calls), each depth block packs B's panels
+once (``column_block`` columns at a time), and each block of rows of C goes through
+every panel, along C's rows, before the next block."""
 
 from __future__ import annotations
 
@@ -57,6 +59,13 @@ class MicrokernelShape:
     #: row (computed and stored again, the same values), instead of blocks of two rows
     #: and one: less code, and no slower blocks.
     clamped_rows: bool = False
+    #: With ``pack_a`` (serial): each depth block packs all of B's panels once, and
+    #: each block of ``rows`` rows of C then goes along its row through every panel
+    #: (C's memory in order), instead of each panel going down its rows.
+    rows_first: bool = False
+    #: With ``rows_first``: B's panels are packed this many columns at a time (0: all of
+    #: them), which bounds the buffer (depth by these columns).
+    column_block: int = 0
 
     def lanes(self, element: str) -> int:
         """Lanes of a vector of elements of type ``element`` (``f32``, ``f64``)."""
@@ -97,11 +106,18 @@ class MicrokernelShape:
 #: And a row block's last rows go through one more 6-row block, clamped, not blocks of
 #: 2 and 1: a matmul module compiles in 0.85x the time, at the same speed or better
 #: (benchmarks/results/2026-12-06-masked-stores.md).
+#: Serially, both AVX2 shapes pack B's panels once per depth block, 1024 columns at a
+#: time, and walk C along its rows, a block of 6 rows through every panel, where each
+#: panel went down all of a row block's rows, C's rows a row's length apart: on a Zen 3,
+#: depths of 64 took 0.66-0.75x the time (1.18-1.29x numpy's to 0.81-0.96x), 2048^3
+#: 0.85-0.89x, other square sizes 0.90-1.0x (benchmarks/results/2026-12-07-microkernels-linked.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
-                                   unmasked_stores=True, clamped_rows=True),
+                                   unmasked_stores=True, clamped_rows=True, rows_first=True,
+                                   column_block=1024),
           "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=192, pack_a=True,
-                                   prefetch_c=True, unmasked_stores=True, clamped_rows=True)}
+                                   prefetch_c=True, unmasked_stores=True, clamped_rows=True,
+                                   rows_first=True, column_block=1024)}
 
 
 def host_shape() -> MicrokernelShape:
@@ -171,7 +187,16 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             "  %nc = arith.ceildivui %n, %width : index",
             "  %np = arith.muli %nc, %width : index"]
     out.append("  %rows_b = arith.minui %k, %depth : index")
-    if not parallel:  # on the heap: 64 KB of the caller's stack may be more than it has
+    rows_first = shape.rows_first and not parallel
+    if rows_first:  # a depth block's panels of B: panel g's row p at g * kc + p
+        panels = "%nc"
+        if shape.column_block:
+            panels = "%nbpanels"
+            out += [f"  %nbp = arith.constant {shape.column_block // (vectors * lanes)} : index",
+                    "  %nbpanels = arith.minui %nc, %nbp : index"]
+        out += [f"  %brows = arith.muli %rows_b, {panels} : index",
+                f"  %buf = memref.alloc(%brows) {{alignment = 64}} : {bt}"]
+    elif not parallel:  # on the heap: 64 KB of the caller's stack may be more than it has
         out.append(f"  %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}")
     at = f"memref<?x{rows}x{element}>"  # A's packed block (pack_a)
     packed = bool(shape.block_rows and shape.pack_a)
@@ -227,8 +252,10 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
                    f"iter_args({carried}) -> ({vts}) {{")
         out.append(f"{pad}  %q = arith.addi %k0, %p : index" if not from_buffer else
                    f"{pad}  %q = arith.addi %abase, %p : index")
-        out.extend(f"{pad}  %b{v} = vector.load %buf[%p, %o{v}] : {bt}, {vt}"
-                   for v in range(vectors))
+        if rows_first:
+            out.append(f"{pad}  %bp = arith.addi %bbase, %p : index")
+        out.extend(f"{pad}  %b{v} = vector.load %buf[{'%bp' if rows_first else '%p'}, %o{v}] "
+                   f": {bt}, {vt}" for v in range(vectors))
         for r in range(count):
             out.extend([f"{pad}  %a{r} = " + (f"memref.load %abuf[%q, %c{r}] : {at}"
                                               if from_buffer else
@@ -259,6 +286,8 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     def pack(j: str, masked: bool, pad: str) -> None:
         out.append(f"{pad}scf.for %p = %c0 to %kc step %c1 {{")
         out.append(f"{pad}  %q = arith.addi %k0, %p : index")
+        if rows_first:
+            out.append(f"{pad}  %pp = arith.addi %bbase, %p : index")
         for v in range(vectors):
             at = j if v == 0 else f"%pj{v}"
             if v:
@@ -266,7 +295,8 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             out.append(f"{pad}  %pb{v} = " + (
                 f"vector.maskedload %B[%q, {at}], %mask{v}, %zero : {tb}, {mt}, {vt} "
                 f"into {vt}" if masked else f"vector.load %B[%q, {at}] : {tb}, {vt}"))
-            out.append(f"{pad}  vector.store %pb{v}, %buf[%p, %o{v}] : {bt}, {vt}")
+            out.append(f"{pad}  vector.store %pb{v}, %buf[{'%pp' if rows_first else '%p'}, "
+                       f"%o{v}] : {bt}, {vt}")
         out.append(f"{pad}}}")
 
     def rows_of(j: str, masked: bool, pad: str, first: str, whole: str, end: str) -> None:
@@ -372,6 +402,40 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         if packed:
             out.append(f"    memref.dealloc %abuf : {at}")
         out += ["    scf.reduce", "  }"]
+    elif rows_first:
+        if not clamped:
+            raise ValueError("rows_first needs clamped_rows")
+        depth_block("  ")
+        if shape.column_block:
+            out += [f"    %cbw = arith.constant {shape.column_block} : index",
+                    "    scf.for %jb = %c0 to %np step %cbw {",
+                    "      %jbend = arith.addi %jb, %cbw : index",
+                    "      %jz = arith.minui %jbend, %np : index"]
+            first, last, pad = "%jb", "%jz", "      "
+        else:
+            first, last, pad = "%c0", "%np", "    "
+        out += [f"{pad}scf.for %jp = {first} to {last} step %width {{",
+                f"{pad}  %jd = arith.subi %jp, {first} : index",
+                f"{pad}  %jg = arith.divui %jd, %width : index",
+                f"{pad}  %bbase = arith.muli %jg, %kc : index"]
+        masks("%jp", pad + "  ")
+        pack("%jp", True, pad + "  ")
+        out += [f"{pad}}}",
+                f"{pad}%blockrows = arith.constant {shape.block_rows} : index",
+                f"{pad}scf.for %i0 = %c0 to %m step %blockrows {{"]
+        row_block(pad + "  ")
+        pack_a(pad + "  ")
+        out += [f"{pad}  scf.for %i = %i0 to %iz step %rows {{",
+                f"{pad}    scf.for %j = {first} to {last} step %width {{",
+                f"{pad}      %jd = arith.subi %j, {first} : index",
+                f"{pad}      %jg = arith.divui %jd, %width : index",
+                f"{pad}      %bbase = arith.muli %jg, %kc : index"]
+        masks("%j", pad + "      ")
+        block("%i", rows, "%j", True, pad + "      ")
+        out += [f"{pad}    }}", f"{pad}  }}" + _NO_UNROLL, f"{pad}}}"]
+        if shape.column_block:
+            out.append("    }")
+        out += ["  }", f"  memref.dealloc %buf : {bt}", f"  memref.dealloc %abuf : {at}"]
     elif shape.block_rows:
         # Blocks of A (block_rows by depth, in L2) stay in cache while every panel of B
         # goes by: with the panels outermost, all of A went through L2 for each panel.
