@@ -12,8 +12,10 @@ Run it against one OpenBLAS thread::
 
 A shape is ``ROWSxVECTORSxDEPTH@BITS`` (:class:`MicrokernelShape`), then ``/BLOCK_ROWS``
 (and ``a`` if A is packed, ``c`` if C's next block is prefetched, ``u`` if whole panels'
-C is stored unmasked, ``t`` if a row block's last rows go through one clamped block) if A
-goes in blocks, then ``:p`` for ``parallel=True``.
+C is stored unmasked, ``t`` if a row block's last rows go through one clamped block, ``r``
+if C is walked along its rows through all of B's panels) if A goes in blocks, then ``:p``
+for ``parallel=True``; ``host`` is the host's own shape (:func:`host_shape`), as the
+default options use it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 
 from pymlirjit import Session, mlir_kernel
 from pymlirjit.codegen import microkernels
-from pymlirjit.codegen.microkernels import MicrokernelShape, host_family
+from pymlirjit.codegen.microkernels import MicrokernelShape, host_family, host_shape
 
 MATMUL = """
 func.func @mm(%a: memref<?x?xT>, %b: memref<?x?xT>, %c: memref<?x?xT>) {
@@ -111,7 +113,8 @@ def main() -> None:
                         help="sizes are MxKxN triples separated by commas")
     args = parser.parse_args()
     names = args.shapes.split(",")
-    shapes = [parse_shape(text.removesuffix(":p")) for text in names]
+    shapes = [host_shape() if text.removesuffix(":p") == "host"
+              else parse_shape(text.removesuffix(":p")) for text in names]
     print(f"host entry {host_family()}, OPENBLAS_NUM_THREADS="
           f"{os.environ.get('OPENBLAS_NUM_THREADS')}, load {os.getloadavg()}")
     print("| case | " + " | ".join(f"{n} ms (x numpy)" for n in names) + " | numpy ms |")

@@ -109,8 +109,9 @@ class MicrokernelShape:
 #: Serially, both AVX2 shapes pack B's panels once per depth block, 1024 columns at a
 #: time, and walk C along its rows, a block of 6 rows through every panel, where each
 #: panel went down all of a row block's rows, C's rows a row's length apart: on a Zen 3,
-#: depths of 64 took 0.66-0.75x the time (1.18-1.29x numpy's to 0.81-0.96x), 2048^3
-#: 0.85-0.89x, other square sizes 0.90-1.0x (benchmarks/results/2026-12-07-microkernels-linked.md).
+#: depths of 64 took 0.75-0.85x the time (f32 1.18-1.25x numpy's to 0.89-0.96x), 2048^3
+#: 0.85-0.89x, other square sizes 0.89-0.98x
+#: (benchmarks/results/2026-12-07-microkernels-linked.md).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
                                    unmasked_stores=True, clamped_rows=True, rows_first=True,
