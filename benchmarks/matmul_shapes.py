@@ -1,6 +1,6 @@
 """``python -m benchmarks.matmul_shapes``: the ``opt_level=3`` ``linalg.matmul`` (and
 ``linalg.batch_matmul``) microkernel in several register-block shapes
-(:data:`pymlirjit.codegen.microkernels.SHAPES` and candidates), against numpy, in one
+(:data:`pymlirjit.codegen.microkernelshapes.SHAPES` and candidates), against numpy, in one
 process: each round times every shape and numpy once, in turn (interleaved, so that load
 from other processes falls on all of them alike); medians of the rounds.
 
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from pymlirjit import Session, mlir_kernel
-from pymlirjit.codegen import microkernels
-from pymlirjit.codegen.microkernels import MicrokernelShape, host_family, host_shape
+from pymlirjit.codegen import microkernelshapes
+from pymlirjit.codegen.microkernelshapes import MicrokernelShape, host_family, host_shape
 
 MATMUL = """
 func.func @mm(%a: memref<?x?xT>, %b: memref<?x?xT>, %c: memref<?x?xT>) {
@@ -72,8 +72,8 @@ def kernel(shape: MicrokernelShape, element: str, batch: bool,
     """The matmul (or batch matmul) compiled with the microkernel of ``shape`` (made the
     host's entry of ``SHAPES`` while it compiles; a fresh session: no cache)."""
     key = host_family()
-    saved = microkernels.SHAPES[key]
-    microkernels.SHAPES[key] = shape
+    saved = microkernelshapes.SHAPES[key]
+    microkernelshapes.SHAPES[key] = shape
     try:
         source = (BATCH if batch else MATMUL).replace("T", element)
         mm = mlir_kernel(source=source, name="mm", opt_level=3, parallel=parallel,
@@ -81,7 +81,7 @@ def kernel(shape: MicrokernelShape, element: str, batch: bool,
         dims = (2, 3, 3) if batch else (3, 3)
         mm(*(np.zeros(dims, DTYPES[element]) for _ in range(3)))
     finally:
-        microkernels.SHAPES[key] = saved
+        microkernelshapes.SHAPES[key] = saved
     assert "__pymlirjit_matmul" in mm.lowered_mlir, "no microkernel"  # not the schedule
     return mm
 

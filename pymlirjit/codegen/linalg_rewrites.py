@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..lowering.walk import operations, top_level_symbols
-from .microkernels import LANES, MicrokernelShape, host_shape, microkernel
+from .microkernels import microkernel
+from .microkernelshapes import LANES, MicrokernelShape, host_shape
 
 __all__ = ["CONVOLUTIONS", "batch_matmuls_to_matmuls", "convolutions_to_matmuls",
            "matmuls_to_microkernels", "on_memrefs"]
@@ -50,7 +51,7 @@ def matmuls_to_microkernels(module: Any, parallel: bool = False,
     """Replace each ``linalg.matmul`` on memrefs of f32 or f64 (one type, the default
     indexing maps) whose B and C have a unit innermost stride known statically by a call
     to a :func:`~pymlirjit.codegen.microkernels.microkernel` of ``shape`` (the host's,
-    :func:`~pymlirjit.codegen.microkernels.host_shape`, by default); return how many were
+    :func:`~pymlirjit.codegen.microkernelshapes.host_shape`, by default); return how many were
     replaced."""
     from mlir import ir
 

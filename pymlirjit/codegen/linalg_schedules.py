@@ -20,7 +20,7 @@ from .linalg_rewrites import (
     matmuls_to_microkernels,
     on_memrefs,
 )
-from .microkernels import host_shape
+from .microkernelshapes import host_shape
 
 __all__ = ["BATCH_MATMUL_SCHEDULE", "MATMUL_SCHEDULE", "PARALLEL_MATMUL_SCHEDULE",
            "has_tileable_ops", "hoist_allocas_out_of_loops", "host_schedules", "or_restore",

@@ -1,8 +1,9 @@
 """Matmul microkernels as generated MLIR (``C += A @ B`` on memrefs of f32 or f64), in the
-register-block shape that suits the host CPU (:func:`host_shape`).
+register-block shape that suits the host CPU
+(:func:`~pymlirjit.codegen.microkernelshapes.host_shape`).
 
 For each panel of columns (a few vectors wide: AVX-512's, or AVX2's on hosts without
-AVX-512, :func:`shape_for`) and each block of the depth, the
+AVX-512) and each block of the depth, the
 panel's rows of B are first copied into a contiguous buffer (on the heap), zero-padded
 in the last, partial panel; then blocks of rows of C stay in vector registers
 (loop-carried values, so they stay there whatever aliases) while the rows of B stream
@@ -19,136 +20,12 @@ every panel, along C's rows, before the next block."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from .checks_bounds import IN_BOUNDS
+from .microkernelshapes import MicrokernelShape
 
-__all__ = ["LANES", "SHAPES", "MicrokernelShape", "host_family", "host_shape", "microkernel",
-           "shape_for"]
-
-#: 512-bit vectors: lanes per element type.
-LANES = {"f32": 16, "f64": 8}
-_BYTES = {"f32": 4, "f64": 8}
-
-
-@dataclass(frozen=True)
-class MicrokernelShape:
-    """A register block of ``rows`` rows of C by ``vectors`` vectors of ``bits`` bits
-    (512: AVX-512, 256: AVX2), over ``depth`` steps of the depth at a time (B's panel,
-    ``depth`` rows of ``vectors`` vectors, copied into a contiguous buffer first)."""
-
-    rows: int
-    vectors: int
-    depth: int
-    bits: int = 512
-    #: Rows of A per block (0: all of them), a loop around the panels: see microkernel.
-    block_rows: int = 0
-    #: With ``block_rows``: whether each block of A is first copied into a contiguous
-    #: buffer, each whole block of ``rows`` rows one after the other, row-interleaved.
-    pack_a: bool = False
-    #: Whether each whole block of C prefetches the rows of the next one (whose loads
-    #: then find them in cache: C is read once per panel and depth block).
-    prefetch_c: bool = False
-    #: Whether a whole panel's blocks store C unmasked (the last, partial panel masked):
-    #: AVX2's masked stores (``vmaskmovps``/``vmaskmovpd`` to memory) are slow on AMD.
-    unmasked_stores: bool = False
-    #: With ``pack_a``: whether the rows after a row block's last whole block of ``rows``
-    #: go through one more such block whose rows past the end repeat the block's last
-    #: row (computed and stored again, the same values), instead of blocks of two rows
-    #: and one: less code, and no slower blocks.
-    clamped_rows: bool = False
-    #: With ``pack_a`` (serial): each depth block packs all of B's panels once, and
-    #: each block of ``rows`` rows of C then goes along its row through every panel
-    #: (C's memory in order), instead of each panel going down its rows.
-    rows_first: bool = False
-    #: With ``rows_first``: B's panels are packed this many columns at a time (0: all of
-    #: them), which bounds the buffer (depth by these columns).
-    column_block: int = 0
-
-    def lanes(self, element: str) -> int:
-        """Lanes of a vector of elements of type ``element`` (``f32``, ``f64``)."""
-        return self.bits // (8 * _BYTES[element])
-
-    def columns(self, element: str) -> int:
-        """Columns of a panel for elements of type ``element`` (``f32``, ``f64``)."""
-        return self.vectors * self.lanes(element)
-
-    def registers(self) -> int:
-        """Vector registers the block's loop needs: its accumulators, a row of B's
-        vectors and a broadcast element of A."""
-        return self.rows * self.vectors + self.vectors + 1
-
-
-#: Shapes by CPU family. ``zen``: AMD Zen 4 runs AVX-512 on two 256-bit pipes; 8x2
-#: (16 accumulators), B packed 512 deep (a 64 KB buffer: against B read in place,
-#: 0.74-0.88x the time at 1024^3 and 2048^3, the same at 512^3;
-#: benchmarks/results/2026-12-04-amd-epyc-zen4.md).
-#: ``intel``: two 512-bit FMA ports of 4 cycles' latency want at least 8 independent
-#: accumulators, and more FMAs per load (12x2: 24 accumulators, 14 loads per 24 FMAs).
-#: ``avx2``: CPUs without AVX-512 (16 ymm registers: the 512-bit shapes' 16-24
-#: accumulators, each two ymm registers, spilled; 1.6-1.9x numpy's time on a Zen 2):
-#: 6x2 ymm (12 accumulators, 2 B vectors, 1 broadcast), A in blocks of 192 rows by 256
-#: (packed: 384 KB of f64, within a Zen 2's 512 KB L2) that stay in cache while every
-#: panel of B goes by; 1.03-1.19x numpy where 8x2 was 1.6-1.9x, against 6x2 B-panels-only
-#: 0.82-0.87x the time at 1024^3 and 2048^3 (benchmarks/results/2026-12-05-avx2-matmul.md).
-#: ``zen3``: the same, B packed 512 deep: a Zen 3 (two full-width 256-bit FMA pipes,
-#: where a Zen 2 splits each ymm FMA in two) then loads and stores each block of C half
-#: as often; 0.84-0.99x the time of ``avx2``'s shape from 512^3 to 2048^3. Blocks of 288
-#: or 384 rows of A were as fast serially, but split 1024 rows unevenly between two
-#: threads. Each block of C prefetches the next: f32 matmuls took 0.84-0.97x the time
-#: without (batch matmuls of 128^3 matrices, whose C comes from L3, and depths of 64
-#: gain most), f64 0.85-0.88x on those and -4%..+5% elsewhere, within noise
-#: (benchmarks/results/2026-12-06-zen3-matmul.md). Both AVX2 shapes store whole panels'
-#: C unmasked: on a Zen 3, depths of 64 took 0.78-0.85x the time, batches of 128^3
-#: matrices 0.87-0.90x, square sizes 0.95-1.04x (unmasked loads gained nothing more).
-#: And a row block's last rows go through one more 6-row block, clamped, not blocks of
-#: 2 and 1: a matmul module compiles in 0.85x the time, at the same speed or better
-#: (benchmarks/results/2026-12-06-masked-stores.md).
-#: Serially, both AVX2 shapes pack B's panels once per depth block, 1024 columns at a
-#: time, and walk C along its rows, a block of 6 rows through every panel, where each
-#: panel went down all of a row block's rows, C's rows a row's length apart: on a Zen 3,
-#: depths of 64 took 0.75-0.85x the time (f32 1.18-1.25x numpy's to 0.89-0.96x), 2048^3
-#: 0.85-0.89x, other square sizes 0.89-0.98x
-#: (benchmarks/results/2026-12-07-microkernels-linked.md).
-SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
-          "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
-                                   unmasked_stores=True, clamped_rows=True, rows_first=True,
-                                   column_block=1024),
-          "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=192, pack_a=True,
-                                   prefetch_c=True, unmasked_stores=True, clamped_rows=True,
-                                   rows_first=True, column_block=1024)}
-
-
-def host_shape() -> MicrokernelShape:
-    """The shape of :data:`SHAPES` for the host's CPU (:func:`host_family`)."""
-    return SHAPES[host_family()]
-
-
-@functools.cache
-def host_family() -> str:
-    """The key of :data:`SHAPES` for the host's CPU (:func:`shape_for`, given LLVM's
-    name and features of the host CPU); ``avx2`` if LLVM cannot tell them."""
-    try:
-        import llvmlite.binding as llvm
-
-        name = llvm.get_host_cpu_name()
-        features = llvm.get_host_cpu_features().flatten()
-    except Exception:  # any failure: the shape that suits every x86-64 CPU with AVX2
-        return "avx2"
-    return shape_for(name, features)
-
-
-def shape_for(cpu_name: str, features: str) -> str:
-    """The key of :data:`SHAPES` for a CPU of LLVM's name ``cpu_name`` and features
-    ``features`` (LLVM's ``+avx2,-avx512f,...``): without ``+avx512f``, ``zen3`` for a
-    Zen 3 (``znver3``) and ``avx2`` for the others; else ``zen`` for AMD's CPUs
-    (``znver*``) and CPUs LLVM cannot name, ``intel`` for the others."""
-    if "+avx512f" not in features.split(","):
-        return "zen3" if cpu_name == "znver3" else "avx2"
-    return "zen" if cpu_name.startswith("znver") or cpu_name == "generic" else "intel"
-
+__all__ = ["microkernel"]
 
 def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: bool,
                 shape: MicrokernelShape) -> str:

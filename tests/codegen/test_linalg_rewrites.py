@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pymlirjit import Session, mlir_kernel
-from pymlirjit.codegen.microkernels import host_shape
+from pymlirjit.codegen.microkernelshapes import host_shape
 
 MATMUL = """
 func.func @mm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {

@@ -19,7 +19,7 @@ from pymlirjit.codegen.linalg_schedules import (
     run_schedule,
     tile_and_vectorize,
 )
-from pymlirjit.codegen.microkernels import host_shape
+from pymlirjit.codegen.microkernelshapes import host_shape
 from pymlirjit.lowering.pipeline import new_context, parse_module
 
 MATMUL = """

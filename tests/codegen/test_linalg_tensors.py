@@ -9,7 +9,7 @@ import pytest
 
 from pymlirjit import Session, mlir_kernel
 from pymlirjit.codegen.linalg_tensors import bufferize_contractions, fuse_elementwise
-from pymlirjit.codegen.microkernels import host_shape
+from pymlirjit.codegen.microkernelshapes import host_shape
 from pymlirjit.lowering.pipeline import new_context, parse_module
 
 CHAIN = """

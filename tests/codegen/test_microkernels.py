@@ -14,13 +14,12 @@ import pytest
 
 from pymlirjit import Session, mlir_kernel
 from pymlirjit.codegen.checks_bounds import IN_BOUNDS
-from pymlirjit.codegen.microkernels import (
+from pymlirjit.codegen.microkernels import _tail_blocks, microkernel
+from pymlirjit.codegen.microkernelshapes import (
     SHAPES,
     MicrokernelShape,
-    _tail_blocks,
     host_family,
     host_shape,
-    microkernel,
     shape_for,
 )
 
