@@ -59,7 +59,8 @@ _CANONICAL = "__pymlirjit_microkernel"
 _REFERENCES = ("callee", "global_name")
 
 _compiled: OrderedDict[Hashable, CompiledMicrokernel] = OrderedDict()
-_lock = threading.Lock()
+_lock = threading.Lock()  # _compiled's
+_writing = threading.Lock()  # a microkernel's object code or text, written once
 
 
 class CompiledMicrokernel:
@@ -67,8 +68,7 @@ class CompiledMicrokernel:
     this object, which every module linking it keeps): ``symbol`` is its name,
     ``address`` its entry (an object with an int ``address``, as engines register)."""
 
-    __slots__ = ("_engine", "_lock", "_lowered", "_object_code", "_text", "address",
-                 "symbol")
+    __slots__ = ("_engine", "_lowered", "_object_code", "_text", "address", "symbol")
 
     def __init__(self, symbol: str, engine: ExecutionEngine, lowered: bytes) -> None:
         self.symbol = symbol
@@ -77,12 +77,11 @@ class CompiledMicrokernel:
         self._lowered = lowered  # bytecode of a module: the function and what it declares
         self._object_code: bytes | None = None
         self._text: tuple[str, dict[str, str]] | None = None
-        self._lock = threading.Lock()
 
     def object_code(self) -> bytes:
         """The object code of the microkernel (defining :attr:`symbol`), for a module's
         shared library on disk; written once, when first asked for."""
-        with self._lock:
+        with _writing:
             if self._object_code is None:
                 with tempfile.TemporaryDirectory(prefix="pymlirjit-") as scratch:
                     dumped = Path(scratch, "microkernel.o")
@@ -93,7 +92,7 @@ class CompiledMicrokernel:
     def lowered_text(self) -> tuple[str, dict[str, str]]:
         """The microkernel in the LLVM dialect, as text, and the declarations it needs
         by name; printed once, when first asked for."""
-        with self._lock:
+        with _writing:
             if self._text is None:
                 from mlir import ir
 
@@ -176,8 +175,9 @@ def set_aside() -> Iterator[None]:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()  # another thread may have held it at the fork
+    global _lock, _writing
+    # Another thread may have held them at the fork.
+    _lock, _writing = threading.Lock(), threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -138,7 +138,7 @@ def test_one_microkernel_serves_two_matmuls_alike() -> None:
     prepared = lowered(twice)
     assert len(prepared.microkernels) == 1
     module = Session().compile(twice)
-    a, b, c = operands([(9, 4, 5)[:2], (4, 5), (9, 5)], np.float32, 0)
+    a, b, c = operands([(9, 4), (4, 5), (9, 5)], np.float32, 0)
     expected = c + 2 * (a @ b)
     module.one(a, b, c)
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
@@ -294,3 +294,34 @@ def test_set_aside_compiles_as_a_first_module_and_keeps_the_others() -> None:
         lowered(ONE.replace("f32", "f64"))
         1 / 0  # noqa: B018
     assert microkernelcache._compiled == {key: kept}
+
+
+def test_a_kept_microkernel_outlives_the_module_that_compiled_it() -> None:
+    first = Session().compile(ONE)
+    check_one(first.one)
+    del first  # its context, its MLIR and its engine go; the microkernel's code stays
+    gc.collect()
+    check_one(Session().compile(ONE.replace("@one", "@later")).later, seed=6)
+
+
+def test_a_callback_forgets_and_compiles_microkernels_between_two_matmuls() -> None:
+    from pymlirjit import callback
+
+    session = Session()
+    compiled: list[Any] = []
+
+    @callback("(i64) -> ()", name="meddle", session=session)
+    def meddle(step: int) -> None:
+        microkernelcache.clear()  # from inside the call, between its two matmuls
+        compiled.append(Session().compile(ONE.replace("@one", f"@inner{step}")))
+
+    source = ONE.replace("  return", """  %step = arith.constant 1 : i64
+  func.call @meddle(%step) : (i64) -> ()
+  linalg.matmul ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>)
+  return""") + "func.func private @meddle(i64) -> ()\n"
+    module = session.compile(source)
+    a, b, c = operands([(37, 19), (19, 29), (37, 29)], np.float32, 9)
+    expected = c + 2 * (a @ b)
+    module.one(a, b, c)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+    check_one(compiled[0].inner1, seed=10)
