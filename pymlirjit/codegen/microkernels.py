@@ -27,6 +27,7 @@ from .microkernelshapes import MicrokernelShape
 
 __all__ = ["microkernel"]
 
+
 def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: bool,
                 shape: MicrokernelShape) -> str:
     """An MLIR function ``@name`` computing ``C += A @ B`` (the module docstring) on
@@ -267,10 +268,15 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
                         f"{pad}  %jbend = arith.addi %jb, %cbw : index",
                         f"{pad}  %jz = arith.minui %jbend, %np : index"])
             first, last, pad = "%jb", "%jz", pad + "  "
-        out.extend([f"{pad}scf.for %jp = {first} to {last} step %width {{",
-                    f"{pad}  %jd = arith.subi %jp, {first} : index",
-                    f"{pad}  %jg = arith.divui %jd, %width : index",
-                    f"{pad}  %bbase = arith.muli %jg, %kc : index"])
+
+        def panel_base(j: str, pad: str) -> None:
+            # %bbase: the first row of panel j's packed rows in %buf
+            out.extend([f"{pad}%jd = arith.subi {j}, {first} : index",
+                        f"{pad}%jg = arith.divui %jd, %width : index",
+                        f"{pad}%bbase = arith.muli %jg, %kc : index"])
+
+        out.append(f"{pad}scf.for %jp = {first} to {last} step %width {{")
+        panel_base("%jp", pad + "  ")
         masks("%jp", pad + "  ")
         pack("%jp", True, pad + "  ")
         out.extend([f"{pad}}}",
@@ -280,10 +286,8 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         row_block(inner)
         pack_a(inner)
         out.extend([f"{inner}scf.for %i = %i0 to %iz step %rows {{",
-                    f"{inner}  scf.for %j = {first} to {last} step %width {{",
-                    f"{inner}    %jd = arith.subi %j, {first} : index",
-                    f"{inner}    %jg = arith.divui %jd, %width : index",
-                    f"{inner}    %bbase = arith.muli %jg, %kc : index"])
+                    f"{inner}  scf.for %j = {first} to {last} step %width {{"])
+        panel_base("%j", inner + "    ")
         masks("%j", inner + "    ")
         block("%i", rows, "%j", True, inner + "    ")
         out.extend([f"{inner}  }}", f"{inner}}}" + _NO_UNROLL, f"{pad}}}"])
