@@ -205,20 +205,46 @@ def test_threads_compiling_at_once_get_correct_code() -> None:
     run_in_threads(compile_and_run, range(4))
 
 
+#: Compiles @one (argv[1]) and forks: the child compiles @child with the kept microkernel
+#: and runs both against numpy; prints the child's exit status.
+FORKER = """
+import os, sys
+import numpy as np
+from pymlirjit import Session
+from pymlirjit.runtime import microkernelcache
+
+def check(function, seed):
+    rng = np.random.default_rng(seed)
+    for m, k, n in [(1, 1, 1), (61, 5, 17), (200, 64, 31)]:
+        a, b, c = (rng.uniform(-1, 1, s).astype(np.float32) for s in [(m, k), (k, n), (m, n)])
+        expected = c + a @ b
+        function(a, b, c)
+        np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+
+parent = Session().compile(sys.argv[1]).one
+check(parent, 0)
+assert len(microkernelcache._compiled) == 1
+pid = os.fork()
+if pid == 0:
+    try:
+        check(Session().compile(sys.argv[1].replace("@one", "@child")).child, 3)
+        check(parent, 4)
+        os._exit(0 if len(microkernelcache._compiled) == 1 else 2)
+    except BaseException:
+        os._exit(1)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_links_the_kept_microkernels() -> None:
-    parent = Session().compile(ONE).one
-    assert microkernelcache._compiled
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child's outcome is its exit status
-        try:
-            check_one(Session().compile(ONE.replace("@one", "@child")).child, 3)
-            check_one(parent, 4)
-            os._exit(0 if len(microkernelcache._compiled) == 1 else 2)
-        except BaseException:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    # In a child process with a timeout: a lock held across the fork would hang it.
+    done = subprocess.run([sys.executable, "-c", FORKER, ONE], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.split() == ["0"]
 
 
 #: Loads @disk from the cache folder argv[1] in a process that never compiled a
