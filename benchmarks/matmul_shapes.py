@@ -21,6 +21,7 @@ default options use it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -57,14 +58,24 @@ def parse_shape(text: str) -> MicrokernelShape:
     packs A, ``c`` prefetches C's next block, ``u`` stores whole panels' C unmasked,
     ``t`` clamps the last rows' block, ``r`` walks C by rows through all of B's panels)
     as a shape."""
+    text, _, narrow = text.partition("~")
+    if narrow:  # SHAPE~NARROW*PANELS
+        narrow, _, below = narrow.partition("*")
+        return dataclasses.replace(parse_shape(text), narrow=parse_shape(narrow),
+                                   narrow_below=int(below))
+    text, _, f64_depth = text.partition("^")
+    text, _, column_block = text.partition("%")
     text, _, block_rows = text.partition("/")
     flags = block_rows.lstrip("0123456789")
     block_rows = block_rows[:len(block_rows) - len(flags)]
     block, _, bits = text.partition("@")
     rows, vectors, depth = (int(part) for part in block.split("x"))
     return MicrokernelShape(rows, vectors, depth, int(bits or 512), int(block_rows or 0),
-                            "a" in flags, "c" in flags, "u" in flags, "t" in flags,
-                            "r" in flags)
+                            pack_a="a" in flags, prefetch_c="c" in flags,
+                            unmasked_stores="u" in flags, clamped_rows="t" in flags,
+                            rows_first="r" in flags, parallel_rows_first="R" in flags,
+                            column_block=int(column_block or 0),
+                            f64_depth=int(f64_depth or 0))
 
 
 def kernel(shape: MicrokernelShape, element: str, batch: bool,

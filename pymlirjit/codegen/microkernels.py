@@ -34,11 +34,12 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     memrefs of ``types``; one panel body, masked by each panel's own masks (full but in
     the last, partial panel); the rows left after the last whole block are done two at
     a time, then one (:func:`_tail_blocks`). ``parallel`` makes the panels an
-    ``scf.parallel`` (:func:`_parallel_panels`)."""
+    ``scf.parallel`` (:func:`_parallel_panels`). With ``shape.narrow``, serial calls
+    whose B has fewer than ``shape.narrow_below`` panels, or whose C has fewer rows than
+    two blocks, run ``shape.narrow``'s code."""
     ta, tb, tc = types
     lanes, rows, vectors = shape.lanes(element), shape.rows, shape.vectors
-    vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
-    bt = f"memref<?x{vectors * lanes}x{element}>"  # min(k, depth) rows
+    vt = f"vector<{lanes}x{element}>"
     # In bounds by construction (the checks leave it alone): shapes that do not agree (a
     # failed shape check where the call runs on after it) leave C as it is.
     out = [f"func.func private @{name}(%A: {ta}, %B: {tb}, %C: {tc}) "
@@ -47,7 +48,6 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     out += [f"  %o{v} = arith.constant {v * lanes} : index" for v in range(vectors)]
     out += [f"  %rows = arith.constant {rows} : index",
             f"  %width = arith.constant {vectors * lanes} : index",
-            f"  %depth = arith.constant {shape.depth} : index",
             f"  %zero = arith.constant dense<0.0> : {vt}",
             f"  %m = memref.dim %A, %c0 : {ta}",
             f"  %k = memref.dim %A, %c1 : {ta}",
@@ -65,28 +65,63 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             "  %mf = arith.muli %mq, %rows : index",
             "  %nc = arith.ceildivui %n, %width : index",
             "  %np = arith.muli %nc, %width : index"]
+    narrow = shape.narrow
+    if narrow is None or parallel:
+        _body(out, element, types, parallel, shape)
+    else:
+        if (narrow.rows, narrow.vectors, narrow.bits) != (rows, vectors, shape.bits):
+            raise ValueError("a narrow shape has the rows, vectors and bits of its shape's")
+        out += [f"  %fewest = arith.constant {shape.narrow_below} : index",
+                "  %few_panels = arith.cmpi ult, %nc, %fewest : index",
+                f"  %fewest_rows = arith.constant {2 * rows} : index",
+                "  %few_rows = arith.cmpi ult, %m, %fewest_rows : index",
+                "  %narrow = arith.ori %few_panels, %few_rows : i1",
+                "  scf.if %narrow {"]
+        _body(out, element, types, parallel, narrow)
+        out.append("  } else {")
+        _body(out, element, types, parallel, shape)
+        out.append("  }")
+    out += ["  }", "  return", "}"]
+    return "\n".join(out)
+
+
+def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: bool,
+          shape: MicrokernelShape) -> None:
+    """Append to ``out`` the loops of :func:`microkernel` in ``shape``, given the values
+    its header defines (the sizes, the whole rows ``%mf``, the panels ``%nc``...)."""
+    ta, tb, tc = types
+    lanes, rows, vectors = shape.lanes(element), shape.rows, shape.vectors
+    vt, mt = f"vector<{lanes}x{element}>", f"vector<{lanes}xi1>"
+    bt = f"memref<?x{vectors * lanes}x{element}>"  # min(k, depth) rows
+    depth = shape.depth_of(element)
+    out.append(f"  %depth = arith.constant {depth} : index")
     out.append("  %rows_b = arith.minui %k, %depth : index")
     # Parallel calls keep the panels' order: with each row block packing all of B's
     # panels for itself, 1024^3 and 2048^3 took 1.03-1.11x the time on a Zen 3 (depths
     # of 64 0.72-0.76x).
-    rows_first = shape.rows_first and not parallel
+    rows_first = shape.rows_first and (not parallel or shape.parallel_rows_first)
     if rows_first:  # a depth block's panels of B: panel g's row p at g * kc + p
         panels = "%nc"
         if shape.column_block:
             panels = "%nbpanels"
             out += [f"  %nbp = arith.constant {shape.column_block // (vectors * lanes)} : index",
                     "  %nbpanels = arith.minui %nc, %nbp : index"]
-        out += [f"  %brows = arith.muli %rows_b, {panels} : index",
-                f"  %buf = memref.alloc(%brows) {{alignment = 64}} : {bt}"]
+        out.append(f"  %brows = arith.muli %rows_b, {panels} : index")
+        if not parallel:
+            out.append(f"  %buf = memref.alloc(%brows) {{alignment = 64}} : {bt}")
     elif not parallel:  # on the heap: 64 KB of the caller's stack may be more than it has
         out.append(f"  %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}")
     at = f"memref<?x{rows}x{element}>"  # A's packed block (pack_a)
     packed = bool(shape.block_rows and shape.pack_a)
     clamped = packed and shape.clamped_rows
-    if packed:
-        out.append(f"  %arows = arith.constant {shape.block_rows // rows * shape.depth} : index")
-        if not parallel:
-            out.append(f"  %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}")
+    if packed and not parallel:
+        # Room for min(m, block_rows) rows' blocks of min(k, depth) steps, not more:
+        # small matmuls then allocate (and touch) little.
+        out += [f"  %amax = arith.constant {shape.block_rows} : index",
+                "  %am = arith.minui %m, %amax : index",
+                "  %ablocks = arith.ceildivui %am, %rows : index",
+                "  %arows = arith.muli %ablocks, %rows_b : index",
+                f"  %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}"]
 
     def masks(j: str, pad: str) -> None:
         # Lanes of the panel's vector v within B and C: all of them but in the last,
@@ -256,9 +291,10 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         panel("%j", True, pad + "  ")
         out.append(f"{pad}}}")
 
-    def rows_first_blocks(pad: str) -> None:
+    def rows_first_blocks(pad: str, all_row_blocks: bool = True) -> None:
         # In a depth block: B's panels packed (a block of columns at a time), then each
-        # block of rows of C through every panel, each row block of A packed first.
+        # block of rows of C (or, not all_row_blocks, the row block of %i0 only) through
+        # every panel, each row block of A packed first.
         if not clamped:
             raise ValueError("rows_first needs clamped_rows")
         first, last = "%c0", "%np"
@@ -279,18 +315,22 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         panel_base("%jp", pad + "  ")
         masks("%jp", pad + "  ")
         pack("%jp", True, pad + "  ")
-        out.extend([f"{pad}}}",
-                    f"{pad}%blockrows = arith.constant {shape.block_rows} : index",
-                    f"{pad}scf.for %i0 = %c0 to %m step %blockrows {{"])
-        inner = pad + "  "
-        row_block(inner)
+        out.append(f"{pad}}}")
+        inner = pad
+        if all_row_blocks:
+            out.extend([f"{pad}%blockrows = arith.constant {shape.block_rows} : index",
+                        f"{pad}scf.for %i0 = %c0 to %m step %blockrows {{"])
+            inner = pad + "  "
+            row_block(inner)
         pack_a(inner)
         out.extend([f"{inner}scf.for %i = %i0 to %iz step %rows {{",
                     f"{inner}  scf.for %j = {first} to {last} step %width {{"])
         panel_base("%j", inner + "    ")
         masks("%j", inner + "    ")
         block("%i", rows, "%j", True, inner + "    ")
-        out.extend([f"{inner}  }}", f"{inner}}}" + _NO_UNROLL, f"{pad}}}"])
+        out.extend([f"{inner}  }}", f"{inner}}}" + _NO_UNROLL])
+        if all_row_blocks:
+            out.append(f"{pad}}}")
         if shape.column_block:
             out.append(f"{pad[:-2]}}}")
 
@@ -299,25 +339,35 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
         # call), each thread with its own buffers, its block of A through every depth
         # block and every panel; a multiple of 4 blocks of equal size (of at most
         # block_rows rows, a multiple of rows), so that 2 or 4 threads get equal shares.
-        out += [f"  %blockmax = arith.constant {shape.block_rows} : index",
-                "  %four = arith.constant 4 : index",
-                "  %nb0 = arith.ceildivui %m, %blockmax : index",
-                "  %nb1 = arith.ceildivui %nb0, %four : index",
-                "  %nb2 = arith.muli %nb1, %four : index",
-                "  %nb = arith.maxui %nb2, %four : index",
-                "  %per = arith.ceildivui %m, %nb : index",
+        # Rows first, where each block packs all of B's panels for itself, 4 blocks of
+        # any size: against 8 or more, 0.84-0.90x the time at 1024^3 and 2048^3,
+        # 1.04-1.07x at 512^3 (Intel Xeon, two runs).
+        out += ["  %four = arith.constant 4 : index"]
+        if not rows_first:
+            out += [f"  %blockmax = arith.constant {shape.block_rows} : index",
+                    "  %nb0 = arith.ceildivui %m, %blockmax : index",
+                    "  %nb1 = arith.ceildivui %nb0, %four : index",
+                    "  %nb2 = arith.muli %nb1, %four : index",
+                    "  %nb = arith.maxui %nb2, %four : index"]
+        out += [f"  %per = arith.ceildivui %m, {'%four' if rows_first else '%nb'} : index",
                 "  %perq = arith.ceildivui %per, %rows : index",
                 "  %per6 = arith.muli %perq, %rows : index",
                 "  %blockrows = arith.maxui %per6, %rows : index",
                 "  scf.parallel (%i0) = (%c0) to (%m) step (%blockrows) {",
-                f"    %buf = memref.alloc(%rows_b) {{alignment = 64}} : {bt}"]
-        if packed:
-            out.append(f"    %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}")
+                f"    %buf = memref.alloc({'%brows' if rows_first else '%rows_b'}) "
+                f"{{alignment = 64}} : {bt}"]
+        if packed:  # room for a block's rows (a multiple of rows)
+            out += ["    %ablocks = arith.divui %blockrows, %rows : index",
+                    "    %arows = arith.muli %ablocks, %rows_b : index",
+                    f"    %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}"]
         row_block("    ")
         depth_block("    ")
-        if packed:
-            pack_a("      ")
-        serial_panels("      ")
+        if rows_first:  # each row block packs B's panels for itself
+            rows_first_blocks("      ", all_row_blocks=False)
+        else:
+            if packed:
+                pack_a("      ")
+            serial_panels("      ")
         out += ["    }", f"    memref.dealloc %buf : {bt}"]
         if packed:
             out.append(f"    memref.dealloc %abuf : {at}")
@@ -344,8 +394,6 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     else:
         serial_panels("  ")
         out.append(f"  memref.dealloc %buf : {bt}")
-    out += ["  }", "  return", "}"]
-    return "\n".join(out)
 
 
 #: On the depth loops (made LLVM's by :func:`pymlirjit.codegen.optimize.attach_loop_annotations`):

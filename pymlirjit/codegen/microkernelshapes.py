@@ -48,6 +48,22 @@ class MicrokernelShape:
     #: With ``rows_first``: B's panels are packed this many columns at a time (0: all of
     #: them), which bounds the buffer (depth by these columns).
     column_block: int = 0
+    #: The depth of f64 matmuls' blocks, if not ``depth`` (0): half of it keeps the
+    #: packed blocks of f32's bytes.
+    f64_depth: int = 0
+    #: With ``rows_first``: parallel calls too, each thread's row block packing B's
+    #: panels for itself (else they go panel by panel).
+    parallel_rows_first: bool = False
+    #: Serial calls whose B has fewer than ``narrow_below`` panels, or whose C has fewer
+    #: than two blocks of ``rows`` rows, run this shape's code instead (of the same
+    #: rows, vectors and bits): there, packing A costs more than it saves, or a clamped
+    #: block of ``rows`` rows computes rows again.
+    narrow: MicrokernelShape | None = None
+    narrow_below: int = 0
+
+    def depth_of(self, element: str) -> int:
+        """Steps of the depth per block for elements of type ``element``."""
+        return self.f64_depth if element == "f64" and self.f64_depth else self.depth
 
     def lanes(self, element: str) -> int:
         """Lanes of a vector of elements of type ``element`` (``f32``, ``f64``)."""
@@ -69,6 +85,15 @@ class MicrokernelShape:
 #: benchmarks/results/2026-12-04-amd-epyc-zen4.md).
 #: ``intel``: two 512-bit FMA ports of 4 cycles' latency want at least 8 independent
 #: accumulators, and more FMAs per load (12x2: 24 accumulators, 14 loads per 24 FMAs).
+#: Since 2026-12-07 (third session) it goes rows first, as the AVX2 shapes do: A packed
+#: in blocks of 192 rows, B's panels 1024 columns at a time, 256 deep in f32 and 128 in
+#: f64 (1 MB of B either way, half an L2 of 2 MB); parallel calls too, in 4 row blocks.
+#: 512^3 to 2048^3 went from 1.02-1.37x numpy's time to 0.97-1.03x (f32) and from
+#: 1.15-1.56x to 0.91-1.08x (f64), depths of 64 from 1.03-1.33x to 0.66-0.86x, and
+#: parallel=True from 1.5-1.7x as fast as serial calls to 1.8-2.0x. Bs of fewer than 16
+#: panels (512 f32 columns, 256 f64) keep the old code, B packed panel by panel, A read in
+#: place: packing A cost them 10-35% (64^3, 100 x 2000 x 100 f32;
+#: benchmarks/results/2026-12-07-intel-rows-first.md).
 #: ``avx2``: CPUs without AVX-512 (16 ymm registers: the 512-bit shapes' 16-24
 #: accumulators, each two ymm registers, spilled; 1.6-1.9x numpy's time on a Zen 2):
 #: 6x2 ymm (12 accumulators, 2 B vectors, 1 broadcast), A in blocks of 192 rows by 256
@@ -94,7 +119,11 @@ class MicrokernelShape:
 #: depths of 64 took 0.75-0.85x the time (f32 1.18-1.25x numpy's to 0.89-0.96x), 2048^3
 #: 0.85-0.89x, other square sizes 0.89-0.98x
 #: (benchmarks/results/2026-12-07-microkernels-linked.md).
-SHAPES = {"zen": MicrokernelShape(8, 2, 512), "intel": MicrokernelShape(12, 2, 256),
+SHAPES = {"zen": MicrokernelShape(8, 2, 512),
+          "intel": MicrokernelShape(12, 2, 256, block_rows=192, pack_a=True, clamped_rows=True,
+                                    rows_first=True, parallel_rows_first=True,
+                                    column_block=1024, f64_depth=128,
+                                    narrow=MicrokernelShape(12, 2, 256), narrow_below=16),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
                                    unmasked_stores=True, clamped_rows=True, rows_first=True,
                                    column_block=1024),
