@@ -214,7 +214,9 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
                 f"into {vt}" if masked else f"vector.load %B[%q, {at}] : {tb}, {vt}"))
             out.append(f"{pad}  vector.store %pb{v}, %buf[{'%pp' if rows_first else '%p'}, "
                        f"%o{v}] : {bt}, {vt}")
-        out.append(f"{pad}}}")
+        # Not unrolled either: 10% of Intel's microkernel code, for no speed (Intel Xeon,
+        # 64^3 to 512^3 within noise).
+        out.append(f"{pad}}}" + _NO_UNROLL)
 
     def rows_of(j: str, masked: bool, pad: str, first: str, whole: str, end: str) -> None:
         # Rows first..end of C (whole: where the whole blocks end) for B's packed panel.
@@ -274,7 +276,9 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         for r in range(rows):
             out.extend([f"{pad}    %pa{r} = memref.load %A[%pi{r}, %q] : {ta}",
                         f"{pad}    memref.store %pa{r}, %abuf[%pr, %c{r}] : {at}"])
-        out.extend([f"{pad}  }}", f"{pad}}}"])
+        # Not vectorized: LLVM made each row's steps scattered stores (1.6x the
+        # microkernel's instructions, 0.8x the compile), for no speed (within noise).
+        out.extend([f"{pad}  }}" + _NO_UNROLL, f"{pad}}}"])
 
     def row_block(pad: str) -> None:
         out.extend([f"{pad}%iend = arith.addi %i0, %blockrows : index",
