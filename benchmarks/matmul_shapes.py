@@ -13,9 +13,12 @@ Run it against one OpenBLAS thread::
 A shape is ``ROWSxVECTORSxDEPTH@BITS`` (:class:`MicrokernelShape`), then ``/BLOCK_ROWS``
 (and ``a`` if A is packed, ``c`` if C's next block is prefetched, ``u`` if whole panels'
 C is stored unmasked, ``t`` if a row block's last rows go through one clamped block, ``r``
-if C is walked along its rows through all of B's panels) if A goes in blocks, then ``:p``
-for ``parallel=True``; ``host`` is the host's own shape (:func:`host_shape`), as the
-default options use it.
+if C is walked along its rows through all of B's panels, ``R`` if parallel calls are too,
+``h`` if a last panel of one vector goes through blocks of one vector) if A goes in
+blocks, then ``%COLUMNS`` (B packed that many columns at a time), ``^DEPTH`` (f64's
+depth), ``~NARROW*PANELS`` (the shape of Bs of fewer panels), then ``:p`` for
+``parallel=True``; ``host`` is the host's own shape (:func:`host_shape`), as the default
+options use it.
 """
 
 from __future__ import annotations
@@ -54,10 +57,8 @@ DTYPES = {"f32": np.float32, "f64": np.float64}
 
 
 def parse_shape(text: str) -> MicrokernelShape:
-    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[a][c][u][t]`` (``6x2x256@256/96a``: ``a``
-    packs A, ``c`` prefetches C's next block, ``u`` stores whole panels' C unmasked,
-    ``t`` clamps the last rows' block, ``r`` walks C by rows through all of B's panels)
-    as a shape."""
+    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[flags][%COLUMNS][^F64_DEPTH][~NARROW*PANELS]``
+    (``6x2x256@256/96a``; the flags and the rest: the module's docstring) as a shape."""
     text, _, narrow = text.partition("~")
     if narrow:  # SHAPE~NARROW*PANELS
         narrow, _, below = narrow.partition("*")
@@ -74,6 +75,7 @@ def parse_shape(text: str) -> MicrokernelShape:
                             pack_a="a" in flags, prefetch_c="c" in flags,
                             unmasked_stores="u" in flags, clamped_rows="t" in flags,
                             rows_first="r" in flags, parallel_rows_first="R" in flags,
+                            one_vector_last_panel="h" in flags,
                             column_block=int(column_block or 0),
                             f64_depth=int(f64_depth or 0))
 

@@ -134,7 +134,9 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         if shape.unmasked_stores:
             out.append(f"{pad}%whole = arith.cmpi uge, %nr, %width : index")
 
-    def block(first: str, count: int, j: str, masked: bool, pad: str) -> None:
+    def block(first: str, count: int, j: str, masked: bool, pad: str,
+              used: int = vectors) -> None:
+        # A block of count rows of C by the panel's first `used` vectors.
         from_buffer = packed and count == rows  # A's elements from its packed block
         if from_buffer:
             out.extend([f"{pad}%ad = arith.subi {first}, %i0 : index",
@@ -147,9 +149,9 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         elif count > 1:
             out.extend(f"{pad}%i{r} = arith.addi {first}, %c{r} : index" for r in range(1, count))
         index = [first] + [f"%i{r}" for r in range(1, count)]
-        out.extend(f"{pad}%j{v} = arith.addi {j}, %o{v} : index" for v in range(1, vectors))
-        column = [j] + [f"%j{v}" for v in range(1, vectors)]
-        acc = [(r, v) for r in range(count) for v in range(vectors)]
+        out.extend(f"{pad}%j{v} = arith.addi {j}, %o{v} : index" for v in range(1, used))
+        column = [j] + [f"%j{v}" for v in range(1, used)]
+        acc = [(r, v) for r in range(count) for v in range(used)]
         if shape.prefetch_c and count == rows:
             out.extend([f"{pad}%pnext = arith.addi {first}, %rows : index",
                         f"{pad}%plast = arith.subi %m, %c1 : index"])
@@ -172,14 +174,14 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         if rows_first:
             out.append(f"{pad}  %bp = arith.addi %bbase, %p : index")
         out.extend(f"{pad}  %b{v} = vector.load %buf[{'%bp' if rows_first else '%p'}, %o{v}] "
-                   f": {bt}, {vt}" for v in range(vectors))
+                   f": {bt}, {vt}" for v in range(used))
         for r in range(count):
             out.extend([f"{pad}  %a{r} = " + (f"memref.load %abuf[%q, %c{r}] : {at}"
                                               if from_buffer else
                                               f"memref.load %A[{index[r]}, %q] : {ta}"),
                         f"{pad}  %s{r} = vector.broadcast %a{r} : {element} to {vt}"])
             out.extend(f"{pad}  %y{r}_{v} = vector.fma %s{r}, %b{v}, %x{r}_{v} : {vt}"
-                       for v in range(vectors))
+                       for v in range(used))
         out.append(f"{pad}  scf.yield {', '.join(f'%y{r}_{v}' for r, v in acc)} : {vts}")
         out.append(f"{pad}}}{_NO_UNROLL}")
 
@@ -218,10 +220,12 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         # 64^3 to 512^3 within noise).
         out.append(f"{pad}}}" + _NO_UNROLL)
 
-    def rows_of(j: str, masked: bool, pad: str, first: str, whole: str, end: str) -> None:
-        # Rows first..end of C (whole: where the whole blocks end) for B's packed panel.
+    def rows_of(j: str, masked: bool, pad: str, first: str, whole: str, end: str,
+                used: int = vectors) -> None:
+        # Rows first..end of C (whole: where the whole blocks end) for B's packed panel
+        # (its first `used` vectors).
         out.append(f"{pad}scf.for %i = {first} to {whole} step %rows {{")
-        block("%i", rows, j, masked, pad + "  ")
+        block("%i", rows, j, masked, pad + "  ", used)
         out.append(f"{pad}}}" + (_NO_UNROLL if shape.block_rows else ""))
         if clamped:  # the loop above ran to the row block's end
             return
@@ -231,13 +235,13 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
                         f"{pad}%paired = arith.muli %pairs, %c2 : index",
                         f"{pad}%mp = arith.addi {whole}, %paired : index",
                         f"{pad}scf.for %t = {whole} to %mp step %c2 {{"])
-            block("%t", 2, j, masked, pad + "  ")
+            block("%t", 2, j, masked, pad + "  ", used)
             out.append(f"{pad}}}")
         if rows > 1:
             last = "%mp" if rows > 2 else whole
             out.append(f"{pad}%odd = arith.cmpi ult, {last}, {end} : index")
             out.append(f"{pad}scf.if %odd {{")
-            block(last, 1, j, masked, pad + "  ")
+            block(last, 1, j, masked, pad + "  ", used)
             out.append(f"{pad}}}")
 
     def depth_block(pad: str) -> None:
@@ -254,7 +258,16 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
             return
         depth_block(pad)
         pack(j, masked, pad + "  ")
-        rows_of(j, masked, pad + "  ", "%c0", "%mf", "%m")
+        if shape.one_vector_last_panel and vectors > 1:
+            # A last panel of one vector's columns or fewer: blocks of one vector.
+            out.extend([f"{pad}  %one_vector = arith.cmpi ule, %nr, %o1 : index",
+                        f"{pad}  scf.if %one_vector {{"])
+            rows_of(j, masked, pad + "    ", "%c0", "%mf", "%m", used=1)
+            out.append(f"{pad}  }} else {{")
+            rows_of(j, masked, pad + "    ", "%c0", "%mf", "%m")
+            out.append(f"{pad}  }}")
+        else:
+            rows_of(j, masked, pad + "  ", "%c0", "%mf", "%m")
         out.append(f"{pad}}}")
 
     def pack_a(pad: str) -> None:

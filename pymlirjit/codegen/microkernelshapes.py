@@ -60,6 +60,10 @@ class MicrokernelShape:
     #: block of ``rows`` rows computes rows again.
     narrow: MicrokernelShape | None = None
     narrow_below: int = 0
+    #: Without ``block_rows``: whether a last panel of at most one vector's columns
+    #: goes through blocks of one vector (else all ``vectors``, the others' lanes
+    #: masked off: FMAs for nothing).
+    one_vector_last_panel: bool = False
 
     def depth_of(self, element: str) -> int:
         """Steps of the depth per block for elements of type ``element``."""
@@ -93,7 +97,9 @@ class MicrokernelShape:
 #: parallel=True from 1.5-1.7x as fast as serial calls to 1.8-2.0x. Bs of fewer than 16
 #: panels (512 f32 columns, 256 f64) keep the old code, B packed panel by panel, A read in
 #: place: packing A cost them 10-35% (64^3, 100 x 2000 x 100 f32;
-#: benchmarks/results/2026-12-07-intel-rows-first.md).
+#: benchmarks/results/2026-12-07-intel-rows-first.md). Their last panel, if one vector
+#: wide or less, goes through blocks of one vector: f32 1000 x 1000 x 100 took 0.93x the
+#: time, 1000 x 1000 x 40 0.80x (the first compile of a process 1.17x).
 #: ``avx2``: CPUs without AVX-512 (16 ymm registers: the 512-bit shapes' 16-24
 #: accumulators, each two ymm registers, spilled; 1.6-1.9x numpy's time on a Zen 2):
 #: 6x2 ymm (12 accumulators, 2 B vectors, 1 broadcast), A in blocks of 192 rows by 256
@@ -123,7 +129,9 @@ SHAPES = {"zen": MicrokernelShape(8, 2, 512),
           "intel": MicrokernelShape(12, 2, 256, block_rows=192, pack_a=True, clamped_rows=True,
                                     rows_first=True, parallel_rows_first=True,
                                     column_block=1024, f64_depth=128,
-                                    narrow=MicrokernelShape(12, 2, 256), narrow_below=16),
+                                    narrow=MicrokernelShape(12, 2, 256,
+                                                            one_vector_last_panel=True),
+                                    narrow_below=16),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
                                    unmasked_stores=True, clamped_rows=True, rows_first=True,
                                    column_block=1024),

@@ -128,6 +128,19 @@ def test_parallel_microkernel_runs_every_panel_in_its_parallel_loop(family: str)
     assert str(module).count("scf.parallel") == 1
 
 
+def test_a_last_panel_of_one_vector_goes_through_blocks_of_one_vector() -> None:
+    # The blocks once more, one vector wide (12 + 2 + 1 rows: 15 FMAs), behind a check
+    # of the panel's columns; the results: test_every_shape_matches_numpy (Intel's).
+    unit = "memref<?x?xf32, strided<[?, 1], offset: ?>>"
+    plain = MicrokernelShape(12, 2, 256)
+    one = dataclasses.replace(plain, one_vector_last_panel=True)
+    for shape, fmas in ((plain, 30), (one, 45)):
+        text = microkernel("mm", "f32", (unit, unit, unit), False, shape)
+        assert text.count("vector.fma") == fmas
+        assert ("%one_vector = arith.cmpi ule, %nr, %o1" in text) == shape.one_vector_last_panel
+    assert SHAPES["intel"].narrow is not None and SHAPES["intel"].narrow.one_vector_last_panel
+
+
 def test_tail_blocks_cover_every_remainder() -> None:
     for rows in (1, 2, 6, 8, 12, 14):
         sizes = _tail_blocks(rows)
@@ -193,8 +206,9 @@ def test_avx512_cpus_keep_their_shapes_and_code() -> None:
     assert shape_for("znver4", AVX512) == shape_for("generic", AVX512) == "zen"
     assert shape_for("sapphirerapids", AVX512) == shape_for("skylake-avx512", AVX512) == "intel"
     assert SHAPES["zen"] == MicrokernelShape(8, 2, 512)  # tuned on Zen 4
-    # Intel's: its narrow Bs keep the shape they had; the others go rows first.
-    assert SHAPES["intel"].narrow == MicrokernelShape(12, 2, 256)
+    # Intel's: its narrow Bs keep the shape they had (but for a last panel of one
+    # vector); the others go rows first.
+    assert SHAPES["intel"].narrow == MicrokernelShape(12, 2, 256, one_vector_last_panel=True)
     assert SHAPES["intel"].rows_first and SHAPES["intel"].parallel_rows_first
     for shape in (SHAPES["zen"], SHAPES["intel"]):
         assert shape.bits == 512
