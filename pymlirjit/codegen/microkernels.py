@@ -29,12 +29,13 @@ __all__ = ["microkernel"]
 
 
 def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: bool,
-                shape: MicrokernelShape) -> str:
+                shape: MicrokernelShape, threads: int = 0) -> str:
     """An MLIR function ``@name`` computing ``C += A @ B`` (the module docstring) on
     memrefs of ``types``; one panel body, masked by each panel's own masks (full but in
     the last, partial panel); the rows left after the last whole block are done two at
     a time, then one (:func:`_tail_blocks`). ``parallel`` makes the panels an
-    ``scf.parallel`` (:func:`_parallel_panels`). With ``shape.narrow``, serial calls
+    ``scf.parallel`` (:func:`_parallel_panels`), on ``threads`` threads (0: unknown).
+    With ``shape.narrow``, serial calls
     whose B has fewer than ``shape.narrow_below`` panels, or whose C has fewer rows than
     two blocks, run ``shape.narrow``'s code."""
     ta, tb, tc = types
@@ -67,7 +68,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
             "  %np = arith.muli %nc, %width : index"]
     narrow = shape.narrow
     if narrow is None or parallel:
-        _body(out, element, types, parallel, shape)
+        _body(out, element, types, parallel, shape, threads)
     else:
         if (narrow.rows, narrow.vectors, narrow.bits) != (rows, vectors, shape.bits):
             raise ValueError("a narrow shape has the rows, vectors and bits of its shape's")
@@ -86,7 +87,7 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
 
 
 def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: bool,
-          shape: MicrokernelShape) -> None:
+          shape: MicrokernelShape, threads: int = 0) -> None:
     """Append to ``out`` the loops of :func:`microkernel` in ``shape``, given the values
     its header defines (the sizes, the whole rows ``%mf``, the panels ``%nc``...)."""
     ta, tb, tc = types
@@ -356,17 +357,20 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         # call), each thread with its own buffers, its block of A through every depth
         # block and every panel; a multiple of 4 blocks of equal size (of at most
         # block_rows rows, a multiple of rows), so that 2 or 4 threads get equal shares.
-        # Rows first, where each block packs all of B's panels for itself, 4 blocks of
-        # any size: against 8 or more, 0.84-0.90x the time at 1024^3 and 2048^3,
-        # 1.04-1.07x at 512^3 (Intel Xeon, two runs).
-        out += ["  %four = arith.constant 4 : index"]
+        # Rows first, where each block packs all of B's panels for itself, as few blocks
+        # as give the threads equal shares, at least 4: on 2 threads, against 8 or more,
+        # 0.84-0.90x the time at 1024^3 and 2048^3, 1.04-1.07x at 512^3 (Intel Xeon, two
+        # runs).
+        shares = threads * -(-4 // threads) if threads > 0 else 4
+        out += ["  %four = arith.constant 4 : index",
+                f"  %shares = arith.constant {shares} : index"]
         if not rows_first:
             out += [f"  %blockmax = arith.constant {shape.block_rows} : index",
                     "  %nb0 = arith.ceildivui %m, %blockmax : index",
                     "  %nb1 = arith.ceildivui %nb0, %four : index",
                     "  %nb2 = arith.muli %nb1, %four : index",
                     "  %nb = arith.maxui %nb2, %four : index"]
-        out += [f"  %per = arith.ceildivui %m, {'%four' if rows_first else '%nb'} : index",
+        out += [f"  %per = arith.ceildivui %m, {'%shares' if rows_first else '%nb'} : index",
                 "  %perq = arith.ceildivui %per, %rows : index",
                 "  %per6 = arith.muli %perq, %rows : index",
                 "  %blockrows = arith.maxui %per6, %rows : index",

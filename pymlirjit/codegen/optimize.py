@@ -136,13 +136,14 @@ def has_linalg_ops(module: Any) -> bool:
 
 
 def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<source>",
-             parallel: bool = False) -> bool:
+             parallel: bool = False, threads: int = 0) -> bool:
     """Apply the optimizations asked for to ``module`` (parsed, not lowered); return
     whether the lowering pipeline needs :func:`with_vector_lowering`. ``tile`` applies to
-    modules with linalg ops (:func:`has_linalg_ops`) only."""
+    modules with linalg ops (:func:`has_linalg_ops`) only; ``threads``: those a parallel
+    loop is split for (0: unknown)."""
     if fastmath:
         set_fastmath(module)
     if not tile or not has_linalg_ops(module):
         return False
     prepare_tensors(module, filename)
-    return tile_and_vectorize(module, filename, parallel)
+    return tile_and_vectorize(module, filename, parallel, threads)

@@ -277,6 +277,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         if not (options.fastmath or options.tiles_linalg or options.parallel_loops):
             return pipeline
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
+                           threads=options.threads,
                            filename=prepared.filename, parallel=options.parallel_loops)
         tiled.append(vectors)
         if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec

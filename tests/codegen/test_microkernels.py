@@ -141,6 +141,27 @@ def test_a_last_panel_of_one_vector_goes_through_blocks_of_one_vector() -> None:
     assert SHAPES["intel"].narrow is not None and SHAPES["intel"].narrow.one_vector_last_panel
 
 
+@pytest.mark.parametrize("threads", [1, 3, 16])
+def test_parallel_rows_first_gives_every_thread_an_equal_share(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    # As many row blocks as give the threads equal shares, at least 4 (each block packs
+    # all of B for itself): 4, 6, 16; the results on the threads asked for.
+    monkeypatch.setenv("PYMLIRJIT_NUM_THREADS", str(threads))
+    monkeypatch.setitem(SHAPES, host_family(), SHAPES["intel"])
+    unit = "memref<?x?xf32, strided<[?, 1], offset: ?>>"
+    shares = {1: 4, 3: 6, 16: 16}[threads]
+    text = microkernel("mm", "f32", (unit, unit, unit), True, SHAPES["intel"], threads)
+    assert f"%shares = arith.constant {shares} : index" in text
+    mm = mlir_kernel(source=MATMUL.replace("T", "f64"), name="mm", opt_level=3,
+                     parallel=True, session=Session())(lambda a, b, c: None)
+    rng = np.random.default_rng(17)
+    for n, m, k in [(1023, 517, 301), (97, 1100, 64), (5, 3, 2), (0, 4, 4)]:
+        a, b = rng.uniform(-1, 1, (n, k)), rng.uniform(-1, 1, (k, m))
+        c = np.zeros((n, m))
+        mm(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12 * k)
+
+
 def test_tail_blocks_cover_every_remainder() -> None:
     for rows in (1, 2, 6, 8, 12, 14):
         sizes = _tail_blocks(rows)
