@@ -35,9 +35,8 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     the last, partial panel); the rows left after the last whole block are done two at
     a time, then one (:func:`_tail_blocks`). ``parallel`` makes the panels an
     ``scf.parallel`` (:func:`_parallel_panels`), on ``threads`` threads (0: unknown).
-    With ``shape.narrow``, serial calls
-    whose B has fewer than ``shape.narrow_below`` panels, or whose C has fewer rows than
-    two blocks, run ``shape.narrow``'s code."""
+    With ``shape.narrow``, serial calls whose B has fewer than ``shape.narrow_below``
+    panels, or whose C has fewer rows than two blocks, run ``shape.narrow``'s code."""
     ta, tb, tc = types
     lanes, rows, vectors = shape.lanes(element), shape.rows, shape.vectors
     vt = f"vector<{lanes}x{element}>"
@@ -97,9 +96,9 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
     depth = shape.depth_of(element)
     out.append(f"  %depth = arith.constant {depth} : index")
     out.append("  %rows_b = arith.minui %k, %depth : index")
-    # Parallel calls keep the panels' order: with each row block packing all of B's
-    # panels for itself, 1024^3 and 2048^3 took 1.03-1.11x the time on a Zen 3 (depths
-    # of 64 0.72-0.76x).
+    # Parallel calls keep the panels' order unless parallel_rows_first (Intel): with each
+    # row block packing all of B's panels for itself, 1024^3 and 2048^3 took 1.03-1.11x
+    # the time on a Zen 3 (depths of 64 0.72-0.76x), 0.82-0.93x on an Intel Xeon.
     rows_first = shape.rows_first and (not parallel or shape.parallel_rows_first)
     if rows_first:  # a depth block's panels of B: panel g's row p at g * kc + p
         panels = "%nc"
@@ -361,11 +360,12 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         # as give the threads equal shares, at least 4: on 2 threads, against 8 or more,
         # 0.84-0.90x the time at 1024^3 and 2048^3, 1.04-1.07x at 512^3 (Intel Xeon, two
         # runs).
-        shares = threads * -(-4 // threads) if threads > 0 else 4
-        out += ["  %four = arith.constant 4 : index",
-                f"  %shares = arith.constant {shares} : index"]
-        if not rows_first:
-            out += [f"  %blockmax = arith.constant {shape.block_rows} : index",
+        if rows_first:
+            shares = threads * -(-4 // threads) if threads > 0 else 4
+            out.append(f"  %shares = arith.constant {shares} : index")
+        else:
+            out += ["  %four = arith.constant 4 : index",
+                    f"  %blockmax = arith.constant {shape.block_rows} : index",
                     "  %nb0 = arith.ceildivui %m, %blockmax : index",
                     "  %nb1 = arith.ceildivui %nb0, %four : index",
                     "  %nb2 = arith.muli %nb1, %four : index",
