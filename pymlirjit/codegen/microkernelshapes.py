@@ -91,12 +91,13 @@ class MicrokernelShape:
 #: accumulators, and more FMAs per load (12x2: 24 accumulators, 14 loads per 24 FMAs).
 #: Since 2026-12-07 (third session) it goes rows first, as the AVX2 shapes do: A packed
 #: in blocks of 192 rows, B's panels 1024 columns at a time, 256 deep in f32 and 128 in
-#: f64 (1 MB of B either way, half an L2 of 2 MB); parallel calls too, in 4 row blocks.
-#: 512^3 to 2048^3 went from 1.02-1.37x numpy's time to 0.97-1.03x (f32) and from
-#: 1.15-1.56x to 0.91-1.08x (f64), depths of 64 from 1.03-1.33x to 0.66-0.86x, and
-#: parallel=True from 1.5-1.7x as fast as serial calls to 1.8-2.0x. Bs of fewer than 16
-#: panels (512 f32 columns, 256 f64) keep the old code, B packed panel by panel, A read in
-#: place: packing A cost them 10-35% (64^3, 100 x 2000 x 100 f32;
+#: f64 (1 MB of B either way, half an L2 of 2 MB); parallel calls too, in as many row
+#: blocks as give the threads equal shares (at least 4). 512^3 to 2048^3 went from
+#: 0.98-1.32x numpy's time to 0.92-1.03x (f32) and from 1.08-1.49x to 0.86-1.06x (f64),
+#: depths of 64 from 1.11-1.30x to 0.66-0.85x, and 1024^3 with parallel=True from 1.5-1.7x
+#: as fast as serial calls to 1.75-1.87x. Bs of fewer than 16 panels (512 f32 columns,
+#: 256 f64) and Cs of fewer than 24 rows keep the old code, B packed panel by panel, A
+#: read in place: packing A cost them 10-35% (64^3, 100 x 2000 x 100 f32;
 #: benchmarks/results/2026-12-07-intel-rows-first.md). Their last panel, if one vector
 #: wide or less, goes through blocks of one vector: f32 1000 x 1000 x 100 took 0.93x the
 #: time, 1000 x 1000 x 40 0.80x (the first compile of a process 1.17x).
