@@ -64,7 +64,7 @@ from ..lowering.pipeline import (
     parse_module,
 )
 from .externs import LinkedExtern
-from .microkernelcache import CompiledMicrokernel, Microkernel, link, split_off
+from .microkernelcache import CompiledMicrokernel, split_off
 from .runnerprint import print_callbacks, print_symbols_to_bind
 from .runtimelibraries import external_declarations, needed_runtime_libraries
 from .symbolnames import check_reserved_names, rename_definitions_named_like_c_functions
@@ -267,7 +267,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     """Lower ``prepared.module`` to the LLVM dialect with ``options.pipeline``, in place;
     returns ``prepared``."""
     tiled: list[bool] = []  # whether the schedules changed the module
-    microkernels: list[Microkernel] = []  # compiled once per process (microkernelcache)
+    microkernels: dict[str, CompiledMicrokernel] = {}  # compiled once per process
 
     def optimize_first(module: Any, pipeline: str) -> str:
         # Shapes are checked before linalg ops are tiled, where checked mode runs after.
@@ -287,7 +287,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         if not vectors:
             return pipeline
         pipeline = with_vector_lowering(pipeline)
-        microkernels.extend(split_off(module, pipeline, options))
+        microkernels.update(split_off(module, options))  # see microkernelcache
         return pipeline
 
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)
@@ -339,7 +339,7 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
     if any(inserted):  # they record failures through a built-in callback
         prepared.linked[FAIL_SYMBOL] = prepared.registrations[ciface_symbol(FAIL_SYMBOL)] = (
             builtin_callbacks()[FAIL_SYMBOL])
-    prepared.microkernels = link(prepared.module, microkernels, options.opt_level)
+    prepared.microkernels = microkernels
     _add_c_interfaces(prepared)
     prepared.runtime_libs = needed_runtime_libraries(prepared.module, prepared.names_bf16)
     printers = print_callbacks()  # printF64, vector.print's calls: through sys.stdout

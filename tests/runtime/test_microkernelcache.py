@@ -144,10 +144,11 @@ def test_one_microkernel_serves_two_matmuls_alike() -> None:
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_options_and_types_are_part_of_the_key() -> None:
+def test_the_opt_level_and_types_are_part_of_the_key() -> None:
     lowered(ONE)
-    lowered(ONE, fastmath=True)
+    lowered(ONE, opt_level=3)
     lowered(ONE.replace("f32", "f64"))
+    lowered(ONE, fastmath=True)  # compiled alone, as the others: the same code
     lowered(ONE)
     assert len(microkernelcache._compiled) == 3
 
@@ -297,14 +298,32 @@ def test_a_module_stored_on_disk_holds_its_microkernel(
 def test_a_microkernel_calling_its_modules_code_stays_in_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # None does; one that did would need its module's code.
-    real = microkernelcache.is_declaration
-    monkeypatch.setattr(microkernelcache, "is_declaration", lambda op: False)
+    monkeypatch.setattr(microkernelcache, "_refers_to_symbols", lambda function: True)
     prepared = lowered(ONE)
     assert not microkernelcache._compiled and not prepared.microkernels
     assert not DECLARED.search(str(prepared.module))
     check_one(Session().compile(ONE).one)
-    monkeypatch.setattr(microkernelcache, "is_declaration", real)
+    monkeypatch.undo()
     assert len(lowered(ONE).microkernels) == 1
+
+
+def test_references_to_other_symbols_are_found() -> None:
+    from mlir import ir
+
+    with ir.Context():
+        module = ir.Module.parse("""
+            func.func private @helper(f32) -> f32
+            func.func @calls(%x: f32) -> f32 {
+              %y = func.call @helper(%x) : (f32) -> f32
+              return %y : f32
+            }
+            func.func @alone(%x: f32) -> f32 {
+              %y = arith.addf %x, %x : f32
+              return %y : f32
+            }""")
+        _helper, calls, alone = module.body.operations
+    assert microkernelcache._refers_to_symbols(calls)
+    assert not microkernelcache._refers_to_symbols(alone)
 
 
 def test_set_aside_compiles_as_a_first_module_and_keeps_the_others() -> None:

@@ -1,0 +1,111 @@
+"""Building one matmul microkernel on its own (for
+:mod:`pymlirjit.runtime.microkernelcache`): lowered by :data:`LOWERING` in a module of
+its own, then compiled to host code by :func:`~pymlirjit.runtime.objectcode.object_code`
+and linked by an :class:`~pymlirjit.runtime.objectfile.ObjectEngine`.
+
+A microkernel compiled so costs ~85 ms (Intel Xeon, the host's f32 shape): ~12 ms of MLIR
+passes, ~4 translating to LLVM IR, ~20 of LLVM passes, ~45 generating code. Within its
+module, through MLIR's engine, it cost ~140 ms: ~30 in the module's passes, ~75 in LLVM's
+default pipeline (unrolling and vectorizing again what the schedules had blocked and
+vectorized), the rest generating code.
+(Building its LLVM work on a thread of its own, while the module is lowered and its
+engine built, saved nothing measurable: the module has ~20 ms of its own to do.)
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from typing import Any
+
+from ..codegen.optimize import attach_loop_annotations
+from ..lowering.declarations import is_declaration
+from ..lowering.pipeline import run_pipeline
+from ..lowering.walk import top_level_symbols
+from .objectcode import llvm_ir, object_code
+from .objectfile import ObjectEngine
+
+__all__ = ["LOWERING", "CompiledMicrokernel", "build", "bytecode_of"]
+
+#: The passes lowering a microkernel on its own: vectors, loops and memrefs of f32 or
+#: f64 (~12 ms, where the default pipeline took ~30 on one in its module; Intel Xeon).
+LOWERING = ("builtin.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,"
+            "convert-vector-to-llvm,convert-to-llvm,reconcile-unrealized-casts)")
+
+_printing = threading.Lock()  # a microkernel's text, printed once
+
+
+def _after_fork_in_child() -> None:
+    global _printing
+    _printing = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class CompiledMicrokernel:
+    """A microkernel's machine code, linked in this process by an engine of its own
+    (kept alive by this object, which every module linking it keeps): ``symbol`` is its
+    name, ``address`` its entry (an object with an int ``address``, as engines
+    register)."""
+
+    __slots__ = ("_engine", "_lowered", "_object_code", "_text", "address", "symbol")
+
+    def __init__(self, symbol: str, code: bytes, needed: frozenset[str],
+                 lowered: bytes) -> None:
+        self.symbol = symbol
+        self._object_code = code
+        self._engine = ObjectEngine(code, {}, needed=needed)
+        self.address = self._engine.function_address(symbol)
+        self._lowered = lowered  # bytecode of a module: the function and what it declares
+        self._text: tuple[str, dict[str, str]] | None = None
+
+    def object_code(self) -> bytes:
+        """The object code of the microkernel (defining :attr:`symbol`), for a module's
+        shared library on disk."""
+        return self._object_code
+
+    def lowered_text(self) -> tuple[str, dict[str, str]]:
+        """The microkernel in the LLVM dialect, as text, and the declarations it needs
+        by name; printed once, when first asked for."""
+        with _printing:
+            if self._text is None:
+                from mlir import ir
+
+                alone = ir.Module.parse(self._lowered, ir.Context())
+                symbols = top_level_symbols(alone)
+                self._text = (str(symbols.pop(self.symbol)),
+                              {name: str(op) for name, op in symbols.items()})
+            return self._text
+
+    def __repr__(self) -> str:
+        return f"<CompiledMicrokernel @{self.symbol} at {self.address:#x}>"
+
+
+def build(function: Any, symbol: str, opt_level: int) -> CompiledMicrokernel:
+    """The microkernel ``function`` (a ``func.func`` named ``symbol``) compiled in a
+    module of its own: lowered by :data:`LOWERING`, its code made at ``opt_level``."""
+    from mlir import ir
+
+    with function.context, ir.Location.unknown():
+        alone = ir.Module.create()
+        copy = function.operation.clone(ir.InsertionPoint(alone.body))
+        del copy.attributes["sym_visibility"]  # private in a module of its own: dropped
+    run_pipeline(alone, LOWERING, "<microkernel>")
+    # Not needed by PASSES (no unrolling, no vectorizing), but its text then says how
+    # its loops may be transformed, as the module's would, to LLVM's default pipeline
+    # too (which inspect_llvm() and inspect_asm() run).
+    attach_loop_annotations(alone)
+    needed = frozenset(name for name, op in top_level_symbols(alone).items()
+                       if is_declaration(op))
+    return CompiledMicrokernel(symbol, object_code(llvm_ir(alone), opt_level), needed,
+                               bytecode_of(alone.operation))
+
+
+def bytecode_of(op: Any) -> bytes:
+    """``op`` as MLIR bytecode: a fifth of the time printing it takes."""
+    written = io.BytesIO()
+    op.operation.write_bytecode(written)
+    return written.getvalue()
