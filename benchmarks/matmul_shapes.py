@@ -16,7 +16,8 @@ C is stored unmasked, ``t`` if a row block's last rows go through one clamped bl
 if C is walked along its rows through all of B's panels, ``R`` if parallel calls are too,
 ``h`` if a last panel of one vector goes through blocks of one vector) if A goes in
 blocks, then ``%COLUMNS`` (B packed that many columns at a time), ``^DEPTH`` (f64's
-depth), ``~NARROW*PANELS`` (the shape of Bs of fewer panels), then ``:p`` for
+depth), ``+TAIL`` (the last rows in clamped blocks of that many rows),
+``~NARROW*PANELS`` (the shape of Bs of fewer panels), then ``:p`` for
 ``parallel=True``; ``host`` is the host's own shape (:func:`host_shape`), as the default
 options use it.
 """
@@ -57,13 +58,14 @@ DTYPES = {"f32": np.float32, "f64": np.float64}
 
 
 def parse_shape(text: str) -> MicrokernelShape:
-    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[flags][%COLUMNS][^F64_DEPTH][~NARROW*PANELS]``
+    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[flags][%COLUMNS][^F64_DEPTH][+TAIL][~NARROW*PANELS]``
     (``6x2x256@256/96a``; the flags and the rest: the module's docstring) as a shape."""
     text, _, narrow = text.partition("~")
     if narrow:  # SHAPE~NARROW*PANELS
         narrow, _, below = narrow.partition("*")
         return dataclasses.replace(parse_shape(text), narrow=parse_shape(narrow),
                                    narrow_below=int(below))
+    text, _, tail_rows = text.partition("+")
     text, _, f64_depth = text.partition("^")
     text, _, column_block = text.partition("%")
     text, _, block_rows = text.partition("/")
@@ -77,7 +79,7 @@ def parse_shape(text: str) -> MicrokernelShape:
                             rows_first="r" in flags, parallel_rows_first="R" in flags,
                             one_vector_last_panel="h" in flags,
                             column_block=int(column_block or 0),
-                            f64_depth=int(f64_depth or 0))
+                            f64_depth=int(f64_depth or 0), tail_rows=int(tail_rows or 0))
 
 
 def kernel(shape: MicrokernelShape, element: str, batch: bool,

@@ -33,7 +33,8 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     """An MLIR function ``@name`` computing ``C += A @ B`` (the module docstring) on
     memrefs of ``types``; one panel body, masked by each panel's own masks (full but in
     the last, partial panel); the rows left after the last whole block are done two at
-    a time, then one (:func:`_tail_blocks`). ``parallel`` makes the panels an
+    a time, then one (:func:`_tail_blocks`; or ``shape.tail_rows`` at a time, clamped).
+    ``parallel`` makes the panels an
     ``scf.parallel`` (:func:`_parallel_panels`), on ``threads`` threads (0: unknown).
     With ``shape.narrow``, serial calls whose B has fewer than ``shape.narrow_below``
     panels, or whose C has fewer rows than two blocks, run ``shape.narrow``'s code."""
@@ -135,17 +136,19 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
             out.append(f"{pad}%whole = arith.cmpi uge, %nr, %width : index")
 
     def block(first: str, count: int, j: str, masked: bool, pad: str,
-              used: int = vectors) -> None:
-        # A block of count rows of C by the panel's first `used` vectors.
+              used: int = vectors, clamp: str | None = None) -> None:
+        # A block of count rows of C by the panel's first `used` vectors; rows past
+        # `clamp` (clamped shapes: the row block's last row) repeat that row.
         from_buffer = packed and count == rows  # A's elements from its packed block
         if from_buffer:
             out.extend([f"{pad}%ad = arith.subi {first}, %i0 : index",
                         f"{pad}%aq = arith.divui %ad, %rows : index",
                         f"{pad}%abase = arith.muli %aq, %kc : index"])
-        if count > 1 and clamped:  # rows past the row block's end repeat its last one
+        last_row = clamp or ("%ilast" if clamped else None)
+        if count > 1 and last_row:
             for r in range(1, count):
                 out.extend([f"{pad}%u{r} = arith.addi {first}, %c{r} : index",
-                            f"{pad}%i{r} = arith.minui %u{r}, %ilast : index"])
+                            f"{pad}%i{r} = arith.minui %u{r}, {last_row} : index"])
         elif count > 1:
             out.extend(f"{pad}%i{r} = arith.addi {first}, %c{r} : index" for r in range(1, count))
         index = [first] + [f"%i{r}" for r in range(1, count)]
@@ -229,7 +232,17 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         out.append(f"{pad}}}" + (_NO_UNROLL if shape.block_rows else ""))
         if clamped:  # the loop above ran to the row block's end
             return
-        if rows > 2:  # the rows left after the whole blocks: two at a time, then one
+        if shape.tail_rows:  # blocks of tail_rows rows, the last one clamped
+            if not 1 < shape.tail_rows < rows:
+                raise ValueError("tail_rows is more than 1 and fewer than rows")
+            out.extend([f"{pad}%tail = arith.constant {shape.tail_rows} : index",
+                        f"{pad}%tlast = arith.subi {end}, %c1 : index",
+                        f"{pad}scf.for %t = {whole} to {end} step %tail {{"])
+            block("%t", shape.tail_rows, j, masked, pad + "  ", used, clamp="%tlast")
+            out.append(f"{pad}}}")
+            return
+        sizes = _tail_blocks(rows)
+        if 2 in sizes:  # the rows left after the whole blocks: two at a time, then one
             out.extend([f"{pad}%rest = arith.subi {end}, {whole} : index",
                         f"{pad}%pairs = arith.divui %rest, %c2 : index",
                         f"{pad}%paired = arith.muli %pairs, %c2 : index",
@@ -237,8 +250,8 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
                         f"{pad}scf.for %t = {whole} to %mp step %c2 {{"])
             block("%t", 2, j, masked, pad + "  ", used)
             out.append(f"{pad}}}")
-        if rows > 1:
-            last = "%mp" if rows > 2 else whole
+        if 1 in sizes:
+            last = "%mp" if 2 in sizes else whole
             out.append(f"{pad}%odd = arith.cmpi ult, {last}, {end} : index")
             out.append(f"{pad}scf.if %odd {{")
             block(last, 1, j, masked, pad + "  ", used)

@@ -64,6 +64,10 @@ class MicrokernelShape:
     #: goes through blocks of one vector (else all ``vectors``, the others' lanes
     #: masked off: FMAs for nothing).
     one_vector_last_panel: bool = False
+    #: Without ``clamped_rows``: the rows after the last whole block of ``rows`` go
+    #: through blocks of this many rows, the last one clamped (its rows past C's end
+    #: repeat C's last row), instead of blocks of two rows and one (0).
+    tail_rows: int = 0
 
     def depth_of(self, element: str) -> int:
         """Steps of the depth per block for elements of type ``element``."""
@@ -100,7 +104,10 @@ class MicrokernelShape:
 #: read in place: packing A cost them 10-35% (64^3, 100 x 2000 x 100 f32;
 #: benchmarks/results/2026-12-07-intel-rows-first.md). Their last panel, if one vector
 #: wide or less, goes through blocks of one vector: f32 1000 x 1000 x 100 took 0.93x the
-#: time, 1000 x 1000 x 40 0.80x (the first compile of a process 1.17x).
+#: time, 1000 x 1000 x 40 0.80x (the first compile of a process 1.17x). Their last rows
+#: (after the whole blocks of 12) go through clamped blocks of 4 rows, where blocks of 2
+#: and 1 took 1.03-1.21x the time on 16-23 x 2000 x 2000 and 1.07x on 3 x 500 x 500, for
+#: the same code size (benchmarks/results/2026-12-07-microkernels-alone.md).
 #: ``avx2``: CPUs without AVX-512 (16 ymm registers: the 512-bit shapes' 16-24
 #: accumulators, each two ymm registers, spilled; 1.6-1.9x numpy's time on a Zen 2):
 #: 6x2 ymm (12 accumulators, 2 B vectors, 1 broadcast), A in blocks of 192 rows by 256
@@ -131,7 +138,8 @@ SHAPES = {"zen": MicrokernelShape(8, 2, 512),
                                     rows_first=True, parallel_rows_first=True,
                                     column_block=1024, f64_depth=128,
                                     narrow=MicrokernelShape(12, 2, 256,
-                                                            one_vector_last_panel=True),
+                                                            one_vector_last_panel=True,
+                                                            tail_rows=4),
                                     narrow_below=16),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
                                    unmasked_stores=True, clamped_rows=True, rows_first=True,

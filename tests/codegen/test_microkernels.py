@@ -122,7 +122,8 @@ def test_parallel_microkernel_runs_every_panel_in_its_parallel_loop(family: str)
         module.operation.walk(visit)
     # One panel body, masked (a full mask but in the last panel): two bodies, one of them
     # masked, were twice the code to compile. Only the stores of C may come twice.
-    blocks = shape.rows + (0 if shape.clamped_rows else sum(_tail_blocks(shape.rows)))
+    blocks = shape.rows + (0 if shape.clamped_rows else
+                           shape.tail_rows or sum(_tail_blocks(shape.rows)))
     copies = 2 if shape.unmasked_stores else 1
     assert len(stores) == blocks * shape.vectors * copies and all(stores)
     assert str(module).count("scf.parallel") == 1
@@ -139,6 +140,22 @@ def test_a_last_panel_of_one_vector_goes_through_blocks_of_one_vector() -> None:
         assert text.count("vector.fma") == fmas
         assert ("%one_vector = arith.cmpi ule, %nr, %o1" in text) == shape.one_vector_last_panel
     assert SHAPES["intel"].narrow is not None and SHAPES["intel"].narrow.one_vector_last_panel
+
+
+def test_tail_rows_go_through_clamped_blocks() -> None:
+    # One block of 4 rows (12 + 4 rows by 2 vectors: 32 FMAs), its rows past C's last
+    # one repeating it; the results on every remainder: test_every_shape_matches_numpy.
+    unit = "memref<?x?xf32, strided<[?, 1], offset: ?>>"
+    shape = MicrokernelShape(12, 2, 256, tail_rows=4)
+    text = microkernel("mm", "f32", (unit, unit, unit), False, shape)
+    assert text.count("vector.fma") == 32
+    assert "%tlast = arith.subi %m, %c1 : index" in text
+    assert text.count("arith.minui %u") == 3  # rows 1-3 of the block, clamped
+    for rows in (1, 12, 13):
+        with pytest.raises(ValueError, match="tail_rows"):
+            microkernel("mm", "f32", (unit, unit, unit), False,
+                        MicrokernelShape(12, 2, 256, tail_rows=rows))
+    assert SHAPES["intel"].narrow is not None and SHAPES["intel"].narrow.tail_rows == 4
 
 
 @pytest.mark.parametrize("threads", [1, 3, 16])
@@ -228,8 +245,9 @@ def test_avx512_cpus_keep_their_shapes_and_code() -> None:
     assert shape_for("sapphirerapids", AVX512) == shape_for("skylake-avx512", AVX512) == "intel"
     assert SHAPES["zen"] == MicrokernelShape(8, 2, 512)  # tuned on Zen 4
     # Intel's: its narrow Bs keep the shape they had (but for a last panel of one
-    # vector); the others go rows first.
-    assert SHAPES["intel"].narrow == MicrokernelShape(12, 2, 256, one_vector_last_panel=True)
+    # vector, and the last rows in clamped blocks of 4); the others go rows first.
+    assert SHAPES["intel"].narrow == MicrokernelShape(12, 2, 256, one_vector_last_panel=True,
+                                                      tail_rows=4)
     assert SHAPES["intel"].rows_first and SHAPES["intel"].parallel_rows_first
     for shape in (SHAPES["zen"], SHAPES["intel"]):
         assert shape.bits == 512
