@@ -370,3 +370,21 @@ def test_a_callback_forgets_and_compiles_microkernels_between_two_matmuls() -> N
     module.one(a, b, c)
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
     check_one(compiled[0].inner1, seed=10)
+
+
+def test_a_failed_build_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    # LLVM failing on a microkernel fails its module's compile with that error; nothing
+    # is kept, and the next compile builds the microkernel again.
+    from pymlirjit.errors import MLIRError
+    from pymlirjit.runtime import microkernelbuild
+
+    def failing(ir_text: str, opt_level: int = 2) -> bytes:
+        raise MLIRError("LLVM cannot read a microkernel's IR: injected")
+
+    monkeypatch.setattr(microkernelbuild, "object_code", failing)
+    with pytest.raises(MLIRError, match="injected"):
+        Session().compile(ONE)
+    assert not microkernelcache._compiled
+    monkeypatch.undo()
+    check_one(Session().compile(ONE).one)
+    assert len(microkernelcache._compiled) == 1
