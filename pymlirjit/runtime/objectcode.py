@@ -22,7 +22,11 @@ from ..errors import MLIRError
 from ..lowering.checks import check_lowered
 from ..lowering.pipeline import check_opt_level
 
-__all__ = ["PASSES", "llvm_ir", "object_code"]
+__all__ = ["MLIR_LLVM", "PASSES", "llvm_ir", "object_code"]
+
+#: The major version of the LLVM that MLIR's bindings link (the pinned
+#: xtc-mlir-python-bindings), whose IR llvmlite's LLVM must read.
+MLIR_LLVM = 22
 
 #: The LLVM passes run on the translated IR (llvmlite's names, without ``add_`` and
 #: ``_pass``): promote what the translation left in memory, fold the descriptors'
@@ -52,6 +56,12 @@ def object_code(ir_text: str, opt_level: int = 2) -> bytes:
     linkable into a module's library). Safe on any thread."""
     level = check_opt_level(opt_level)
     llvm = _llvm()
+    if llvm.llvm_version_info[0] < MLIR_LLVM:  # it cannot read what a later LLVM wrote
+        import llvmlite
+
+        raise MLIRError(f"llvmlite {llvmlite.__version__} links LLVM "
+                        f"{'.'.join(map(str, llvm.llvm_version_info))}, older than MLIR's "
+                        f"({MLIR_LLVM}): install llvmlite>=0.50")
     # A context and a target machine of its own: LLVM's are not thread-safe.
     context = llvm.create_context()
     machine = llvm.Target.from_default_triple().create_target_machine(

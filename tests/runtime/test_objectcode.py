@@ -47,3 +47,12 @@ def test_bad_input_is_a_clear_error() -> None:
     not_lowered = parse_module("func.func @f() { return }", new_context())
     with pytest.raises(MLIRError, match=r"'func\.func' was not lowered to the LLVM dialect"):
         llvm_ir(not_lowered)
+
+
+def test_an_older_llvm_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    import llvmlite.binding as llvm
+
+    monkeypatch.setattr(llvm, "llvm_version_info", (20, 1, 8))
+    with pytest.raises(MLIRError, match=r"links LLVM 20\.1\.8, older than MLIR's \(22\): "
+                                        r"install llvmlite>=0\.50"):
+        axpy_code()
