@@ -92,7 +92,8 @@ def build(function: Any, symbol: str, opt_level: int) -> CompiledMicrokernel:
     with function.context, ir.Location.unknown():
         alone = ir.Module.create()
         copy = function.operation.clone(ir.InsertionPoint(alone.body))
-        del copy.attributes["sym_visibility"]  # private in a module of its own: dropped
+        if "sym_visibility" in copy.attributes:  # private in a module of its own: dropped
+            del copy.attributes["sym_visibility"]
     run_pipeline(alone, LOWERING, "<microkernel>")
     # Not needed by PASSES (no unrolling, no vectorizing), but its text then says how
     # its loops may be transformed, as the module's would, to LLVM's default pipeline

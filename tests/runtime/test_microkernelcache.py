@@ -148,7 +148,7 @@ def test_the_opt_level_and_types_are_part_of_the_key() -> None:
     lowered(ONE)
     lowered(ONE, opt_level=3)
     lowered(ONE.replace("f32", "f64"))
-    lowered(ONE, fastmath=True)  # compiled alone, as the others: the same code
+    lowered(ONE, fastmath=True)  # the same microkernel MLIR, compiled alike: no new key
     lowered(ONE)
     assert len(microkernelcache._compiled) == 3
 

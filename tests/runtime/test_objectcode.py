@@ -35,7 +35,7 @@ def test_the_object_code_runs(opt_level: int) -> None:
 
 
 def test_threads_compile_at_once() -> None:
-    codes = run_in_threads(lambda level: axpy_code(level), [2, 2, 2, 2])
+    codes = run_in_threads(axpy_code, [2, 2, 2, 2])
     assert len(set(codes)) == 1  # the same code, each from its own context and machine
 
 
