@@ -5,9 +5,9 @@ and linked by an :class:`~pymlirjit.runtime.objectfile.ObjectEngine`.
 
 A microkernel compiled so costs ~85 ms (Intel Xeon, the host's f32 shape): ~12 ms of MLIR
 passes, ~4 translating to LLVM IR, ~20 of LLVM passes, ~45 generating code. Within its
-module, through MLIR's engine, it cost ~140 ms: ~30 in the module's passes, ~75 in LLVM's
-default pipeline (unrolling and vectorizing again what the schedules had blocked and
-vectorized), the rest generating code.
+module, through MLIR's engine, it cost ~140 ms: ~30 in the module's passes, ~60 building
+the engine (LLVM's default pipeline, unrolling and vectorizing again what the schedules
+had blocked and vectorized), ~25 generating code, the rest in walks over its ops.
 (Building its LLVM work on a thread of its own, while the module is lowered and its
 engine built, saved nothing measurable: the module has ~20 ms of its own to do.)
 """

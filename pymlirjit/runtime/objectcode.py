@@ -1,13 +1,14 @@
 """Host object code for generated functions whose loops are already scheduled (the
 matmul microkernels), made with llvmlite through a short LLVM pipeline.
 
-MLIR's engine runs LLVM's whole default pipeline at its opt level: on a microkernel, ~75
-ms of the ~120 ms its code costs (Intel Xeon), to unroll, vectorize and hoist what the
-schedules have already blocked and vectorized, with unrolling and vectorization turned
-off on its loops anyway. Here the module is translated to LLVM IR by MLIR, cleaned up by
-:data:`PASSES` (~20 ms), and compiled for the host as the JIT would (its CPU and
-features, JIT code model and relocations, code generation at the opt level): the same
-inner loops. llvmlite links the LLVM version MLIR's bindings do (22).
+MLIR's engine runs LLVM's whole default pipeline at its opt level: on a microkernel, ~60
+of the ~85 ms its code cost there (75 of ~120 through llvmlite; Intel Xeon), to unroll,
+vectorize and hoist what the schedules have already blocked and vectorized, with
+unrolling and vectorization turned off on its loops anyway. Here the module is
+translated to LLVM IR by MLIR, cleaned up by :data:`PASSES` (~20 ms), and compiled for
+the host as the JIT would (its CPU and features, JIT code model and relocations, code
+generation at the opt level): the same inner loops. llvmlite links the LLVM version
+MLIR's bindings do (22).
 
 Every call into LLVM here goes through llvmlite, which releases the GIL around each one
 (holding its own lock): another thread's Python and MLIR work goes on meanwhile.
