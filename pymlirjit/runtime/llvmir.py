@@ -21,12 +21,10 @@ True
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from ..errors import MLIRError
-from ..lowering.checks import check_lowered
 from ..lowering.pipeline import check_opt_level, new_context, parse_module
+from .objectcode import host_machine, llvm_binding, translate_module
 
 __all__ = ["assembly", "llvm_ir"]
 
@@ -48,18 +46,12 @@ def assembly(lowered_mlir: str, opt_level: int = 2) -> str:
 
 def translate(lowered_mlir: str) -> str:
     """The LLVM IR MLIR translates ``lowered_mlir`` to, before any optimization."""
-    from mlir.dialects.llvm import translate_module_to_llvmir
-
     module = parse_module(lowered_mlir, new_context(), "<lowered module>")
-    check_lowered(module, "<lowered module>")  # MLIR's translation crashes on other ops
-    try:
-        return str(translate_module_to_llvmir(module.operation))
-    except Exception as exc:  # the bindings raise their own types, or RuntimeError
-        raise MLIRError(f"cannot translate the lowered module to LLVM IR: {exc}") from exc
+    return translate_module(module, "<lowered module>", "the lowered module")
 
 
 def _optimized(lowered_mlir: str, opt_level: int, machine: Any) -> Any:
-    llvm = _llvm()
+    llvm = llvm_binding()
     module = llvm.parse_assembly(translate(lowered_mlir))
     module.triple = machine.triple
     module.data_layout = str(machine.target_data)
@@ -74,17 +66,5 @@ def _optimized(lowered_mlir: str, opt_level: int, machine: Any) -> Any:
 
 def _machine(opt_level: int) -> Any:
     """The host's target machine at ``opt_level``, as MLIR's JIT builds it (host CPU and
-    features; the default code model). One per use: LLVM's are not thread-safe."""
-    llvm = _llvm()
-    return llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=opt_level, codemodel="default")
-
-
-@functools.cache
-def _llvm() -> Any:
-    import llvmlite.binding as llvm  # LLVM loads only when someone looks at the code
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    return llvm
+    features) but for the default code model."""
+    return host_machine(opt_level, jit=False)

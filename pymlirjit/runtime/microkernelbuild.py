@@ -23,7 +23,7 @@ from ..codegen.optimize import attach_loop_annotations
 from ..lowering.declarations import is_declaration
 from ..lowering.pipeline import run_pipeline
 from ..lowering.walk import top_level_symbols
-from .objectcode import llvm_ir, object_code
+from .objectcode import object_code, translate_module
 from .objectfile import ObjectEngine
 
 __all__ = ["LOWERING", "CompiledMicrokernel", "build", "bytecode_of"]
@@ -101,7 +101,7 @@ def build(function: Any, symbol: str, opt_level: int) -> CompiledMicrokernel:
     attach_loop_annotations(alone)
     needed = frozenset(name for name, op in top_level_symbols(alone).items()
                        if is_declaration(op))
-    return CompiledMicrokernel(symbol, object_code(llvm_ir(alone), opt_level), needed,
+    return CompiledMicrokernel(symbol, object_code(translate_module(alone), opt_level), needed,
                                bytecode_of(alone.operation))
 
 

@@ -23,7 +23,7 @@ from ..errors import MLIRError
 from ..lowering.checks import check_lowered
 from ..lowering.pipeline import check_opt_level
 
-__all__ = ["MLIR_LLVM", "PASSES", "llvm_ir", "object_code"]
+__all__ = ["MLIR_LLVM", "PASSES", "host_machine", "llvm_binding", "object_code", "translate_module"]
 
 #: The major version of the LLVM that MLIR's bindings link (the pinned
 #: xtc-mlir-python-bindings), whose IR llvmlite's LLVM must read.
@@ -40,24 +40,26 @@ PASSES: tuple[str, ...] = ("sroa", "instruction_combine", "simplify_cfg", "loop_
                            "new_gvn")
 
 
-def llvm_ir(module: Any) -> str:
-    """The LLVM IR that MLIR translates ``module`` (in the LLVM dialect) to."""
+def translate_module(module: Any, filename: str = "<microkernel>",
+                     what: str = "a microkernel") -> str:
+    """The LLVM IR that MLIR translates ``module`` (in the LLVM dialect; ``what``, from
+    ``filename``, in the errors) to; an op of another dialect is an :class:`MLIRError`."""
     from mlir.dialects.llvm import translate_module_to_llvmir
 
-    check_lowered(module, "<microkernel>")  # MLIR's translation crashes on other ops
+    check_lowered(module, filename)  # MLIR's translation crashes on other ops
     try:
         return str(translate_module_to_llvmir(module.operation))
     except Exception as exc:  # the bindings raise their own types, or RuntimeError
-        raise MLIRError(f"cannot translate a microkernel to LLVM IR: {exc}") from exc
+        raise MLIRError(f"cannot translate {what} to LLVM IR: {exc}") from exc
 
 
 def object_code(ir_text: str, opt_level: int = 2) -> bytes:
-    """The host object code of the LLVM IR ``ir_text`` (from :func:`llvm_ir`), cleaned
+    """The host object code of the LLVM IR ``ir_text`` (:func:`translate_module`), cleaned
     up by :data:`PASSES` (none at ``opt_level`` 0) and generated at ``opt_level``, for the
     JIT's code model (loadable by :class:`~pymlirjit.runtime.objectfile.ObjectEngine`,
     linkable into a module's library). Safe on any thread."""
     level = check_opt_level(opt_level)
-    llvm = _llvm()
+    llvm = llvm_binding()
     if llvm.llvm_version_info[0] < MLIR_LLVM:  # it cannot read what a later LLVM wrote
         import llvmlite
 
@@ -66,9 +68,7 @@ def object_code(ir_text: str, opt_level: int = 2) -> bytes:
                         f"({MLIR_LLVM}): install llvmlite>=0.50")
     # A context and a target machine of its own: LLVM's are not thread-safe.
     context = llvm.create_context()
-    machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=level, jit=True)
+    machine = host_machine(level, jit=True)
     try:
         translated = llvm.parse_assembly(ir_text, context=context)
     except RuntimeError as exc:  # llvmlite's, with LLVM's message
@@ -90,9 +90,25 @@ def object_code(ir_text: str, opt_level: int = 2) -> bytes:
     return code
 
 
+def host_machine(opt_level: int, jit: bool) -> Any:
+    """The host's target machine (its CPU and features) at ``opt_level``: with the JIT's
+    code model and relocations (``jit``: code to load and run), or the default code
+    model (code to show). One per use: LLVM's are not thread-safe."""
+    llvm = llvm_binding()
+    target = llvm.Target.from_default_triple()
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    if jit:
+        return target.create_target_machine(cpu=cpu, features=features, opt=opt_level,
+                                            jit=True)
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt_level,
+                                        codemodel="default")
+
+
 @functools.cache
-def _llvm() -> Any:
-    import llvmlite.binding as llvm  # LLVM loads only when a microkernel is compiled
+def llvm_binding() -> Any:
+    """``llvmlite.binding``, its native target and assembly printer initialized (LLVM
+    loads only when code is compiled or shown)."""
+    import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()

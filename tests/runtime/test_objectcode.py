@@ -9,7 +9,7 @@ import pytest
 
 from pymlirjit.errors import MLIRError
 from pymlirjit.lowering.pipeline import new_context, parse_module
-from pymlirjit.runtime.objectcode import llvm_ir, object_code
+from pymlirjit.runtime.objectcode import object_code, translate_module
 from pymlirjit.runtime.objectfile import ObjectEngine
 from tests.threads import run_in_threads
 
@@ -23,7 +23,7 @@ llvm.func @axpy(%a: f64, %x: f64, %y: f64) -> f64 {
 
 
 def axpy_code(opt_level: int = 2) -> bytes:
-    return object_code(llvm_ir(parse_module(LOWERED, new_context())), opt_level)
+    return object_code(translate_module(parse_module(LOWERED, new_context())), opt_level)
 
 
 @pytest.mark.parametrize("opt_level", [0, 1, 2, 3])
@@ -46,7 +46,7 @@ def test_bad_input_is_a_clear_error() -> None:
         object_code("", 7)
     not_lowered = parse_module("func.func @f() { return }", new_context())
     with pytest.raises(MLIRError, match=r"'func\.func' was not lowered to the LLVM dialect"):
-        llvm_ir(not_lowered)
+        translate_module(not_lowered)
 
 
 def test_an_older_llvm_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
