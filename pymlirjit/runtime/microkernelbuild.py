@@ -20,11 +20,11 @@ import threading
 from typing import Any
 
 from ..codegen.optimize import attach_loop_annotations
-from ..lowering.declarations import is_declaration
 from ..lowering.pipeline import run_pipeline
 from ..lowering.walk import top_level_symbols
 from .objectcode import object_code, translate_module
 from .objectfile import ObjectEngine
+from .runtimelibraries import external_declarations
 
 __all__ = ["LOWERING", "CompiledMicrokernel", "build", "bytecode_of"]
 
@@ -99,9 +99,8 @@ def build(function: Any, symbol: str, opt_level: int) -> CompiledMicrokernel:
     # its loops may be transformed, as the module's would, to LLVM's default pipeline
     # too (which inspect_llvm() and inspect_asm() run).
     attach_loop_annotations(alone)
-    needed = frozenset(name for name, op in top_level_symbols(alone).items()
-                       if is_declaration(op))
-    return CompiledMicrokernel(symbol, object_code(translate_module(alone), opt_level), needed,
+    return CompiledMicrokernel(symbol, object_code(translate_module(alone), opt_level),
+                               frozenset(external_declarations(alone)),
                                bytecode_of(alone.operation))
 
 
