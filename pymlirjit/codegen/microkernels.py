@@ -70,8 +70,6 @@ def microkernel(name: str, element: str, types: tuple[str, str, str], parallel: 
     if narrow is None or parallel:
         _body(out, element, types, parallel, shape, threads)
     else:
-        if (narrow.rows, narrow.vectors, narrow.bits) != (rows, vectors, shape.bits):
-            raise ValueError("a narrow shape has the rows, vectors and bits of its shape's")
         out += [f"  %fewest = arith.constant {shape.narrow_below} : index",
                 "  %few_panels = arith.cmpi ult, %nc, %fewest : index",
                 f"  %fewest_rows = arith.constant {2 * rows} : index",
@@ -233,8 +231,6 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         if clamped:  # the loop above ran to the row block's end
             return
         if shape.tail_rows:  # blocks of tail_rows rows, the last one clamped
-            if not 1 < shape.tail_rows < rows:
-                raise ValueError("tail_rows is more than 1 and fewer than rows")
             out.extend([f"{pad}%tail = arith.constant {shape.tail_rows} : index",
                         f"{pad}%tlast = arith.subi {end}, %c1 : index",
                         f"{pad}scf.for %t = {whole} to {end} step %tail {{"])
@@ -325,8 +321,6 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         # In a depth block: B's panels packed (a block of columns at a time), then each
         # block of rows of C (or, not all_row_blocks, the row block of %i0 only) through
         # every panel, each row block of A packed first.
-        if not clamped:
-            raise ValueError("rows_first needs clamped_rows")
         first, last = "%c0", "%np"
         if shape.column_block:
             out.extend([f"{pad}%cbw = arith.constant {shape.column_block} : index",

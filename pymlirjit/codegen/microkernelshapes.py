@@ -19,7 +19,8 @@ _BYTES = {"f32": 4, "f64": 8}
 class MicrokernelShape:
     """A register block of ``rows`` rows of C by ``vectors`` vectors of ``bits`` bits
     (512: AVX-512, 256: AVX2), over ``depth`` steps of the depth at a time (B's panel,
-    ``depth`` rows of ``vectors`` vectors, copied into a contiguous buffer first)."""
+    ``depth`` rows of ``vectors`` vectors, copied into a contiguous buffer first). One
+    that no microkernel can be generated in is a ``ValueError`` when made."""
 
     rows: int
     vectors: int
@@ -68,6 +69,16 @@ class MicrokernelShape:
     #: through blocks of this many rows, the last one clamped (its rows past C's end
     #: repeat C's last row), instead of blocks of two rows and one (0).
     tail_rows: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rows_first and not (self.block_rows and self.pack_a and self.clamped_rows):
+            raise ValueError("rows_first needs clamped_rows")
+        if self.tail_rows and not 1 < self.tail_rows < self.rows:
+            raise ValueError("tail_rows is more than 1 and fewer than rows")
+        narrow = self.narrow
+        if narrow is not None and ((narrow.rows, narrow.vectors, narrow.bits)
+                                   != (self.rows, self.vectors, self.bits)):
+            raise ValueError("a narrow shape has the rows, vectors and bits of its shape's")
 
     def depth_of(self, element: str) -> int:
         """Steps of the depth per block for elements of type ``element``."""

@@ -158,6 +158,13 @@ def test_tail_rows_go_through_clamped_blocks() -> None:
     assert SHAPES["intel"].narrow is not None and SHAPES["intel"].narrow.tail_rows == 4
 
 
+def test_shapes_no_microkernel_fits_are_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="rows_first needs clamped_rows"):
+        MicrokernelShape(6, 2, 256, block_rows=192, pack_a=True, rows_first=True)
+    with pytest.raises(ValueError, match="a narrow shape has the rows, vectors and bits"):
+        MicrokernelShape(12, 2, 256, narrow=MicrokernelShape(8, 2, 256), narrow_below=16)
+
+
 @pytest.mark.parametrize("threads", [1, 3, 16])
 def test_parallel_rows_first_gives_every_thread_an_equal_share(
         monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
