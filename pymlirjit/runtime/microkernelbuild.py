@@ -30,8 +30,12 @@ __all__ = ["LOWERING", "CompiledMicrokernel", "build", "bytecode_of"]
 
 #: The passes lowering a microkernel on its own: vectors, loops and memrefs of f32 or
 #: f64 (~12 ms, where the default pipeline took ~30 on one in its module; Intel Xeon).
+#: The last, cse, merges the memref descriptors' repeated reads the conversions leave
+#: (~1.5 ms): LLVM then gets 1,336 lines of IR where it got 2,438, and the first matmul
+#: module of a process compiled in 2.51x its naive lowering, where it took 2.68x (9 ms
+#: less), for the same machine code (one ``lea`` became an ``add``).
 LOWERING = ("builtin.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,"
-            "convert-vector-to-llvm,convert-to-llvm,reconcile-unrealized-casts)")
+            "convert-vector-to-llvm,convert-to-llvm,reconcile-unrealized-casts,cse)")
 
 _printing = threading.Lock()  # a microkernel's text, printed once
 
