@@ -19,7 +19,7 @@ from typing import Any
 from pymlirjit import Session
 from pymlirjit.codegen.options import CompileOptions
 from pymlirjit.lowering.pipeline import DEFAULT_PIPELINE, SMALL_FLOAT_PASSES, normalize_pipeline
-from pymlirjit.runtime import microkernelcache
+from pymlirjit.runtime import microkernelcache, microkernelstore
 from pymlirjit.runtime.module import attach_native_entries, build_engine, engine_module
 from pymlirjit.runtime.prepare import lower, prepare
 
@@ -163,11 +163,14 @@ LINALG_TARGET_RATIO = 2.0
 NAIVE = [p for p in DEFAULT_PIPELINE if p not in SMALL_FLOAT_PASSES]
 
 
-def _pymlirjit_cold(source: str, first: bool = False, **options: Any) -> object:
-    """A cold compile of ``source`` in a new session; ``first``: as the process's first
-    module of its microkernels (those compiled for other modules are set aside meanwhile)."""
+def _pymlirjit_cold(source: str, first: bool = False, kept: str | None = None,
+                    **options: Any) -> object:
+    """A cold compile of ``source`` in a new session. ``first``: as the process's first
+    module of its microkernels (those compiled for other modules are set aside
+    meanwhile), with those an earlier process kept on disk in the folder ``kept``
+    (``None``: none kept, as on a machine's first run)."""
     if first:
-        with microkernelcache.set_aside():
+        with microkernelcache.set_aside(), microkernelstore.using(kept):
             module = Session(**options).compile(source)
     else:
         module = Session(**options).compile(source)
@@ -323,32 +326,41 @@ def run(config: Config) -> CaseResult:
 
     # What the optimizing options add to a cold compile, against the default options.
     optimized = (("large", LARGE, f"{lines}-line"), ("linalg", LINALG, "linalg.matmul"))
+    kept = tempfile.TemporaryDirectory()  # the microkernels an earlier process kept
     for key, source, label in optimized[1:] if config.quick else optimized:
         variants: dict[str, dict[str, Any]] = {
             "naive": {"pipeline": NAIVE},
             "default": {}, "opt3": {"opt_level": 3}, "fastmath": {"fastmath": True},
-            "opt3+fastmath": {"opt_level": 3, "fastmath": True}, "first": {}}
+            "opt3+fastmath": {"opt_level": 3, "fastmath": True},
+            "first": {"first": True}, "first kept": {"first": True, "kept": kept.name}}
         for options in variants.values():
             _pymlirjit_cold(source, **options)
         measured = interleaved(
-            *(lambda source=source, options=options, first=name == "first": _cold(
-                lambda: _pymlirjit_cold(source, first=first, **options))
-              for name, options in variants.items()), repeat=config.pick(repeat, 1))
+            *(lambda source=source, options=options: _cold(
+                lambda: _pymlirjit_cold(source, **options))
+              for options in variants.values()), repeat=config.pick(repeat, 1))
         base = f"{key} naive"
         for (name, options), samples in zip(variants.items(), measured):
             spelled = ", ".join(f"{k}={v}" for k, v in options.items()) or "default options"
             if name == "naive":
                 spelled = "pipeline= the default passes (run as written: no schedules)"
             if name == "first":  # the microkernels other modules lowered are not reused
-                spelled = "default options, the process's first module of its matmuls"
+                spelled = ("default options, the process's first module of its matmuls, "
+                           "none kept on disk (a machine's first run)")
+            elif name == "first kept":
+                spelled = ("default options, the process's first module of its matmuls, "
+                           "their microkernels kept on disk by an earlier process")
             result.add(f"{key} {name}", f"pymlirjit cold, {spelled}, {label}", samples, base)
-        for name in ("default", "opt3", "opt3+fastmath", "first"):
+        for name in ("default", "opt3", "opt3+fastmath", "first", "first kept"):
             extra = result.ratio(f"{key} {name}", base)
-            limit = LINALG_TARGET_RATIO if key == "linalg" and name == "default" else None
+            limit = (LINALG_TARGET_RATIO if key == "linalg" and name not in ("opt3",
+                                                                            "opt3+fastmath")
+                     else None)
             result.targets.append(Target(
                 f"optimizing pipeline's cost, {name} vs naive lowering, {label}"
                 + (f" <= {limit}x" if limit else ""),
                 None if limit is None else extra <= limit, f"{extra:.2f}x"))
+    kept.cleanup()
 
     session = Session()
     session.compile(LARGE)

@@ -11,6 +11,10 @@ from pathlib import Path
 # stderr (seen in CI). One BLAS thread in this process and every script the tests start
 # leaves only pymlirjit's own threads for the tests that fork to check.
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
+# The tests compile their microkernels, in this process and in every script they start:
+# none is loaded from what an earlier run kept on disk (tests/runtime/test_microkernelstore.py
+# keeps them in folders of its own).
+os.environ["PYMLIRJIT_MICROKERNEL_CACHE"] = "0"
 
 import pytest
 

@@ -129,9 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         "cache", parents=[common], help="show (or --clear) the disk cache of `run --cache`",
         description="Show the disk cache that `pymlirjit run --cache` and "
                     "mlir_kernel(cache=True) use ($PYMLIRJIT_CACHE_DIR, else "
-                    "~/.cache/pymlirjit): its folder, modules and size.")
+                    "~/.cache/pymlirjit): its folder, modules and size; then the matmul "
+                    "microkernels kept on disk ($PYMLIRJIT_MICROKERNEL_CACHE, else its "
+                    "microkernels folder; 0: none kept).")
     cache.add_argument("--clear", action="store_true",
-                       help="delete the cached modules (only files the cache wrote)")
+                       help="delete the cached modules and microkernels (only files the "
+                            "caches wrote)")
     return parser
 
 

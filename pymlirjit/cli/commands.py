@@ -272,20 +272,29 @@ def demo_command(args: argparse.Namespace) -> None:
 
 
 def cache_command(args: argparse.Namespace) -> None:
-    """``pymlirjit cache``: the default disk cache's folder, modules and size."""
+    """``pymlirjit cache``: the default disk cache's folder, modules and size, then the
+    matmul microkernels kept on disk (unless ``$PYMLIRJIT_MICROKERNEL_CACHE`` is 0)."""
+    from ..runtime import microkernelstore
     from ..runtime.cache import DiskCache, default_cache_dir
 
-    cache = DiskCache(default_cache_dir())
-    count, size = cache.entries(), cache.size_bytes()
-    modules = f"{count} module{'' if count == 1 else 's'} ({size / 1024:.1f} KiB)"
-    if args.clear:
-        refused = cache.clearable()
-        if refused is not None:
-            raise CLIError(f"{cache.directory}: nothing removed: {refused.detail}")
-        cache.clear()  # this cache's entries only: never other files of the folder
-        print(f"{cache.directory}: removed {modules}")
-    else:
-        print(f"{cache.directory}: {modules}")
+    stores = [(DiskCache(default_cache_dir()), "module")]
+    microkernels = microkernelstore.store()
+    if microkernels is not None:
+        stores.append((microkernels, "microkernel"))
+    for cache, noun in stores:
+        count, size = cache.entries(), cache.size_bytes()
+        held = f"{count} {noun}{'' if count == 1 else 's'} ({size / 1024:.1f} KiB)"
+        if args.clear:
+            refused = cache.clearable()
+            # (A folder holding no entry has nothing to remove: the microkernels' store
+            # makes the modules' folder, unmarked, as its parent.)
+            if refused is not None and count:
+                raise CLIError(f"{cache.directory}: nothing removed: {refused.detail}")
+            if refused is None:
+                cache.clear()  # this cache's entries only: never other files of the folder
+            print(f"{cache.directory}: removed {held}")
+        else:
+            print(f"{cache.directory}: {held}")
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {

@@ -3,13 +3,15 @@
 its own, then compiled to host code by :func:`~pymlirjit.runtime.objectcode.object_code`
 and linked by an :class:`~pymlirjit.runtime.objectfile.ObjectEngine`.
 
-A microkernel compiled so costs ~85 ms (Intel Xeon, the host's f32 shape): ~12 ms of MLIR
-passes, ~4 translating to LLVM IR, ~20 of LLVM passes, ~45 generating code. Within its
-module, through MLIR's engine, it cost ~140 ms: ~30 in the module's passes, ~60 building
-the engine (LLVM's default pipeline, unrolling and vectorizing again what the schedules
-had blocked and vectorized), ~25 generating code, the rest in walks over its ops.
-(Building its LLVM work on a thread of its own, while the module is lowered and its
-engine built, saved nothing measurable: the module has ~20 ms of its own to do.)
+A microkernel compiled so costs ~75-80 ms (Intel Xeon, the host's f32 shape): ~14 ms of
+MLIR passes, ~4 translating to LLVM IR, ~15 of LLVM passes, ~45 generating code. Within
+its module, through MLIR's engine, it cost ~140 ms: ~30 in the module's passes, ~60
+building the engine (LLVM's default pipeline, unrolling and vectorizing again what the
+schedules had blocked and vectorized), ~25 generating code, the rest in walks over its
+ops. (Building its LLVM work on a thread of its own, while the module is lowered and its
+engine built, saved nothing measurable: the module has ~20 ms of its own to do, and
+llvmlite runs every LLVM call under one process-wide lock.) So
+:mod:`~pymlirjit.runtime.microkernelstore` keeps what this compiles on disk.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import threading
 from typing import Any
 
 from ..codegen.optimize import attach_loop_annotations
-from ..lowering.pipeline import run_pipeline
+from ..lowering.pipeline import new_context, run_pipeline
 from ..lowering.walk import top_level_symbols
 from .objectcode import object_code, translate_module
 from .objectfile import ObjectEngine
 from .runtimelibraries import external_declarations
 
-__all__ = ["LOWERING", "CompiledMicrokernel", "build", "bytecode_of"]
+__all__ = ["LOWERING", "CompiledMicrokernel", "build", "bytecode_of", "lowered_alone"]
 
 #: The passes lowering a microkernel on its own: vectors, loops and memrefs of f32 or
 #: f64 (~12 ms, where the default pipeline took ~30 on one in its module; Intel Xeon).
@@ -53,17 +55,22 @@ class CompiledMicrokernel:
     """A microkernel's machine code, linked in this process by an engine of its own
     (kept alive by this object, which every module linking it keeps): ``symbol`` is its
     name, ``address`` its entry (an object with an int ``address``, as engines
-    register)."""
+    register), ``needed`` the external symbols it calls. ``source`` is the
+    microkernel's MLIR as bytecode (a ``func.func``, under any name), from which
+    :meth:`lowered_text` lowers it again when asked. A :class:`LinkError` if ``code``
+    does not define ``symbol`` or calls a symbol this process lacks."""
 
-    __slots__ = ("_engine", "_lowered", "_object_code", "_text", "address", "symbol")
+    __slots__ = ("_engine", "_object_code", "_source", "_text", "address", "needed",
+                 "symbol")
 
     def __init__(self, symbol: str, code: bytes, needed: frozenset[str],
-                 lowered: bytes) -> None:
+                 source: bytes) -> None:
         self.symbol = symbol
+        self.needed = needed
         self._object_code = code
         self._engine = ObjectEngine(code, {}, needed=needed)
         self.address = self._engine.function_address(symbol)
-        self._lowered = lowered  # bytecode of a module: the function and what it declares
+        self._source = source
         self._text: tuple[str, dict[str, str]] | None = None
 
     def object_code(self) -> bytes:
@@ -71,14 +78,19 @@ class CompiledMicrokernel:
         shared library on disk."""
         return self._object_code
 
+    def source(self) -> bytes:
+        """The microkernel's MLIR (bytecode of its ``func.func``), as compiled."""
+        return self._source
+
     def lowered_text(self) -> tuple[str, dict[str, str]]:
         """The microkernel in the LLVM dialect, as text, and the declarations it needs
-        by name; printed once, when first asked for."""
+        by name; lowered and printed once, when first asked for (~20 ms)."""
         with _printing:
             if self._text is None:
                 from mlir import ir
 
-                alone = ir.Module.parse(self._lowered, ir.Context())
+                source = ir.Module.parse(self._source, new_context())
+                alone = lowered_alone(source.body.operations[0], self.symbol)
                 symbols = top_level_symbols(alone)
                 self._text = (str(symbols.pop(self.symbol)),
                               {name: str(op) for name, op in symbols.items()})
@@ -88,14 +100,24 @@ class CompiledMicrokernel:
         return f"<CompiledMicrokernel @{self.symbol} at {self.address:#x}>"
 
 
-def build(function: Any, symbol: str, opt_level: int) -> CompiledMicrokernel:
-    """The microkernel ``function`` (a ``func.func`` named ``symbol``) compiled in a
-    module of its own: lowered by :data:`LOWERING`, its code made at ``opt_level``."""
+def build(function: Any, symbol: str, opt_level: int, source: bytes) -> CompiledMicrokernel:
+    """The microkernel ``function`` (a ``func.func``; its MLIR ``source``, as bytecode)
+    compiled in a module of its own as ``symbol``: lowered by :func:`lowered_alone`, its
+    code made at ``opt_level``."""
+    alone = lowered_alone(function, symbol)
+    return CompiledMicrokernel(symbol, object_code(translate_module(alone), opt_level),
+                               frozenset(external_declarations(alone)), source)
+
+
+def lowered_alone(function: Any, symbol: str) -> Any:
+    """A new module (in ``function``'s context) of a copy of the microkernel
+    ``function``, named ``symbol`` and public, lowered by :data:`LOWERING`."""
     from mlir import ir
 
     with function.context, ir.Location.unknown():
         alone = ir.Module.create()
         copy = function.operation.clone(ir.InsertionPoint(alone.body))
+        copy.attributes["sym_name"] = ir.StringAttr.get(symbol)
         if "sym_visibility" in copy.attributes:  # private in a module of its own: dropped
             del copy.attributes["sym_visibility"]
     run_pipeline(alone, LOWERING, "<microkernel>")
@@ -103,9 +125,7 @@ def build(function: Any, symbol: str, opt_level: int) -> CompiledMicrokernel:
     # its loops may be transformed, as the module's would, to LLVM's default pipeline
     # too (which inspect_llvm() and inspect_asm() run).
     attach_loop_annotations(alone)
-    return CompiledMicrokernel(symbol, object_code(translate_module(alone), opt_level),
-                               frozenset(external_declarations(alone)),
-                               bytecode_of(alone.operation))
+    return alone
 
 
 def bytecode_of(op: Any) -> bytes:

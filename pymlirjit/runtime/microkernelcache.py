@@ -6,9 +6,11 @@ most of a matmul module's first compile. It is the same function for every matmu
 same element type, layout and register-block shape. So once the schedules have put
 microkernels in a module, :func:`split_off` names each one by its MLIR and takes it out,
 leaving its declaration: one compiled before in this process (for the same MLIR and opt
-level) is reused, the others are compiled on their own
+level) is reused, then one an earlier process kept on disk
+(:mod:`~pymlirjit.runtime.microkernelstore`), and the others are compiled on their own
 (:func:`~pymlirjit.runtime.microkernelbuild.build`: a short lowering and a short LLVM
-pipeline, where the module's would run the whole of both on code already scheduled).
+pipeline, where the module's would run the whole of both on code already scheduled) and
+kept on disk for the next processes.
 The module's engine then links every microkernel's declaration to that code
 (:attr:`CompiledMicrokernel.address`), and a module stored on disk gets the
 microkernel's object code linked into its library (:meth:`CompiledMicrokernel.object_code`).
@@ -32,6 +34,7 @@ from typing import Any
 
 from ..codegen.options import CompileOptions
 from ..lowering.walk import operations
+from . import microkernelstore
 from .microkernelbuild import CompiledMicrokernel, build, bytecode_of
 
 __all__ = ["ENABLED", "CompiledMicrokernel", "LinkedModule", "clear", "set_aside", "split_off"]
@@ -123,9 +126,10 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
     """Take each microkernel out of ``module`` (MLIR about to be lowered for
     ``options``), named by a digest of its MLIR, leaving its declaration, and return
     its code by name: compiled before in this process (for the same MLIR and opt level),
-    or now (:func:`~pymlirjit.runtime.microkernelbuild.build`). Parallel microkernels
-    (``options.parallel_loops``), and any that refers to another symbol, stay in
-    ``module``."""
+    or by an earlier one (:mod:`~pymlirjit.runtime.microkernelstore`), or now
+    (:func:`~pymlirjit.runtime.microkernelbuild.build`, then kept on disk too).
+    Parallel microkernels (``options.parallel_loops``), and any that refers to another
+    symbol, stay in ``module``."""
     if not ENABLED or options.parallel_loops:
         return {}
     from mlir import ir
@@ -147,7 +151,10 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
         key = (bytecode, options.opt_level)
         compiled = _found(key)
         if compiled is None:
-            compiled = build(op, symbol, options.opt_level)
+            compiled = microkernelstore.load(bytecode, symbol, options.opt_level)
+            if compiled is None:
+                compiled = build(op, symbol, options.opt_level, bytecode)
+                microkernelstore.save(compiled, options.opt_level)
             _keep(key, compiled)
         with module.context, ir.InsertionPoint(op), op.location:
             func.FuncOp(symbol, ir.TypeAttr(op.attributes["function_type"]).value,
