@@ -136,6 +136,19 @@ def test_the_environment_chooses_the_folder_or_none(tmp_path: Path) -> None:
     assert not off.exists()
 
 
+def test_processes_starting_at_once_on_an_empty_folder_share_it(tmp_path: Path) -> None:
+    environment = {**os.environ, "PYMLIRJIT_MICROKERNEL_CACHE": str(tmp_path)}
+    started = [subprocess.Popen([sys.executable, "-c", NEW_PROCESS, ONE], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=environment) for _ in range(3)]
+    for process in started:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        assert err == "" and out.split()[0] in ("0", "1")
+    assert len(entries(tmp_path)) == 1 and len(list(tmp_path.glob("secret.key"))) == 1
+    assert new_process({"PYMLIRJIT_MICROKERNEL_CACHE": str(tmp_path)}) == "0 1"
+
+
 def test_a_changed_entry_is_refused_and_compiled_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
