@@ -168,17 +168,19 @@ class DiskCache:
     random secret kept in the folder (``secret.key``, 0600): an entry planted, edited,
     truncated or found under another key is refused, logged and counted in
     ``rejected`` by reason (and as a miss), and the module is compiled again. ``hits``
-    counts the authentic entries read. ``quiet_io``: a folder that cannot be made or
-    read, and an entry that cannot be written, are logged at DEBUG, not as warnings
-    (for a store nobody asked for, as the matmul microkernels' is: a read-only home
-    folder is no news to its user).
+    counts the authentic entries read. ``quiet_folder``: a folder refused (for any
+    reason: it cannot be made, or is another user's...) and an entry that cannot be
+    written are logged at DEBUG, not as warnings, for a store nobody asked for (the
+    matmul microkernels'): nothing is read from such a folder, and a read-only home
+    folder, or a container's home of another user, is no news to its user. An entry
+    refused in a folder that passed the checks is a warning still.
     """
 
     key = staticmethod(entry_key)
 
-    def __init__(self, directory: str | Path, *, quiet_io: bool = False) -> None:
+    def __init__(self, directory: str | Path, *, quiet_folder: bool = False) -> None:
         self.directory = Path(directory)
-        self.quiet_io = quiet_io
+        self.quiet_folder = quiet_folder
         self.hits = 0
         self.misses = 0
         self.stores = 0
@@ -226,7 +228,7 @@ class DiskCache:
             write_atomically(path, encode_entry(entry, key, opened))
         except OSError as exc:
             # Said once as a warning: a full disk must not flood the log at each compile.
-            level = logging.DEBUG if self._write_failed or self.quiet_io else logging.WARNING
+            level = logging.DEBUG if self._write_failed or self.quiet_folder else logging.WARNING
             self._write_failed = True
             _log.log(level, "could not write the disk cache entry %s: %s", path, exc)
             return None
@@ -327,7 +329,7 @@ class DiskCache:
                 problem = Rejection("io", f"cannot use {self.directory}: {exc}")
             self.refused = problem
             self.rejected[problem.reason] += 1
-        level = logging.DEBUG if self.quiet_io and problem.reason == "io" else logging.WARNING
+        level = logging.DEBUG if self.quiet_folder else logging.WARNING
         _log.log(level, "not using the disk cache %s: %s", self.directory, problem.detail)
         return problem
 

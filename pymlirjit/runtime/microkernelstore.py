@@ -12,9 +12,10 @@ code is kept only if its session asks. ``$PYMLIRJIT_MICROKERNEL_CACHE`` changes 
 The folder is a :class:`~pymlirjit.runtime.cache.DiskCache`, with all of its checks: a
 private folder of this user's, each entry authenticated by an HMAC under the folder's
 secret (anything planted, changed or truncated is refused, logged, and compiled again),
-written atomically. A folder that cannot be made or read (a read-only home) keeps nothing,
-logged at DEBUG only. An entry's key covers the microkernel's MLIR, the opt level, how
-it is lowered and compiled (:data:`~pymlirjit.runtime.microkernelbuild.LOWERING`,
+written atomically. A folder refused (one that cannot be made, as in a read-only home, or
+another user's) keeps nothing, logged at DEBUG only. An entry's key covers the
+microkernel's MLIR, the opt level, how it is lowered and compiled
+(:data:`~pymlirjit.runtime.microkernelbuild.LOWERING`,
 :data:`~pymlirjit.runtime.objectcode.PASSES`) and the versions and host CPU that decide
 a module's code.
 """
@@ -74,7 +75,7 @@ def store() -> DiskCache | None:
                 _store = None
             else:
                 _store = DiskCache(Path(folder) if folder else default_cache_dir() / FOLDER,
-                                   quiet_io=True)
+                                   quiet_folder=True)
             _made = True
         return _store
 
@@ -85,7 +86,7 @@ def using(folder: str | Path | None) -> Iterator[DiskCache | None]:
     the environment's store; yields the store (for tests and benchmarks)."""
     global _chosen
     previous = _chosen
-    chosen = DiskCache(folder, quiet_io=True) if folder is not None else None
+    chosen = DiskCache(folder, quiet_folder=True) if folder is not None else None
     _chosen = chosen
     try:
         yield chosen
