@@ -32,7 +32,7 @@ from pathlib import Path
 from .._version import build_environment
 from ..errors import LinkError
 from .cache import DiskCache, default_cache_dir
-from .cacheentry import CachedModule
+from .cacheentry import FORMAT, CachedModule
 from .microkernelbuild import LOWERING, CompiledMicrokernel
 from .objectcode import PASSES
 
@@ -96,9 +96,10 @@ def using(folder: str | Path | None) -> Iterator[DiskCache | None]:
 
 def key(source: bytes, opt_level: int) -> str:
     """The name of the entry of the microkernel whose MLIR is ``source`` (bytecode),
-    compiled at ``opt_level``."""
+    compiled at ``opt_level`` (the entries' format in it: an entry of another format,
+    which its MAC would refuse, is never looked for)."""
     digest = hashlib.sha256()
-    for part in ("pymlirjit-microkernel", *build_environment(), LOWERING, *PASSES,
+    for part in (f"pymlirjit-microkernel:{FORMAT}", *build_environment(), LOWERING, *PASSES,
                  str(opt_level)):
         digest.update(part.encode())
         digest.update(b"\0")
