@@ -9,6 +9,9 @@ stands in for MLIR's ExecutionEngine.
 from __future__ import annotations
 
 import ctypes
+import functools
+import struct
+import sys
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -17,7 +20,7 @@ from ..codegen.vectormath import load_for
 from ..errors import LinkError
 from .engine import address_of
 
-__all__ = ["ObjectEngine"]
+__all__ = ["ObjectEngine", "check_object_file"]
 
 _link_lock = threading.Lock()
 
@@ -45,6 +48,8 @@ class ObjectEngine:
                    and not any(hasattr(library, s) for library in libraries)]
         if missing:
             raise LinkError(f"the cached module needs undefined symbols: {missing}", missing)
+        for code in (object_code, *objects):  # LLVM crashes on what is not one
+            check_object_file(code)
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         for library in shared_libs:
@@ -67,3 +72,55 @@ class ObjectEngine:
             raise LinkError(f"Unknown function {name}: the cached module defines no such "
                             f"function", [name])
         return address
+
+
+def check_object_file(code: bytes) -> None:
+    """Raise :class:`LinkError` unless ``code`` is a relocatable ELF object for this
+    process's machine whose section headers and sections lie within it: llvmlite hands
+    an object to LLVM, which crashes the process on some that are not one (garbage, a
+    truncated file). Where this process is not an ELF executable, only that ``code``
+    is not empty. (An object from a cache entry is authenticated already: this is for
+    an entry written by a faulty writer, not against a forger.)"""
+    host = _host_elf_header()
+    if host is None:
+        if not code:
+            raise LinkError("an empty object file", [])
+        return
+    if len(code) < _ELF64.size or code[:4] != b"\x7fELF":
+        raise LinkError("not an ELF object file", [])
+    if code[4:6] != host[4:6]:  # class (32/64-bit) and byte order
+        raise LinkError("an ELF object file of another class or byte order", [])
+    if code[4] != 2 or code[5] != 1:
+        raise LinkError("an ELF object file that is not 64-bit little-endian", [])
+    (kind, machine, section_offset, entry_size, sections,
+     names) = _ELF64.unpack_from(code)
+    if kind != _RELOCATABLE or machine != struct.unpack_from("<H", host, 18)[0]:
+        raise LinkError("not a relocatable ELF object file of this machine", [])
+    if entry_size != _SECTION.size or names >= max(sections, 1) or (
+            section_offset + sections * entry_size > len(code)):
+        raise LinkError("an ELF object file whose section headers lie outside it", [])
+    for index in range(sections):
+        kind, offset, size = _SECTION.unpack_from(code, section_offset + index * entry_size)
+        if kind != _NO_BITS and offset + size > len(code):
+            raise LinkError(f"an ELF object file whose section {index} lies outside it", [])
+
+
+# e_type, e_machine at 16; e_shoff at 40; e_shentsize, e_shnum, e_shstrndx at 58.
+_ELF64 = struct.Struct("<16xHH20xQ10xHHH")
+# sh_type at 4, sh_offset at 24, sh_size at 32 (of 64 bytes).
+_SECTION = struct.Struct("<4xI16xQQ24x")
+_RELOCATABLE = 1
+_NO_BITS = 8  # SHT_NOBITS: no bytes in the file
+
+
+@functools.cache
+def _host_elf_header() -> bytes | None:
+    """The first 64 bytes of this process's executable if it is an ELF file."""
+    for path in ("/proc/self/exe", sys.executable):
+        try:
+            with open(path, "rb") as executable:
+                header = executable.read(64)
+        except OSError:
+            continue
+        return header if header[:4] == b"\x7fELF" and len(header) == 64 else None
+    return None

@@ -171,8 +171,9 @@ def test_a_changed_entry_is_refused_and_compiled_again(
         assert builds.count == 4 and store.hits == 0
 
 
+@pytest.mark.parametrize("code", ["another microkernel's", "garbage", "truncated"])
 def test_an_authentic_entry_of_other_code_is_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
     builds = Builds(monkeypatch)
     with microkernelstore.using(tmp_path) as store:
         Session().compile(ONE)
@@ -180,10 +181,13 @@ def test_an_authentic_entry_of_other_code_is_refused(
         Session().compile(ONE.replace("f32", "f64"))
         (f64,) = [c for c in microkernelcache._compiled.values() if c is not f32]
         assert store is not None
-        # f32's key holding f64's code, written with the folder's secret: authentic, but
-        # not the code of the symbol it is loaded as.
+        # f32's key holding other code, written with the folder's secret (as a faulty
+        # writer would): authentic, but not the code of the symbol it is loaded as, or
+        # not an object file at all (which LLVM would crash on).
+        other = {"another microkernel's": f64.object_code(), "garbage": b"garbage",
+                 "truncated": f32.object_code()[:-100]}[code]
         store.save(microkernelstore.key(f32.source(), 2), lambda: CachedModule(
-            "object", f64.object_code(), {}, {}, (), tuple(f64.needed), ""))
+            "object", other, {}, {}, (), tuple(f64.needed), ""))
         microkernelcache.clear()
         check_one(Session().compile(ONE).one)
         assert store.rejected["unloadable"] == 1 and builds.count == 3
