@@ -58,7 +58,8 @@ class CompiledMicrokernel:
     register), ``needed`` the external symbols it calls. ``source`` is the
     microkernel's MLIR as bytecode (a ``func.func``, under any name), from which
     :meth:`lowered_text` lowers it again when asked. A :class:`LinkError` if ``code``
-    does not define ``symbol`` or calls a symbol this process lacks."""
+    is not an object file of this machine, does not define ``symbol``, or calls a
+    symbol this process lacks."""
 
     __slots__ = ("_engine", "_object_code", "_source", "_text", "address", "needed",
                  "symbol")

@@ -1,6 +1,6 @@
 """Compiled matmul microkernels kept on disk, so that a process's first matmul module
 links the ones an earlier process compiled instead of compiling them again (~75 ms each
-on an Intel Xeon; loading one: ~1 ms).
+on an Intel Xeon; loading one: ~2 ms).
 
 A microkernel is library code, not the user's: the same few functions (one per element
 type and layout) for every matmul on the host. So they are kept by default, as Triton and
@@ -36,7 +36,7 @@ from .cacheentry import FORMAT, CachedModule
 from .microkernelbuild import LOWERING, CompiledMicrokernel
 from .objectcode import PASSES
 
-__all__ = ["VARIABLE", "load", "save", "store", "using"]
+__all__ = ["FOLDER", "VARIABLE", "key", "load", "save", "store", "using"]
 
 #: The environment variable: ``0`` keeps no microkernel on disk; another value is the
 #: folder to keep them in (default: ``microkernels`` in the disk cache's default folder).

@@ -78,20 +78,18 @@ def check_object_file(code: bytes) -> None:
     """Raise :class:`LinkError` unless ``code`` is a relocatable ELF object for this
     process's machine whose section headers and sections lie within it: llvmlite hands
     an object to LLVM, which crashes the process on some that are not one (garbage, a
-    truncated file). Where this process is not an ELF executable, only that ``code``
-    is not empty. (An object from a cache entry is authenticated already: this is for
-    an entry written by a faulty writer, not against a forger.)"""
+    truncated file). Where this process is not a 64-bit little-endian ELF executable,
+    only that ``code`` is not empty. (An object from a cache entry is authenticated
+    already: this is for an entry written by a faulty writer, not against a forger.)"""
     host = _host_elf_header()
-    if host is None:
+    if host is None or host[4:6] != _ELF64_LITTLE:
         if not code:
             raise LinkError("an empty object file", [])
         return
     if len(code) < _ELF64.size or code[:4] != b"\x7fELF":
         raise LinkError("not an ELF object file", [])
-    if code[4:6] != host[4:6]:  # class (32/64-bit) and byte order
+    if code[4:6] != _ELF64_LITTLE:  # class (32/64-bit) and byte order
         raise LinkError("an ELF object file of another class or byte order", [])
-    if code[4] != 2 or code[5] != 1:
-        raise LinkError("an ELF object file that is not 64-bit little-endian", [])
     (kind, machine, section_offset, entry_size, sections,
      names) = _ELF64.unpack_from(code)
     if kind != _RELOCATABLE or machine != struct.unpack_from("<H", host, 18)[0]:
@@ -105,6 +103,7 @@ def check_object_file(code: bytes) -> None:
             raise LinkError(f"an ELF object file whose section {index} lies outside it", [])
 
 
+_ELF64_LITTLE = b"\x02\x01"  # e_ident's class (64-bit) and data (little-endian) bytes
 # e_type, e_machine at 16; e_shoff at 40; e_shentsize, e_shnum, e_shstrndx at 58.
 _ELF64 = struct.Struct("<16xHH20xQ10xHHH")
 # sh_type at 4, sh_offset at 24, sh_size at 32 (of 64 bytes).
