@@ -7,7 +7,8 @@ type and layout) for every matmul on the host. So they are kept by default, as T
 TorchInductor keep their compiled kernels, in ``microkernels`` under the disk cache's
 default folder (:func:`~pymlirjit.runtime.cache.default_cache_dir`), where a module's own
 code is kept only if its session asks. ``$PYMLIRJIT_MICROKERNEL_CACHE`` changes that:
-``0`` keeps none on disk, any other value is the folder to keep them in.
+``0`` keeps none on disk, any other value is the folder to keep them in (unset or
+empty: the default).
 
 The folder is a :class:`~pymlirjit.runtime.cache.DiskCache`, with all of its checks: a
 private folder of this user's, each entry authenticated by an HMAC under the folder's
