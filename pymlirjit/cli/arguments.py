@@ -126,15 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("demo", parents=[common],
                         help="run the callback round trip (MLIR calling Python)")
     cache = commands.add_parser(
-        "cache", parents=[common], help="show (or --clear) the disk cache of `run --cache`",
+        "cache", parents=[common],
+        help="show (or --clear) the disk cache of `run --cache`; --warm the microkernels",
         description="Show the disk cache that `pymlirjit run --cache` and "
                     "mlir_kernel(cache=True) use ($PYMLIRJIT_CACHE_DIR, else "
                     "~/.cache/pymlirjit): its folder, modules and size; then the matmul "
                     "microkernels kept on disk ($PYMLIRJIT_MICROKERNEL_CACHE, else its "
                     "microkernels folder; 0: none kept).")
-    cache.add_argument("--clear", action="store_true",
-                       help="delete the cached modules and microkernels (only files the "
-                            "caches wrote)")
+    action = cache.add_mutually_exclusive_group()
+    action.add_argument("--clear", action="store_true",
+                        help="delete the cached modules and microkernels (only files the "
+                             "caches wrote)")
+    action.add_argument("--warm", action="store_true",
+                        help="compile this machine's matmul microkernels (f32 and f64, "
+                             "opt levels 2 and 3) into their folder now, so that no later "
+                             "process compiles them (for an image or an install script)")
     return parser
 
 

@@ -271,11 +271,25 @@ def demo_command(args: argparse.Namespace) -> None:
     run_demo()
 
 
+#: What ``pymlirjit cache --warm`` compiles: a matmul of each element type the
+#: microkernels serve (every matmul of that type, on any layout they take, calls the same).
+_WARM_MATMULS = "\n".join(f"""
+func.func @matmul_{t}(%a: memref<?x?x{t}>, %b: memref<?x?x{t}>, %c: memref<?x?x{t}>) {{
+  linalg.matmul ins(%a, %b : memref<?x?x{t}>, memref<?x?x{t}>) outs(%c : memref<?x?x{t}>)
+  return
+}}""" for t in ("f32", "f64"))
+
+
 def cache_command(args: argparse.Namespace) -> None:
     """``pymlirjit cache``: the default disk cache's folder, modules and size, then the
-    matmul microkernels kept on disk (unless ``$PYMLIRJIT_MICROKERNEL_CACHE`` is 0)."""
+    matmul microkernels kept on disk (unless ``$PYMLIRJIT_MICROKERNEL_CACHE`` is 0);
+    ``--warm`` compiles those microkernels first."""
     from ..runtime import microkernelstore
     from ..runtime.cache import DiskCache, default_cache_dir
+
+    if args.warm:
+        _warm_microkernels()
+        return
 
     stores = [(DiskCache(default_cache_dir()), "module")]
     microkernels = microkernelstore.store()
@@ -295,6 +309,26 @@ def cache_command(args: argparse.Namespace) -> None:
             print(f"{cache.directory}: removed {held}")
         else:
             print(f"{cache.directory}: {held}")
+
+
+def _warm_microkernels() -> None:
+    """Compile the host's matmul microkernels into their store (at the opt levels that
+    make them: 2 and 3), saying how many were compiled and how many were kept already."""
+    from ..runtime import microkernelcache, microkernelstore
+    from ..session import Session
+
+    store = microkernelstore.store()
+    if store is None:
+        raise CLIError(f"${microkernelstore.VARIABLE} is 0: no microkernel is kept on disk")
+    stores, hits = store.stores, store.hits
+    with microkernelcache.set_aside():  # those of this process would not be looked for
+        for opt_level in (2, 3):
+            Session(opt_level=opt_level).compile(_WARM_MATMULS)
+    if store.refused is not None:
+        raise CLIError(f"{store.directory}: cannot keep microkernels: {store.refused.detail}")
+    compiled, kept = store.stores - stores, store.hits - hits
+    print(f"{store.directory}: {compiled} microkernel{'' if compiled == 1 else 's'} "
+          f"compiled, {kept} kept already")
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {

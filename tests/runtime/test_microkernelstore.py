@@ -306,24 +306,32 @@ def test_a_forked_child_loads_from_the_store(tmp_path: Path) -> None:
     assert done.stdout.split() == ["0"]
 
 
-def test_the_cli_shows_and_clears_the_microkernels(tmp_path: Path) -> None:
-    with microkernelstore.using(tmp_path / "microkernels"):
-        Session().compile(ONE)
+def test_the_cli_warms_shows_and_clears_the_microkernels(tmp_path: Path) -> None:
+    folder = tmp_path / "microkernels"
     environment = {**os.environ, "PYMLIRJIT_CACHE_DIR": str(tmp_path),
                    "PYMLIRJIT_MICROKERNEL_CACHE": ""}
 
-    def cli(*args: str) -> str:
+    def cli(*args: str, returncode: int = 0, **changed: str) -> str:
         done = subprocess.run([sys.executable, "-m", "pymlirjit", "cache", *args],
-                              capture_output=True, text=True, timeout=300, env=environment)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+                              capture_output=True, text=True, timeout=300,
+                              env={**environment, **changed})
+        assert done.returncode == returncode, done.stderr
+        return done.stdout + done.stderr
 
+    # f32 and f64 at opt levels 2 and 3, compiled once.
+    assert cli("--warm") == f"{folder}: 4 microkernels compiled, 0 kept already\n"
+    assert cli("--warm") == f"{folder}: 0 microkernels compiled, 4 kept already\n"
+    assert new_process({"PYMLIRJIT_MICROKERNEL_CACHE": str(folder)}) == "0 1"
     shown = cli().splitlines()
     assert shown[0] == f"{tmp_path}: 0 modules (0.0 KiB)"
-    assert shown[1].startswith(f"{tmp_path / 'microkernels'}: 1 microkernel (")
-    assert cli("--clear").splitlines()[1].startswith(
-        f"{tmp_path / 'microkernels'}: removed 1 microkernel (")
-    assert not entries(tmp_path / "microkernels")
+    assert shown[1].startswith(f"{folder}: 4 microkernels (")
+    assert cli("--clear").splitlines()[1].startswith(f"{folder}: removed 4 microkernels (")
+    assert not entries(folder)
+    assert "no microkernel is kept on disk" in cli(
+        "--warm", returncode=1, PYMLIRJIT_MICROKERNEL_CACHE="0")
+    (tmp_path / "taken").write_text("not a folder")
+    assert "cannot keep microkernels" in cli(
+        "--warm", returncode=1, PYMLIRJIT_MICROKERNEL_CACHE=str(tmp_path / "taken"))
 
 
 def test_a_store_is_a_disk_cache_of_its_own() -> None:
