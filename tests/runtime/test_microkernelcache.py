@@ -206,21 +206,26 @@ def test_threads_compiling_at_once_get_correct_code() -> None:
     run_in_threads(compile_and_run, range(4))
 
 
-#: Compiles @one (argv[1]) and forks: the child compiles @child with the kept microkernel
-#: and runs both against numpy; prints the child's exit status.
-FORKER = """
-import os, sys
+#: For the scripts the tests run: ``check(function, seed, shapes)`` runs an f32 @one-like
+#: function (C += A @ B) on random operands of each (m, k, n) against numpy.
+CHECK_SCRIPT = """
 import numpy as np
-from pymlirjit import Session
-from pymlirjit.runtime import microkernelcache
 
-def check(function, seed):
+def check(function, seed, shapes=((1, 1, 1), (61, 5, 17), (200, 64, 31))):
     rng = np.random.default_rng(seed)
-    for m, k, n in [(1, 1, 1), (61, 5, 17), (200, 64, 31)]:
+    for m, k, n in shapes:
         a, b, c = (rng.uniform(-1, 1, s).astype(np.float32) for s in [(m, k), (k, n), (m, n)])
         expected = c + a @ b
         function(a, b, c)
         np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+"""
+
+#: Compiles @one (argv[1]) and forks: the child compiles @child with the kept microkernel
+#: and runs both against numpy; prints the child's exit status.
+FORKER = CHECK_SCRIPT + """
+import os, sys
+from pymlirjit import Session
+from pymlirjit.runtime import microkernelcache
 
 parent = Session().compile(sys.argv[1]).one
 check(parent, 0)
@@ -250,21 +255,15 @@ def test_a_forked_child_links_the_kept_microkernels() -> None:
 
 #: Loads @disk from the cache folder argv[1] in a process that never compiled a
 #: microkernel, and runs it against numpy.
-LOADER = """
+LOADER = CHECK_SCRIPT + """
 import sys
-import numpy as np
 from pymlirjit import Session
 from pymlirjit.runtime import microkernelcache
 session = Session(cache_dir=sys.argv[1])
 module = session.compile(sys.argv[2])
 assert session.cache_info().disk_hits == 1, session.cache_info()
 assert not microkernelcache._compiled
-rng = np.random.default_rng(7)
-for m, k, n in [(1, 1, 1), (37, 300, 19), (128, 64, 96)]:
-    a, b, c = (rng.uniform(-1, 1, s).astype(np.float32) for s in [(m, k), (k, n), (m, n)])
-    expected = c + a @ b
-    module.disk(a, b, c)
-    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+check(module.disk, 7, [(1, 1, 1), (37, 300, 19), (128, 64, 96)])
 print(type(module.engine).__name__)
 """
 
