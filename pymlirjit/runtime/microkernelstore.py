@@ -23,17 +23,15 @@ a module's code.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .._version import build_environment
 from ..errors import LinkError
 from .cache import DiskCache, default_cache_dir
-from .cacheentry import FORMAT, CachedModule
+from .cacheentry import CachedModule, entry_key
 from .microkernelbuild import LOWERING, CompiledMicrokernel
 from .objectcode import PASSES
 
@@ -97,15 +95,12 @@ def using(folder: str | Path | None) -> Iterator[DiskCache | None]:
 
 def key(source: bytes, opt_level: int) -> str:
     """The name of the entry of the microkernel whose MLIR is ``source`` (bytecode),
-    compiled at ``opt_level`` (the entries' format in it: an entry of another format,
-    which its MAC would refuse, is never looked for)."""
-    digest = hashlib.sha256()
-    for part in (f"pymlirjit-microkernel:{FORMAT}", *build_environment(), LOWERING, *PASSES,
-                 str(opt_level)):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    digest.update(source)
-    return digest.hexdigest()
+    compiled at ``opt_level``: a module's key (:func:`~pymlirjit.runtime.cacheentry.entry_key`:
+    the entries' format, the versions, the host CPU) of that MLIR, lowered and compiled
+    by :data:`~pymlirjit.runtime.microkernelbuild.LOWERING` and
+    :data:`~pymlirjit.runtime.objectcode.PASSES`."""
+    return entry_key(source.hex(), f"microkernel:{LOWERING}:{','.join(PASSES)}", opt_level,
+                     (), ())
 
 
 def load(source: bytes, symbol: str, opt_level: int) -> CompiledMicrokernel | None:
