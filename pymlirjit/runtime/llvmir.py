@@ -9,6 +9,11 @@ name and features) at that same level. Here the translation is MLIR's own
 version; the result is what the JIT compiles, not a byte-for-byte copy of it (the JIT's
 code model and relocation may differ).
 
+A matmul microkernel compiled apart from its module
+(:func:`~pymlirjit.runtime.microkernelcache.compiled_apart`) is shown as it was compiled:
+through :data:`~pymlirjit.runtime.objectcode.PASSES` only, in a module of its own (linked
+in after, for the one text), not through the default pipeline with its callers.
+
 >>> text = '''llvm.func @twice(%x: f64) -> f64 {
 ...   %r = llvm.fadd %x, %x : f64
 ...   llvm.return %r : f64
@@ -24,7 +29,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..lowering.pipeline import check_opt_level, new_context, parse_module
-from .objectcode import host_machine, llvm_binding, translate_module
+from ..lowering.walk import operations
+from .microkernelcache import compiled_apart
+from .objectcode import clean_up, host_machine, llvm_binding, translate_module
 
 __all__ = ["assembly", "llvm_ir"]
 
@@ -52,16 +59,64 @@ def translate(lowered_mlir: str) -> str:
 
 def _optimized(lowered_mlir: str, opt_level: int, machine: Any) -> Any:
     llvm = llvm_binding()
-    module = llvm.parse_assembly(translate(lowered_mlir))
-    module.triple = machine.triple
-    module.data_layout = str(machine.target_data)
-    module.verify()
+    module = parse_module(lowered_mlir, new_context(), "<lowered module>")
+    apart = _take_apart(module)
+    optimized = _llvm_module(module, machine)
     # A pass builder per run: llvmlite's leak a little each (fine for inspection, which
     # is not a hot path).
     tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     builder = llvm.create_pass_builder(machine, tuning)
-    builder.getModulePassManager().run(module, builder)
-    return module
+    builder.getModulePassManager().run(optimized, builder)
+    for alone in apart:
+        piece = _llvm_module(alone, machine)
+        clean_up(piece, machine, opt_level)
+        optimized.link_in(piece)
+    return optimized
+
+
+def _llvm_module(module: Any, machine: Any) -> Any:
+    """llvmlite's module of the LLVM IR ``module`` (MLIR, in the LLVM dialect)
+    translates to, for ``machine``."""
+    translated = llvm_binding().parse_assembly(
+        translate_module(module, "<lowered module>", "the lowered module"))
+    translated.triple = machine.triple
+    translated.data_layout = str(machine.target_data)
+    translated.verify()
+    return translated
+
+
+def _take_apart(module: Any) -> list[Any]:
+    """Modules of their own for the functions of ``module`` compiled apart from it
+    (each with declarations of what it calls), left in ``module`` as declarations."""
+    from mlir import ir
+    from mlir.dialects import llvm
+
+    symbols = {ir.StringAttr(op.attributes["sym_name"]).value: op
+               for op in module.body.operations if op.operation.name == "llvm.func"}
+    apart = []
+    for name, op in symbols.items():
+        if not compiled_apart(name) or not op.regions[0].blocks:
+            continue
+        with module.context, ir.Location.unknown():
+            alone = ir.Module.create()
+            with ir.InsertionPoint(alone.body):
+                for callee in sorted(_callees(op) - {name}):
+                    if callee in symbols:
+                        llvm.LLVMFuncOp(callee, symbols[callee].attributes["function_type"])
+            op.operation.clone(ir.InsertionPoint(alone.body))
+            with ir.InsertionPoint(op):
+                llvm.LLVMFuncOp(name, op.attributes["function_type"])
+        op.operation.erase()
+        apart.append(alone)
+    return apart
+
+
+def _callees(function: Any) -> set[str]:
+    from mlir import ir
+
+    return {ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            for op in operations(function, names={"llvm.call"})
+            if "callee" in op.attributes}
 
 
 def _machine(opt_level: int) -> Any:

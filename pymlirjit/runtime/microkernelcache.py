@@ -37,7 +37,8 @@ from ..lowering.walk import operations
 from . import microkernelstore
 from .microkernelbuild import CompiledMicrokernel, build, bytecode_of
 
-__all__ = ["ENABLED", "CompiledMicrokernel", "LinkedModule", "clear", "set_aside", "split_off"]
+__all__ = ["ENABLED", "CompiledMicrokernel", "LinkedModule", "clear", "compiled_apart", "set_aside",
+           "split_off"]
 
 #: Whether microkernels are compiled apart and reused (tests compare with modules that
 #: keep theirs).
@@ -49,6 +50,9 @@ _KEPT = 32
 
 #: The prefix of a microkernel's name (:mod:`pymlirjit.codegen.linalg_rewrites`).
 _PREFIX = "__pymlirjit_matmul"
+
+#: The name of a microkernel compiled apart: the prefix and a digest of its MLIR.
+_APART = re.compile(rf"{_PREFIX}_[0-9a-f]{{24}}")
 
 #: The name a microkernel's MLIR is digested under: the digest must not depend on its name.
 _CANONICAL = "__pymlirjit_microkernel"
@@ -87,6 +91,13 @@ class LinkedModule:
             end = text.rstrip().rfind("}")
             text = text[:end] + "\n".join(missing) + "\n" + text[end:]
         return text
+
+
+def compiled_apart(symbol: str) -> bool:
+    """Whether a function named ``symbol`` in a lowered module (a :class:`LinkedModule`'s
+    text) is a microkernel compiled apart from the module (:func:`split_off` names them
+    so; microkernels left in their module keep the names the rewrite gave them)."""
+    return _APART.fullmatch(symbol) is not None
 
 
 def clear() -> None:
@@ -140,7 +151,7 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
         name = ir.StringAttr(op.attributes["sym_name"]).value
         op.attributes["sym_name"] = ir.StringAttr.get(_CANONICAL, module.context)
         bytecode = bytecode_of(op)
-        symbol = f"{_PREFIX}_{hashlib.sha256(bytecode).hexdigest()[:24]}"
+        symbol = f"{_PREFIX}_{hashlib.sha256(bytecode).hexdigest()[:24]}"  # see _APART
         ir.SymbolTable.replace_all_symbol_uses(name, symbol, module.operation)
         if symbol in linked:  # the same microkernel twice: one serves both
             op.erase()

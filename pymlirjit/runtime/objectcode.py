@@ -23,7 +23,8 @@ from ..errors import MLIRError
 from ..lowering.checks import check_lowered
 from ..lowering.pipeline import check_opt_level
 
-__all__ = ["MLIR_LLVM", "PASSES", "host_machine", "llvm_binding", "object_code", "translate_module"]
+__all__ = ["MLIR_LLVM", "PASSES", "clean_up", "host_machine", "llvm_binding", "object_code",
+           "translate_module"]
 
 #: The major version of the LLVM that MLIR's bindings link (the pinned
 #: xtc-mlir-python-bindings), whose IR llvmlite's LLVM must read.
@@ -75,19 +76,27 @@ def object_code(ir_text: str, opt_level: int = 2) -> bytes:
         raise MLIRError(f"LLVM cannot read a microkernel's IR: {exc}") from exc
     translated.triple = machine.triple
     translated.data_layout = str(machine.target_data)
-    if level:
-        builder = llvm.create_pass_builder(
-            machine, llvm.create_pipeline_tuning_options(speed_level=level))
-        passes = llvm.create_new_module_pass_manager()
-        for name in PASSES:
-            getattr(passes, f"add_{name}_pass")()
-        passes.run(translated, builder)
-        passes.close()
-        builder.close()
+    clean_up(translated, machine, level)
     code: bytes = machine.emit_object(translated)
     translated.close()
     machine.close()
     return code
+
+
+def clean_up(module: Any, machine: Any, opt_level: int) -> None:
+    """Run :data:`PASSES` on ``module`` (llvmlite's, for ``machine``), in place; none at
+    ``opt_level`` 0."""
+    if not opt_level:
+        return
+    llvm = llvm_binding()
+    builder = llvm.create_pass_builder(
+        machine, llvm.create_pipeline_tuning_options(speed_level=opt_level))
+    passes = llvm.create_new_module_pass_manager()
+    for name in PASSES:
+        getattr(passes, f"add_{name}_pass")()
+    passes.run(module, builder)
+    passes.close()
+    builder.close()
 
 
 def host_machine(opt_level: int, jit: bool) -> Any:

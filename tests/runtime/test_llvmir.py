@@ -128,3 +128,60 @@ def test_text_that_is_not_lowered_raises_instead_of_crashing() -> None:
         llvm_ir("func.func @f() { return }")
     with pytest.raises(MLIRError, match="cannot parse"):
         assembly("not mlir")
+
+
+MATMUL = """
+func.func @mm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
+  linalg.matmul ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>)
+  return
+}
+"""
+
+
+def _body(ir_text: str, symbol: str) -> list[str]:
+    """The instructions of function ``symbol`` defined in ``ir_text``."""
+    start = re.search(rf"^define [^@]*@{symbol}\(.*\{{$", ir_text, re.MULTILINE)
+    assert start is not None, symbol
+    body = ir_text[start.end():ir_text.index("\n}", start.end())]
+    return [line.strip() for line in body.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("opt_level", [2, 3])
+def test_a_microkernel_compiled_apart_is_shown_as_it_was_compiled(opt_level: int) -> None:
+    # Through PASSES, in a module of its own, as objectcode compiles it: not through the
+    # default pipeline with its module (which unrolls and vectorizes it again); the
+    # module's own functions through the default pipeline, as before.
+    from pymlirjit.runtime import llvmir, objectcode
+    from pymlirjit.runtime.microkernelcache import LinkedModule, compiled_apart
+
+    mm = mlir_kernel(source=MATMUL, name="mm", session=Session(opt_level=opt_level))(
+        lambda a, b, c: None)
+    a = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    c = np.zeros((3, 3), np.float32)
+    mm(a, a.T.copy(), c)
+    np.testing.assert_allclose(c, a @ a.T)
+    assert mm._module is not None
+    linked = mm._module._lowered  # the text lowered_mlir prints
+    assert isinstance(linked, LinkedModule) and len(linked.microkernels) == 1
+    ((symbol, compiled),) = linked.microkernels.items()
+    assert compiled_apart(symbol)
+    definition, declarations = compiled.lowered_text()
+    machine = objectcode.host_machine(opt_level, jit=False)
+    alone = llvmir.llvm_binding().parse_assembly(llvmir.translate(
+        "module {\n" + "\n".join([definition, *declarations.values()]) + "\n}"))
+    alone.triple, alone.data_layout = machine.triple, str(machine.target_data)
+    objectcode.clean_up(alone, machine, opt_level)
+    shown = mm.inspect_llvm()
+    assert _body(shown, symbol) == _body(str(alone), symbol)
+    whole = llvm_ir(str(linked.module), opt_level)  # the module, its microkernel declared
+    assert _body(shown, "mm") == _body(whole, "mm")
+    assert re.search(rf"^{symbol}:", mm.inspect_asm(), re.MULTILINE)
+
+
+def test_only_microkernels_named_as_compiled_apart_are_taken_apart() -> None:
+    from pymlirjit.runtime.microkernelcache import compiled_apart
+
+    assert compiled_apart("__pymlirjit_matmul_" + "0123456789abcdef01234567")
+    for name in ("__pymlirjit_matmul_0", "__pymlirjit_matmul_" + "0" * 23,
+                 "__pymlirjit_matmul_" + "0" * 25, "__pymlirjit_matmul_" + "G" * 24, "mm"):
+        assert not compiled_apart(name), name
