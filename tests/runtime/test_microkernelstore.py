@@ -91,6 +91,22 @@ def test_each_opt_level_keeps_its_own_code(tmp_path: Path,
         assert builds.count == 2 and len(entries(tmp_path)) == 2
 
 
+def test_parallel_modules_keep_their_microkernels_and_none_on_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Their microkernels' loops become tasks of the async runtime their module's engine
+    # links: they stay in the module, never in the store (nor read from it).
+    builds = Builds(monkeypatch)
+    with microkernelstore.using(tmp_path) as store:
+        compiled = Session(parallel=True).compile(ONE)
+        check_one(compiled.one)
+        assert builds.count == 0 and entries(tmp_path) == []
+        assert store is not None and store.stores == store.hits == 0
+        assert not shows_its_microkernels(compiled.lowered_mlir, 1)
+        assert "__pymlirjit_matmul_0" in compiled.lowered_mlir  # in place, as generated
+        check_one(Session().compile(ONE).one)  # a serial one: kept
+        assert builds.count == 1 and len(entries(tmp_path)) == 1
+
+
 #: Compiles and runs @one (argv[1]) in a new process; prints how many microkernels it
 #: compiled and how many it loaded from the environment's store.
 NEW_PROCESS = CHECK_SCRIPT + """
