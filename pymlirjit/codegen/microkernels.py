@@ -154,13 +154,19 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
         column = [j] + [f"%j{v}" for v in range(1, used)]
         acc = [(r, v) for r in range(count) for v in range(used)]
         if shape.prefetch_c and count == rows:
+            # Each cache line of the next block's rows (64 bytes: a 512-bit vector, two
+            # 256-bit ones), clamped to C's last row and column.
+            lines = [v for v in range(used) if v * shape.bits % 512 == 0]
             out.extend([f"{pad}%pnext = arith.addi {first}, %rows : index",
-                        f"{pad}%plast = arith.subi %m, %c1 : index"])
+                        f"{pad}%plast = arith.subi %m, %c1 : index",
+                        f"{pad}%pend = arith.subi %n, %c1 : index"])
+            out.extend(f"{pad}%pj{v} = arith.minui {column[v]}, %pend : index"
+                       for v in lines if v)
             for r in range(rows):  # clamped: the rows after the last one are not C's
                 out.extend([f"{pad}%pr{r} = arith.addi %pnext, %c{r} : index",
-                            f"{pad}%pc{r} = arith.minui %pr{r}, %plast : index",
-                            f"{pad}memref.prefetch %C[%pc{r}, {j}], write, locality<3>, "
-                            f"data : {tc}"])
+                            f"{pad}%pc{r} = arith.minui %pr{r}, %plast : index"])
+                out.extend(f"{pad}memref.prefetch %C[%pc{r}, {f'%pj{v}' if v else j}], write, "
+                           f"locality<3>, data : {tc}" for v in lines)
         for r, v in acc:
             out.append(f"{pad}%acc{r}_{v} = " + (
                 f"vector.maskedload %C[{index[r]}, {column[v]}], %mask{v}, %zero : {tc}, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import subprocess
 import sys
 
@@ -338,16 +339,36 @@ def test_the_schedules_fit_the_host_vectors(monkeypatch: pytest.MonkeyPatch) -> 
     linalg_schedules.host_schedules.cache_clear()
 
 
+def _prefetches(shape: MicrokernelShape | None) -> int:
+    """The prefetches of C a serial microkernel of ``shape`` has: one per 64-byte line
+    of a whole block's rows, in its blocks of all its vectors and of one vector."""
+    if shape is None or not shape.prefetch_c:
+        return 0
+    widths = [shape.vectors] + ([1] if shape.one_vector_last_panel and shape.vectors > 1
+                                else [])
+    return shape.rows * sum(sum(1 for v in range(used) if v * shape.bits % 512 == 0)
+                            for used in widths)
+
+
 def test_only_shapes_that_prefetch_c_do_and_within_c() -> None:
     strided = "memref<?x?xf64, strided<[?, ?], offset: ?>>"
     unit = "memref<?x?xf64, strided<[?, 1], offset: ?>>"
-    for family, shape in SHAPES.items():
+    # A 512-bit shape prefetching: each row's two lines (Intel's narrow shape, which
+    # does not: 0.85-1.0x the time of batches of 32 matmuls of 64^3 to 200^3, for 1.07x
+    # the first compile of a process; benchmarks/results/2026-12-07-prefetch-c.md).
+    wide = dataclasses.replace(MicrokernelShape(12, 2, 256, one_vector_last_panel=True,
+                                                tail_rows=4), prefetch_c=True)
+    for family, shape in [*SHAPES.items(), ("512-bit", wide)]:
         text = microkernel("mm", "f64", (strided, unit, unit), False, shape)
-        prefetches = [line for line in text.split("\n") if "memref.prefetch" in line]
-        assert len(prefetches) == (shape.rows if shape.prefetch_c else 0), family
-        # The next block's rows, clamped to C's last row (%m - 1).
-        assert all(line.strip().startswith("memref.prefetch %C[%pc") for line in prefetches)
+        prefetches = [line.strip() for line in text.split("\n") if "memref.prefetch" in line]
+        assert len(prefetches) == _prefetches(shape) + _prefetches(shape.narrow), family
+        # The next block's rows, clamped to C's last row (%m - 1), and the columns of
+        # a 512-bit block's second line to its last one (%n - 1).
+        assert all(re.match(r"memref\.prefetch %C\[%pc\d+, %(j|pj1)\]", line)
+                   for line in prefetches), family
     assert SHAPES["zen3"].prefetch_c
+    assert _prefetches(SHAPES["zen3"]) == 6  # both 256-bit vectors in one line
+    assert _prefetches(wide) == 36  # 12 rows by 2 lines, and by 1 in one-vector blocks
 
 
 @pytest.mark.parametrize("parallel", [False, True])
