@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..lowering.walk import operations, top_level_symbols
+from .microkernelrecipes import declaration
 from .microkernels import microkernel
 from .microkernelshapes import LANES, MicrokernelShape, host_shape
 
@@ -47,12 +48,15 @@ def _default_maps(op: Any) -> bool:
 
 
 def matmuls_to_microkernels(module: Any, parallel: bool = False,
-                            shape: MicrokernelShape | None = None, threads: int = 0) -> int:
+                            shape: MicrokernelShape | None = None, threads: int = 0,
+                            deferred: bool = False) -> int:
     """Replace each ``linalg.matmul`` on memrefs of f32 or f64 (one type, the default
     indexing maps) whose B and C have a unit innermost stride known statically by a call
     to a :func:`~pymlirjit.codegen.microkernels.microkernel` of ``shape`` (the host's,
     :func:`~pymlirjit.codegen.microkernelshapes.host_shape`, by default; ``parallel``: on
-    ``threads`` threads, 0 if unknown); return how many were replaced."""
+    ``threads`` threads, 0 if unknown); return how many were replaced. ``deferred``: the
+    microkernel only declared, naming its recipe
+    (:mod:`~pymlirjit.codegen.microkernelrecipes`, whose ``define`` defines it)."""
     from mlir import ir
 
     chosen = operations(module, lambda op: on_memrefs(op) and _microkernel_fits(op),
@@ -64,8 +68,8 @@ def matmuls_to_microkernels(module: Any, parallel: bool = False,
             unit = f"memref<?x?x{element}, strided<[?, 1], offset: ?>>"
             types = (f"memref<?x?x{element}, strided<[?, ?], offset: ?>>", unit, unit)
             name = _fresh("__pymlirjit_matmul", names)
-            text = microkernel(name, element, types, parallel, shape or host_shape(),
-                               threads)
+            make = declaration if deferred else microkernel
+            text = make(name, element, types, parallel, shape or host_shape(), threads)
             _replace_by_call(module, op, name, text, types)
     return len(chosen)
 

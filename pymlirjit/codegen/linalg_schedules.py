@@ -151,7 +151,7 @@ def has_tileable_ops(module: Any) -> bool:
 
 
 def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool = False,
-                       threads: int = 0) -> bool:
+                       threads: int = 0, deferred_microkernels: bool = False) -> bool:
     """Tile and vectorize the ops :func:`has_tileable_ops` finds in ``module``, in place.
 
     Batch matmuls and 2-D convolutions on f32/f64 become matmuls on views
@@ -159,8 +159,9 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
     with unit-stride rows become microkernels (:func:`matmuls_to_microkernels`); the
     others get :data:`BATCH_MATMUL_SCHEDULE` and :data:`MATMUL_SCHEDULE`
     (:data:`PARALLEL_MATMUL_SCHEDULE` if ``parallel``, on ``threads`` threads: 0 if
-    unknown). A step that fails leaves the module as it was (its ops get the plain
-    lowering). Return whether any step applied."""
+    unknown; ``deferred_microkernels``: only declared, see
+    :mod:`~pymlirjit.codegen.microkernelrecipes`). A step that fails leaves the module as
+    it was (its ops get the plain lowering). Return whether any step applied."""
     found = _tileable(module)
     serial, parallel_matmul, batch_matmul = host_schedules()
     matmul = parallel_matmul if parallel else serial
@@ -175,7 +176,8 @@ def tile_and_vectorize(module: Any, filename: str = "<source>", parallel: bool =
     if found & set(CONVOLUTIONS):
         steps.append(lambda: convolutions_to_matmuls(module) > 0)
     if found:
-        steps.append(lambda: matmuls_to_microkernels(module, parallel, threads=threads) > 0)
+        steps.append(lambda: matmuls_to_microkernels(
+            module, parallel, threads=threads, deferred=deferred_microkernels) > 0)
     if "linalg.batch_matmul" in found:  # those left: other types or indexing maps
         steps.append(lambda: "linalg.batch_matmul" in _tileable(module)
                      and scheduled(batch_matmul))

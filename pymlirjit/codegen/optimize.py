@@ -136,14 +136,16 @@ def has_linalg_ops(module: Any) -> bool:
 
 
 def optimize(module: Any, *, fastmath: bool, tile: bool, filename: str = "<source>",
-             parallel: bool = False, threads: int = 0) -> bool:
+             parallel: bool = False, threads: int = 0,
+             deferred_microkernels: bool = False) -> bool:
     """Apply the optimizations asked for to ``module`` (parsed, not lowered); return
     whether the lowering pipeline needs :func:`with_vector_lowering`. ``tile`` applies to
     modules with linalg ops (:func:`has_linalg_ops`) only; ``threads``: those a parallel
-    loop is split for (0: unknown)."""
+    loop is split for (0: unknown); ``deferred_microkernels``: matmul microkernels only
+    declared (:mod:`~pymlirjit.codegen.microkernelrecipes`: defined by the caller)."""
     if fastmath:
         set_fastmath(module)
     if not tile or not has_linalg_ops(module):
         return False
     prepare_tensors(module, filename)
-    return tile_and_vectorize(module, filename, parallel, threads)
+    return tile_and_vectorize(module, filename, parallel, threads, deferred_microkernels)

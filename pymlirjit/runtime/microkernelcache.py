@@ -3,10 +3,13 @@ one.
 
 A microkernel (:mod:`pymlirjit.codegen.microkernels`) is ~300-600 lines of MLIR that cost
 most of a matmul module's first compile. It is the same function for every matmul of the
-same element type, layout and register-block shape. So once the schedules have put
-microkernels in a module, :func:`split_off` names each one by its MLIR and takes it out,
-leaving its declaration: one compiled before in this process (for the same MLIR and opt
-level) is reused, then one an earlier process kept on disk
+same element type, layout and register-block shape. The schedules only declare the
+microkernels a module calls, each naming its recipe
+(:mod:`~pymlirjit.codegen.microkernelrecipes`). :func:`split_off` then links the ones
+compiled before in this process by their recipes (and opt level), without generating
+them; it defines the others, names each by its MLIR and takes it out, leaving its
+declaration: one compiled before in this process (for the same MLIR and opt level) is
+reused, then one an earlier process kept on disk
 (:mod:`~pymlirjit.runtime.microkernelstore`), and the others are compiled on their own
 (:func:`~pymlirjit.runtime.microkernelbuild.build`: a short lowering and a short LLVM
 pipeline, where the module's would run the whole of both on code already scheduled) and
@@ -32,6 +35,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..codegen.microkernelrecipes import RECIPE, deferred, define, define_all
 from ..codegen.options import CompileOptions
 from ..lowering.walk import operations
 from . import microkernelstore
@@ -58,7 +62,10 @@ _APART = re.compile(rf"{_PREFIX}_[0-9a-f]{{24}}")
 _CANONICAL = "__pymlirjit_microkernel"
 
 _compiled: OrderedDict[Hashable, CompiledMicrokernel] = OrderedDict()
-_lock = threading.Lock()  # _compiled's
+#: The same, by recipe (:mod:`~pymlirjit.codegen.microkernelrecipes`) and opt level, with
+#: their keys there: a module's deferred microkernel found here is never generated.
+_by_recipe: dict[tuple[str, int], tuple[Hashable, CompiledMicrokernel]] = {}
+_lock = threading.Lock()  # _compiled's and _by_recipe's
 
 
 class LinkedModule:
@@ -105,6 +112,7 @@ def clear() -> None:
     linking one keep it)."""
     with _lock:
         _compiled.clear()
+        _by_recipe.clear()
 
 
 @contextmanager
@@ -113,14 +121,17 @@ def set_aside() -> Iterator[None]:
     are set aside, and after it they are kept again instead of those compiled within
     (for measuring a first compile without slowing the next ones)."""
     with _lock:
-        kept = _compiled.copy()
+        kept, by_recipe = _compiled.copy(), _by_recipe.copy()
         _compiled.clear()
+        _by_recipe.clear()
     try:
         yield
     finally:
         with _lock:
             _compiled.clear()
             _compiled.update(kept)
+            _by_recipe.clear()
+            _by_recipe.update(by_recipe)
 
 
 def _after_fork_in_child() -> None:
@@ -142,11 +153,22 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
     Parallel microkernels (``options.parallel_loops``), and any that refers to another
     symbol, stay in ``module``."""
     if not ENABLED or options.parallel_loops:
+        define_all(module)
         return {}
     from mlir import ir
     from mlir.dialects import func
 
-    linked: dict[str, CompiledMicrokernel] = {}
+    linked = _linked_by_recipe(module, options.opt_level)
+    recipes: dict[str, str] = {}  # of the microkernels defined now, by name
+    for op in [op for op in module.body.operations if deferred(op) is not None]:
+        name, recipe = ir.StringAttr(op.attributes["sym_name"]).value, str(deferred(op))
+        defined = next((other for other, made in recipes.items() if made == recipe), None)
+        if defined is not None:  # the same microkernel twice: one serves both
+            ir.SymbolTable.replace_all_symbol_uses(name, defined, module.operation)
+            op.operation.erase()
+            continue
+        recipes[name] = recipe
+        define(module, op)
     for op in [op for op in module.body.operations if _is_microkernel(op)]:
         name = ir.StringAttr(op.attributes["sym_name"]).value
         op.attributes["sym_name"] = ir.StringAttr.get(_CANONICAL, module.context)
@@ -167,11 +189,39 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
                 compiled = build(op, symbol, options.opt_level, bytecode)
                 microkernelstore.save(compiled, options.opt_level)
             _keep(key, compiled)
+        if name in recipes:
+            with _lock:
+                _by_recipe[recipes[name], options.opt_level] = key, compiled
         with module.context, ir.InsertionPoint(op), op.location:
             func.FuncOp(symbol, ir.TypeAttr(op.attributes["function_type"]).value,
                         visibility="private")
         op.erase()
         linked[symbol] = compiled
+    return linked
+
+
+def _linked_by_recipe(module: Any, opt_level: int) -> dict[str, CompiledMicrokernel]:
+    """The deferred microkernels of ``module`` compiled before in this process (at
+    ``opt_level``), each declaration renamed to its code's symbol (one declaration per
+    symbol, its recipe dropped), by symbol."""
+    from mlir import ir
+
+    linked: dict[str, CompiledMicrokernel] = {}
+    for op in [op for op in module.body.operations if deferred(op) is not None]:
+        with _lock:
+            key, compiled = _by_recipe.get((str(deferred(op)), opt_level), (None, None))
+            if key in _compiled:
+                _compiled.move_to_end(key)  # used: the least recently used go first
+        if compiled is None:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        ir.SymbolTable.replace_all_symbol_uses(name, compiled.symbol, module.operation)
+        if compiled.symbol in linked:  # the same microkernel twice: one declaration
+            op.operation.erase()
+            continue
+        op.attributes["sym_name"] = ir.StringAttr.get(compiled.symbol, module.context)
+        del op.attributes[RECIPE]
+        linked[compiled.symbol] = compiled
     return linked
 
 
@@ -206,4 +256,6 @@ def _keep(key: Hashable, compiled: CompiledMicrokernel) -> None:
     with _lock:
         _compiled[key] = compiled
         while len(_compiled) > _KEPT:
-            _compiled.popitem(last=False)
+            _, dropped = _compiled.popitem(last=False)
+            for recipe in [r for r, (_, kept) in _by_recipe.items() if kept is dropped]:
+                del _by_recipe[recipe]

@@ -277,8 +277,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         if not (options.fastmath or options.tiles_linalg or options.parallel_loops):
             return pipeline
         vectors = optimize(module, fastmath=options.fastmath, tile=options.tiles_linalg,
-                           threads=options.threads,
-                           filename=prepared.filename, parallel=options.parallel_loops)
+                           threads=options.threads, filename=prepared.filename,
+                           parallel=options.parallel_loops, deferred_microkernels=True)
         tiled.append(vectors)
         if options.fastmath:  # math on vectors, and in loops LLVM vectorizes, by libmvec
             use_vector_library(module)
@@ -287,7 +287,8 @@ def lower(prepared: PreparedModule, options: CompileOptions) -> PreparedModule:
         if not vectors:
             return pipeline
         pipeline = with_vector_lowering(pipeline)
-        microkernels.update(split_off(module, options))  # see microkernelcache
+        # Defines the microkernels deferred (and not compiled before): microkernelcache.
+        microkernels.update(split_off(module, options))
         return pipeline
 
     inserted: list[int] = []  # failure calls the checks added (pymlirjit.codegen.checks)

@@ -191,3 +191,25 @@ def test_schedules_use_avx512_fmas(session: Session, source: str) -> None:
     kernel = mlir_kernel(source=source, name=name, opt_level=3, session=session)(
         lambda a, b, c: None)
     assert re.search(r"vfmadd\w+\s+.*%zmm", kernel.inspect_asm())
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_deferred_microkernel_defined_is_the_one_generated_in_place(parallel: bool) -> None:
+    # matmuls_to_microkernels(deferred=True) declares each microkernel, naming its
+    # recipe; define_all then gives the module the rewrite would have made at once.
+    from mlir import ir
+
+    from pymlirjit.codegen.linalg_rewrites import matmuls_to_microkernels
+    from pymlirjit.codegen.microkernelrecipes import RECIPE, define_all
+
+    twice = MATMUL.replace("  return", "  linalg.matmul ins(%a, %b : memref<?x?xf32>, "
+                           "memref<?x?xf32>) outs(%c : memref<?x?xf32>)\n  return")
+    with ir.Context():
+        eager, deferred = ir.Module.parse(twice), ir.Module.parse(twice)
+        assert matmuls_to_microkernels(eager, parallel) == 2
+        assert matmuls_to_microkernels(deferred, parallel, deferred=True) == 2
+        assert str(deferred).count(RECIPE) == 2 and "vector.fma" not in str(deferred)
+        assert define_all(deferred) == 2
+        assert RECIPE not in str(deferred)
+        assert str(deferred) == str(eager)
+        assert define_all(deferred) == 0

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pymlirjit import Session
+from pymlirjit import LinkError, Session
 from pymlirjit.codegen.options import CompileOptions
 from pymlirjit.runtime import microkernelcache
 from pymlirjit.runtime.cacheentry import decode_entry
@@ -144,6 +144,50 @@ def test_one_microkernel_serves_two_matmuls_alike() -> None:
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_microkernel_compiled_before_is_found_by_its_recipe_not_generated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A module only declares its microkernels until split_off: those compiled before
+    # (the same recipe, opt level) are never generated, parsed or digested again.
+    from pymlirjit.codegen import microkernelrecipes
+
+    generated: list[tuple[Any, ...]] = []
+    generate = microkernelrecipes.microkernel
+
+    def counted(*args: Any) -> str:
+        generated.append(args)
+        return generate(*args)
+
+    monkeypatch.setattr(microkernelrecipes, "microkernel", counted)
+    twice = ONE.replace("  return", "  linalg.matmul ins(%a, %b : memref<?x?xf32>, "
+                        "memref<?x?xf32>) outs(%c : memref<?x?xf32>)\n  return")
+    first = Session().compile(twice)
+    assert len(generated) == 1  # two matmuls, one recipe
+    again = Session().compile(twice.replace("@one", "@again"))
+    assert len(generated) == 1 and len(microkernelcache._by_recipe) == 1
+    assert shows_its_microkernels(again.lowered_mlir, 1)
+    for kernel in (first.one, again.again):
+        a, b, c = operands([(13, 7), (7, 40), (13, 40)], np.float32, 3)
+        expected = c + 2 * (a @ b)
+        kernel(a, b, c)
+        np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+    Session().compile(twice, opt_level=3)  # another opt level: generated again
+    assert len(generated) == 2
+    microkernelcache.clear()  # forgotten: generated again
+    check_one(Session().compile(ONE).one)
+    assert len(generated) == 3
+
+
+def test_a_declaration_naming_no_recipe_of_this_process_is_left_alone() -> None:
+    # What a source writes in pymlirjit's attribute is not a microkernel of this
+    # process: a declaration like any other, which nothing defines.
+    source = ONE.replace("  return", "  call @planted(%a, %b, %c) : (memref<?x?xf32>, "
+                         "memref<?x?xf32>, memref<?x?xf32>) -> ()\n  return") + (
+        "func.func private @planted(memref<?x?xf32>, memref<?x?xf32>, memref<?x?xf32>) "
+        'attributes {pymlirjit.microkernel = "0123456789abcdef01234567"}\n')
+    with pytest.raises(LinkError, match="@planted"):
+        Session().compile(source)
+
+
 def test_the_opt_level_and_types_are_part_of_the_key() -> None:
     lowered(ONE)
     lowered(ONE, opt_level=3)
@@ -154,19 +198,30 @@ def test_the_opt_level_and_types_are_part_of_the_key() -> None:
 
 
 def test_the_least_recently_used_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    f64 = ONE.replace("f32", "f64")
-    strided = ONE.replace("xf32>", "xf32, strided<[?, 1], offset: ?>>")
+    f32, f64, third = (ONE, 2), (ONE.replace("f32", "f64"), 2), (ONE, 3)
     keys = {}
-    for source in (ONE, f64, strided):
+    for source, opt_level in (f32, f64, third):
         microkernelcache.clear()
-        lowered(source)
-        (keys[source],) = microkernelcache._compiled
+        lowered(source, opt_level=opt_level)
+        (keys[source, opt_level],) = microkernelcache._compiled
     microkernelcache.clear()
     monkeypatch.setattr(microkernelcache, "_KEPT", 2)
-    for source in (ONE, f64, ONE, f64, strided):
-        lowered(source)
-    # f64 was used after f32: f32 went when the strided one came.
-    assert list(microkernelcache._compiled) == [keys[f64], keys[strided]]
+    for source, opt_level in (f32, f64, f32, f64, third):
+        lowered(source, opt_level=opt_level)
+    # f64 was used after f32: f32 went when the third one came, and with it its recipe
+    # (the next f32 module compiles its microkernel again).
+    assert list(microkernelcache._compiled) == [keys[f64], keys[third]]
+    assert {opt for _, opt in microkernelcache._by_recipe} == {2, 3}
+    assert len(microkernelcache._by_recipe) == 2
+    lowered(ONE)
+    assert list(microkernelcache._compiled) == [keys[third], keys[f32]]
+
+
+def test_a_strided_matmul_shares_the_microkernel_of_a_plain_one() -> None:
+    # The microkernel takes rows of unit stride whatever their layout: one recipe.
+    lowered(ONE)
+    lowered(ONE.replace("xf32>", "xf32, strided<[?, 1], offset: ?>>"))
+    assert len(microkernelcache._compiled) == len(microkernelcache._by_recipe) == 1
 
 
 def test_parallel_microkernels_stay_in_their_module() -> None:
