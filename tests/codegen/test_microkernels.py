@@ -355,7 +355,7 @@ def test_only_shapes_that_prefetch_c_do_and_within_c() -> None:
     unit = "memref<?x?xf64, strided<[?, 1], offset: ?>>"
     # A 512-bit shape prefetching: each row's two lines (Intel's narrow shape, which
     # does not: 0.85-1.0x the time of batches of 32 matmuls of 64^3 to 200^3, for 1.07x
-    # the first compile of a process; benchmarks/results/2026-12-07-prefetch-c.md).
+    # the first compile of a process; benchmarks/results/2026-12-07-microkernel-recipes.md).
     wide = dataclasses.replace(MicrokernelShape(12, 2, 256, one_vector_last_panel=True,
                                                 tail_rows=4), prefetch_c=True)
     for family, shape in [*SHAPES.items(), ("512-bit", wide)]:
