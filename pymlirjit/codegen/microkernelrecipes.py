@@ -79,8 +79,8 @@ def deferred(op: Any) -> str | None:
 
 def define(module: Any, op: Any) -> None:
     """Replace the deferred microkernel's declaration ``op`` (of ``module``) by the
-    functions of its recipe, under its name. A ``KeyError`` for a recipe this process
-    never made."""
+    functions of its recipe, under its name. A ``ValueError`` if ``op`` is not one
+    (:func:`deferred`)."""
     from mlir import ir
 
     recipe = deferred(op)
