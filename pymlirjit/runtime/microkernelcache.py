@@ -62,9 +62,9 @@ _APART = re.compile(rf"{_PREFIX}_[0-9a-f]{{24}}")
 _CANONICAL = "__pymlirjit_microkernel"
 
 _compiled: OrderedDict[Hashable, CompiledMicrokernel] = OrderedDict()
-#: The same, by recipe (:mod:`~pymlirjit.codegen.microkernelrecipes`) and opt level, with
-#: their keys there: a module's deferred microkernel found here is never generated.
-_by_recipe: dict[tuple[str, int], tuple[Hashable, CompiledMicrokernel]] = {}
+#: Their keys there by recipe (:mod:`~pymlirjit.codegen.microkernelrecipes`) and opt
+#: level: a module's deferred microkernel found this way is never generated.
+_by_recipe: dict[tuple[str, int], Hashable] = {}
 _lock = threading.Lock()  # _compiled's and _by_recipe's
 
 
@@ -158,17 +158,7 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
     from mlir import ir
     from mlir.dialects import func
 
-    linked = _linked_by_recipe(module, options.opt_level)
-    recipes: dict[str, str] = {}  # of the microkernels defined now, by name
-    for op in [op for op in module.body.operations if deferred(op) is not None]:
-        name, recipe = ir.StringAttr(op.attributes["sym_name"]).value, str(deferred(op))
-        defined = next((other for other, made in recipes.items() if made == recipe), None)
-        if defined is not None:  # the same microkernel twice: one serves both
-            ir.SymbolTable.replace_all_symbol_uses(name, defined, module.operation)
-            op.operation.erase()
-            continue
-        recipes[name] = recipe
-        define(module, op)
+    linked, recipes = _link_or_define(module, options.opt_level)
     for op in [op for op in module.body.operations if _is_microkernel(op)]:
         name = ir.StringAttr(op.attributes["sym_name"]).value
         op.attributes["sym_name"] = ir.StringAttr.get(_CANONICAL, module.context)
@@ -191,7 +181,7 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
             _keep(key, compiled)
         if name in recipes:
             with _lock:
-                _by_recipe[recipes[name], options.opt_level] = key, compiled
+                _by_recipe[recipes[name], options.opt_level] = key
         with module.context, ir.InsertionPoint(op), op.location:
             func.FuncOp(symbol, ir.TypeAttr(op.attributes["function_type"]).value,
                         visibility="private")
@@ -200,29 +190,35 @@ def split_off(module: Any, options: CompileOptions) -> dict[str, CompiledMicroke
     return linked
 
 
-def _linked_by_recipe(module: Any, opt_level: int) -> dict[str, CompiledMicrokernel]:
-    """The deferred microkernels of ``module`` compiled before in this process (at
-    ``opt_level``), each declaration renamed to its code's symbol (one declaration per
-    symbol, its recipe dropped), by symbol."""
+def _link_or_define(module: Any, opt_level: int) -> tuple[dict[str, CompiledMicrokernel],
+                                                          dict[str, str]]:
+    """Each deferred microkernel of ``module``: compiled before in this process (at
+    ``opt_level``), its declaration renamed to its code's symbol and its recipe dropped;
+    else defined, once per recipe. Returns those linked, by symbol, and the recipes of
+    those defined, by name."""
     from mlir import ir
 
     linked: dict[str, CompiledMicrokernel] = {}
-    for op in [op for op in module.body.operations if deferred(op) is not None]:
-        with _lock:
-            key, compiled = _by_recipe.get((str(deferred(op)), opt_level), (None, None))
-            if key in _compiled:
-                _compiled.move_to_end(key)  # used: the least recently used go first
-        if compiled is None:
-            continue
+    defined: dict[str, str] = {}  # the name each recipe defined now has
+    for op, recipe in [(op, recipe) for op in module.body.operations
+                       if (recipe := deferred(op)) is not None]:
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        ir.SymbolTable.replace_all_symbol_uses(name, compiled.symbol, module.operation)
-        if compiled.symbol in linked:  # the same microkernel twice: one declaration
+        with _lock:
+            key = _by_recipe.get((recipe, opt_level))
+        compiled = _found(key) if key is not None else None  # used: moved last
+        if compiled is None and recipe not in defined:
+            defined[recipe] = name
+            define(module, op)
+            continue
+        symbol = compiled.symbol if compiled is not None else defined[recipe]
+        ir.SymbolTable.replace_all_symbol_uses(name, symbol, module.operation)
+        if compiled is None or symbol in linked:  # the same microkernel twice: one serves
             op.operation.erase()
             continue
-        op.attributes["sym_name"] = ir.StringAttr.get(compiled.symbol, module.context)
+        op.attributes["sym_name"] = ir.StringAttr.get(symbol, module.context)
         del op.attributes[RECIPE]
-        linked[compiled.symbol] = compiled
-    return linked
+        linked[symbol] = compiled
+    return linked, {name: recipe for recipe, name in defined.items()}
 
 
 def _refers_to_symbols(function: Any) -> bool:
@@ -256,6 +252,6 @@ def _keep(key: Hashable, compiled: CompiledMicrokernel) -> None:
     with _lock:
         _compiled[key] = compiled
         while len(_compiled) > _KEPT:
-            _, dropped = _compiled.popitem(last=False)
-            for recipe in [r for r, (_, kept) in _by_recipe.items() if kept is dropped]:
+            dropped_key, _ = _compiled.popitem(last=False)
+            for recipe in [r for r, kept in _by_recipe.items() if kept == dropped_key]:
                 del _by_recipe[recipe]
