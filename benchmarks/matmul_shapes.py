@@ -65,6 +65,7 @@ def parse_shape(text: str) -> MicrokernelShape:
         narrow, _, below = narrow.partition("*")
         return dataclasses.replace(parse_shape(text), narrow=parse_shape(narrow),
                                    narrow_below=int(below))
+    text, _, in_place = text.partition("&")
     text, _, tail_rows = text.partition("+")
     text, _, f64_depth = text.partition("^")
     text, _, column_block = text.partition("%")
@@ -79,7 +80,8 @@ def parse_shape(text: str) -> MicrokernelShape:
                             rows_first="r" in flags, parallel_rows_first="R" in flags,
                             one_vector_last_panel="h" in flags,
                             column_block=int(column_block or 0),
-                            f64_depth=int(f64_depth or 0), tail_rows=int(tail_rows or 0))
+                            f64_depth=int(f64_depth or 0), tail_rows=int(tail_rows or 0),
+                            a_in_place_below=int(in_place or 0))
 
 
 def kernel(shape: MicrokernelShape, element: str, batch: bool,

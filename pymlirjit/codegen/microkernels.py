@@ -16,7 +16,8 @@ around the panels instead (GotoBLAS's order): each block of A, copied contiguous
 (``pack_a``), stays in L2 while every panel of B goes by; ``parallel`` then shares out
 the row blocks. With ``rows_first`` too (serial calls), each depth block packs B's panels
 once (``column_block`` columns at a time), and each block of rows of C goes through
-every panel, along C's rows, before the next block."""
+every panel, along C's rows, before the next block; with ``a_in_place_below``, Bs of
+fewer panels than that leave A unpacked, the blocks loading its rows in place."""
 
 from __future__ import annotations
 
@@ -95,9 +96,11 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
     depth = shape.depth_of(element)
     out.append(f"  %depth = arith.constant {depth} : index")
     out.append("  %rows_b = arith.minui %k, %depth : index")
-    # Parallel calls keep the panels' order unless parallel_rows_first (Intel): with each
-    # row block packing all of B's panels for itself, 1024^3 and 2048^3 took 1.03-1.11x
-    # the time on a Zen 3 (depths of 64 0.72-0.76x), 0.82-0.93x on an Intel Xeon.
+    # Parallel calls keep the panels' order unless parallel_rows_first (Intel, Zen 3):
+    # with each row block packing all of B's panels for itself, 1024^3 and 2048^3 took
+    # 0.82-0.93x the time on an Intel Xeon; on a Zen 3 1.03-1.11x (depths of 64
+    # 0.72-0.76x) while B's panels were packed all at once, 0.89-0.95x with B's columns
+    # packed 1024 at a time (1000^3 to 2048^3; 512^3 the same).
     rows_first = shape.rows_first and (not parallel or shape.parallel_rows_first)
     if rows_first:  # a depth block's panels of B: panel g's row p at g * kc + p
         panels = "%nc"
@@ -134,10 +137,10 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
             out.append(f"{pad}%whole = arith.cmpi uge, %nr, %width : index")
 
     def block(first: str, count: int, j: str, masked: bool, pad: str,
-              used: int = vectors, clamp: str | None = None) -> None:
+              used: int = vectors, clamp: str | None = None, a_in_place: bool = False) -> None:
         # A block of count rows of C by the panel's first `used` vectors; rows past
         # `clamp` (clamped shapes: the row block's last row) repeat that row.
-        from_buffer = packed and count == rows  # A's elements from its packed block
+        from_buffer = packed and count == rows and not a_in_place  # A from its packed block
         if from_buffer:
             out.extend([f"{pad}%ad = arith.subi {first}, %i0 : index",
                         f"{pad}%aq = arith.divui %ad, %rows : index",
@@ -352,13 +355,25 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
                         f"{pad}scf.for %i0 = %c0 to %m step %blockrows {{"])
             inner = pad + "  "
             row_block(inner)
-        pack_a(inner)
-        out.extend([f"{inner}scf.for %i = %i0 to %iz step %rows {{",
-                    f"{inner}  scf.for %j = {first} to {last} step %width {{"])
-        panel_base("%j", inner + "    ")
-        masks("%j", inner + "    ")
-        block("%i", rows, "%j", True, inner + "    ")
-        out.extend([f"{inner}  }}", f"{inner}}}" + _NO_UNROLL])
+
+        def blocks(pad: str, a_in_place: bool) -> None:
+            out.extend([f"{pad}scf.for %i = %i0 to %iz step %rows {{",
+                        f"{pad}  scf.for %j = {first} to {last} step %width {{"])
+            panel_base("%j", pad + "    ")
+            masks("%j", pad + "    ")
+            block("%i", rows, "%j", True, pad + "    ", a_in_place=a_in_place)
+            out.extend([f"{pad}  }}", f"{pad}}}" + _NO_UNROLL])
+
+        if shape.a_in_place_below and not parallel:
+            out.append(f"{inner}scf.if %few_panels {{")
+            blocks(inner + "  ", a_in_place=True)
+            out.append(f"{inner}}} else {{")
+            pack_a(inner + "  ")
+            blocks(inner + "  ", a_in_place=False)
+            out.append(f"{inner}}}")
+        else:
+            pack_a(inner)
+            blocks(inner, a_in_place=False)
         if all_row_blocks:
             out.append(f"{pad}}}")
         if shape.column_block:
@@ -407,6 +422,9 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
             out.append(f"    memref.dealloc %abuf : {at}")
         out += ["    scf.reduce", "  }"]
     elif rows_first:
+        if shape.a_in_place_below:
+            out += [f"  %in_place_below = arith.constant {shape.a_in_place_below} : index",
+                    "  %few_panels = arith.cmpi ult, %nc, %in_place_below : index"]
         depth_block("  ")
         rows_first_blocks("    ")
         out += ["  }", f"  memref.dealloc %buf : {bt}", f"  memref.dealloc %abuf : {at}"]

@@ -52,6 +52,10 @@ class MicrokernelShape:
     #: The depth of f64 matmuls' blocks, if not ``depth`` (0): half of it keeps the
     #: packed blocks of f32's bytes.
     f64_depth: int = 0
+    #: With ``rows_first``: serial calls whose B has fewer than this many panels (0:
+    #: none) read A in place instead of packing it first: each block of A's rows goes
+    #: through few panels, and packing it cost more than it saved.
+    a_in_place_below: int = 0
     #: With ``rows_first``: parallel calls too, each thread's row block packing B's
     #: panels for itself (else they go panel by panel).
     parallel_rows_first: bool = False
@@ -73,6 +77,8 @@ class MicrokernelShape:
     def __post_init__(self) -> None:
         if self.rows_first and not (self.block_rows and self.pack_a and self.clamped_rows):
             raise ValueError("rows_first needs clamped_rows")
+        if self.a_in_place_below and not self.rows_first:
+            raise ValueError("a_in_place_below needs rows_first")
         if self.tail_rows and not 1 < self.tail_rows < self.rows:
             raise ValueError("tail_rows is more than 1 and fewer than rows")
         narrow = self.narrow
@@ -144,6 +150,18 @@ class MicrokernelShape:
 #: depths of 64 took 0.75-0.85x the time (f32 1.18-1.25x numpy's to 0.89-0.96x), 2048^3
 #: 0.85-0.89x, other square sizes 0.89-0.98x
 #: (benchmarks/results/2026-12-07-microkernels-linked.md).
+#: And serially, both read A in place, not packed, when B has fewer than 16 panels (f32:
+#: 256 columns, f64 128): on a Zen 3, f32 1000 x 1000 x 40 went from 1.31-1.41x numpy's
+#: time to 0.94-0.99x, 1000 x 1000 x 100 from 1.11-1.19x to 0.96-1.04x, 64 x 2048 x 64
+#: from 1.14x to 0.93x, batches of 32 matrices of 48^3 to 128^3 0.84-0.98x the time;
+#: Intel's narrow code for these Bs (blocks of one vector, tail blocks of 4 rows) was
+#: about as fast, but a machine's first matmul module compiled in 2.6x the naive
+#: lowering's time where reading A in place took 1.67x (1.51x before)
+#: (benchmarks/results/2026-12-07-zen3-a-in-place.md). ``avx2``'s was measured only
+#: on that Zen 3, with the same gains (1.13-1.39x numpy to 0.93-1.05x). ``zen3``'s
+#: parallel calls go rows first too, each thread's row block packing B's panels for
+#: itself: 1000^3 to 2048^3 took 0.89-0.95x the time (1.74-1.87x serial at 1024^3 and
+#: 2048^3, where panel by panel was 1.64-1.70x).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512),
           "intel": MicrokernelShape(12, 2, 256, block_rows=192, pack_a=True, clamped_rows=True,
                                     rows_first=True, parallel_rows_first=True,
@@ -154,10 +172,11 @@ SHAPES = {"zen": MicrokernelShape(8, 2, 512),
                                     narrow_below=16),
           "avx2": MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True,
                                    unmasked_stores=True, clamped_rows=True, rows_first=True,
-                                   column_block=1024),
+                                   column_block=1024, a_in_place_below=16),
           "zen3": MicrokernelShape(6, 2, 512, bits=256, block_rows=192, pack_a=True,
                                    prefetch_c=True, unmasked_stores=True, clamped_rows=True,
-                                   rows_first=True, column_block=1024)}
+                                   rows_first=True, parallel_rows_first=True,
+                                   column_block=1024, a_in_place_below=16)}
 
 
 def host_shape() -> MicrokernelShape:

@@ -38,9 +38,12 @@ SIZES = [(1, 1, 1), (0, 5, 3), (7, 0, 2), (3, 5, 0), (8, 32, 1), (131, 67, 257),
          (9, 33, 512), (11, 35, 1031), (263, 40, 70), (517, 17, 9), (7, 1100, 600),
          (200, 1031, 5)]
 
-#: Every shape of SHAPES, the orders of the AVX2 shapes no host takes serially, and
-#: Intel's with every B rows first (none narrow) and with parallel calls panel by panel.
-VARIANTS = {**SHAPES, "zen3 panels first": dataclasses.replace(SHAPES["zen3"], rows_first=False),
+#: Every shape of SHAPES, the orders of the AVX2 shapes no host takes serially, Intel's
+#: with every B rows first (none narrow) and with parallel calls panel by panel, and
+#: Zen 3's with A packed for every B.
+VARIANTS = {**SHAPES, "zen3 panels first": dataclasses.replace(SHAPES["zen3"], rows_first=False,
+                                                               a_in_place_below=0),
+            "zen3, A always packed": dataclasses.replace(SHAPES["zen3"], a_in_place_below=0),
             "avx2 rows first, all columns": dataclasses.replace(SHAPES["avx2"], column_block=0),
             "intel, no narrow Bs": dataclasses.replace(SHAPES["intel"], narrow=None),
             "intel, parallel panels": dataclasses.replace(SHAPES["intel"],
@@ -164,6 +167,55 @@ def test_shapes_no_microkernel_fits_are_refused_when_made() -> None:
         MicrokernelShape(6, 2, 256, block_rows=192, pack_a=True, rows_first=True)
     with pytest.raises(ValueError, match="a narrow shape has the rows, vectors and bits"):
         MicrokernelShape(12, 2, 256, narrow=MicrokernelShape(8, 2, 256), narrow_below=16)
+    with pytest.raises(ValueError, match="a_in_place_below needs rows_first"):
+        MicrokernelShape(6, 2, 256, bits=256, block_rows=192, pack_a=True, a_in_place_below=16)
+
+
+def test_few_panels_read_a_in_place_in_serial_calls_only() -> None:
+    # The AVX2 shapes: B of fewer than 16 panels (f32: 256 columns) reads A in place,
+    # its blocks loading A's rows (clamped: the block's last rows repeat the row
+    # block's last one); the others pack A, as parallel calls always do.
+    unit = "memref<?x?xf32, strided<[?, 1], offset: ?>>"
+    for family in ("zen3", "avx2"):
+        shape = SHAPES[family]
+        assert shape.a_in_place_below == 16, family
+        serial = microkernel("mm", "f32", (unit, unit, unit), False, shape)
+        assert "%few_panels = arith.cmpi ult, %nc, %in_place_below : index" in serial
+        in_place, packed = serial.split("scf.if %few_panels {")[1].split("} else {", 1)
+        assert "memref.load %A[%i, %q]" in in_place and "%abuf" not in in_place, family
+        assert "memref.load %A[%i5, %q]" in in_place and "%i5 = arith.minui" in in_place
+        assert "memref.store %pa0, %abuf" in packed and "memref.load %abuf" in packed
+        assert serial.count("vector.fma") == 2 * shape.rows * shape.vectors
+        parallel = microkernel("mm", "f32", (unit, unit, unit), True, shape)
+        assert "%few_panels" not in parallel and "memref.load %A[%i" not in parallel
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("family", ["zen3", "avx2"])
+def test_a_read_in_place_or_packed_either_side_of_the_panels_bound(
+        monkeypatch: pytest.MonkeyPatch, family: str, dtype: type) -> None:
+    # 15 and 16 panels (A in place, then packed), rows that leave a clamped block, and
+    # more rows than a row block (192); A a window of a larger array (rows apart).
+    monkeypatch.setitem(SHAPES, host_family(), SHAPES[family])
+    element = "f32" if dtype is np.float32 else "f64"
+    strided = "memref<?x?xT, strided<[?, 1], offset: ?>>".replace("T", element)
+    source = MATMUL.replace("T", element).replace(f"%a: memref<?x?x{element}>", f"%a: {strided}")
+    source = source.replace(f"ins(%a, %b : memref<?x?x{element}>", f"ins(%a, %b : {strided}")
+    mm = mlir_kernel(source=source, name="mm", opt_level=3,
+                     session=Session())(lambda a, b, c: None)
+    width = SHAPES[family].columns(element)
+    rng = np.random.default_rng(17)
+    for m, k, n in [(7, 33, 15 * width), (7, 33, 15 * width + 1), (200, 530, 15 * width - 3),
+                    (200, 530, 16 * width), (389, 9, 3)]:
+        wide = rng.uniform(-1, 1, (m, k + 5)).astype(dtype)
+        a = wide[:, 2:2 + k]
+        b = rng.uniform(-1, 1, (k, n)).astype(dtype)
+        c = np.zeros((m, n), dtype)
+        mm(a, b, c)
+        tolerance = 1e-5 if dtype is np.float32 else 1e-12
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64),
+                                   rtol=tolerance, atol=tolerance * k,
+                                   err_msg=f"{family}: {m}x{k}x{n}")
 
 
 @pytest.mark.parametrize("threads", [1, 3, 16])
@@ -341,13 +393,14 @@ def test_the_schedules_fit_the_host_vectors(monkeypatch: pytest.MonkeyPatch) -> 
 
 def _prefetches(shape: MicrokernelShape | None) -> int:
     """The prefetches of C a serial microkernel of ``shape`` has: one per 64-byte line
-    of a whole block's rows, in its blocks of all its vectors and of one vector."""
+    of a whole block's rows, in its blocks of all its vectors and of one vector (and
+    with ``a_in_place_below``, in its blocks reading A packed and in place)."""
     if shape is None or not shape.prefetch_c:
         return 0
     widths = [shape.vectors] + ([1] if shape.one_vector_last_panel and shape.vectors > 1
                                 else [])
-    return shape.rows * sum(sum(1 for v in range(used) if v * shape.bits % 512 == 0)
-                            for used in widths)
+    lines = sum(sum(1 for v in range(used) if v * shape.bits % 512 == 0) for used in widths)
+    return (2 if shape.a_in_place_below else 1) * shape.rows * lines
 
 
 def test_only_shapes_that_prefetch_c_do_and_within_c() -> None:
@@ -367,7 +420,7 @@ def test_only_shapes_that_prefetch_c_do_and_within_c() -> None:
         assert all(re.match(r"memref\.prefetch %C\[%pc\d+, %(j|pj1)\]", line)
                    for line in prefetches), family
     assert SHAPES["zen3"].prefetch_c
-    assert _prefetches(SHAPES["zen3"]) == 6  # both 256-bit vectors in one line
+    assert _prefetches(SHAPES["zen3"]) == 12  # both 256-bit vectors in one line, twice
     assert _prefetches(wide) == 36  # 12 rows by 2 lines, and by 1 in one-vector blocks
 
 
