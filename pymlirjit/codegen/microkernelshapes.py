@@ -53,8 +53,9 @@ class MicrokernelShape:
     #: packed blocks of f32's bytes.
     f64_depth: int = 0
     #: With ``rows_first``: serial calls whose B has fewer than this many panels (0:
-    #: none) read A in place instead of packing it first: each block of A's rows goes
-    #: through few panels, and packing it cost more than it saved.
+    #: none), and whose A's rows are contiguous, read A in place instead of packing it
+    #: first: each block of A's rows goes through few panels, and packing it cost more
+    #: than it saved.
     a_in_place_below: int = 0
     #: With ``rows_first``: parallel calls too, each thread's row block packing B's
     #: panels for itself (else they go panel by panel).
@@ -151,7 +152,7 @@ class MicrokernelShape:
 #: 0.85-0.89x, other square sizes 0.89-0.98x
 #: (benchmarks/results/2026-12-07-microkernels-linked.md).
 #: And serially, both read A in place, not packed, when B has fewer than 16 panels (f32:
-#: 256 columns, f64 128): on a Zen 3, f32 1000 x 1000 x 40 went from 1.31-1.41x numpy's
+#: 256 columns, f64 128) and A's rows are contiguous (not a transposed A): on a Zen 3, f32 1000 x 1000 x 40 went from 1.31-1.41x numpy's
 #: time to 0.94-0.99x, 1000 x 1000 x 100 from 1.11-1.19x to 0.96-1.04x, 64 x 2048 x 64
 #: from 1.14x to 0.93x, batches of 32 matrices of 48^3 to 128^3 0.84-0.98x the time;
 #: Intel's narrow code for these Bs (blocks of one vector, tail blocks of 4 rows) was

@@ -180,7 +180,10 @@ def test_few_panels_read_a_in_place_in_serial_calls_only() -> None:
         shape = SHAPES[family]
         assert shape.a_in_place_below == 16, family
         serial = microkernel("mm", "f32", (unit, unit, unit), False, shape)
-        assert "%few_panels = arith.cmpi ult, %nc, %in_place_below : index" in serial
+        assert "%fewer_panels = arith.cmpi ult, %nc, %in_place_below : index" in serial
+        # ... and A's rows contiguous (a transposed A is packed)
+        assert "%a_rows = arith.cmpi eq, %a_strides#1, %c1 : index" in serial
+        assert "%few_panels = arith.andi %fewer_panels, %a_rows : i1" in serial
         in_place, packed = serial.split("scf.if %few_panels {")[1].split("} else {", 1)
         assert "memref.load %A[%i, %q]" in in_place and "%abuf" not in in_place, family
         assert "memref.load %A[%i5, %q]" in in_place and "%i5 = arith.minui" in in_place
@@ -195,10 +198,11 @@ def test_few_panels_read_a_in_place_in_serial_calls_only() -> None:
 def test_a_read_in_place_or_packed_either_side_of_the_panels_bound(
         monkeypatch: pytest.MonkeyPatch, family: str, dtype: type) -> None:
     # 15 and 16 panels (A in place, then packed), rows that leave a clamped block, and
-    # more rows than a row block (192); A a window of a larger array (rows apart).
+    # more rows than a row block (192); A a window of a larger array (rows apart), and
+    # transposed (packed whatever B).
     monkeypatch.setitem(SHAPES, host_family(), SHAPES[family])
     element = "f32" if dtype is np.float32 else "f64"
-    strided = "memref<?x?xT, strided<[?, 1], offset: ?>>".replace("T", element)
+    strided = "memref<?x?xT, strided<[?, ?], offset: ?>>".replace("T", element)
     source = MATMUL.replace("T", element).replace(f"%a: memref<?x?x{element}>", f"%a: {strided}")
     source = source.replace(f"ins(%a, %b : memref<?x?x{element}>", f"ins(%a, %b : {strided}")
     mm = mlir_kernel(source=source, name="mm", opt_level=3,
@@ -207,15 +211,16 @@ def test_a_read_in_place_or_packed_either_side_of_the_panels_bound(
     rng = np.random.default_rng(17)
     for m, k, n in [(7, 33, 15 * width), (7, 33, 15 * width + 1), (200, 530, 15 * width - 3),
                     (200, 530, 16 * width), (389, 9, 3)]:
-        wide = rng.uniform(-1, 1, (m, k + 5)).astype(dtype)
-        a = wide[:, 2:2 + k]
         b = rng.uniform(-1, 1, (k, n)).astype(dtype)
-        c = np.zeros((m, n), dtype)
-        mm(a, b, c)
-        tolerance = 1e-5 if dtype is np.float32 else 1e-12
-        np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64),
-                                   rtol=tolerance, atol=tolerance * k,
-                                   err_msg=f"{family}: {m}x{k}x{n}")
+        window = rng.uniform(-1, 1, (m, k + 5)).astype(dtype)[:, 2:2 + k]
+        transposed = rng.uniform(-1, 1, (k, m)).astype(dtype).T
+        for a in (window, transposed):
+            c = np.zeros((m, n), dtype)
+            mm(a, b, c)
+            tolerance = 1e-5 if dtype is np.float32 else 1e-12
+            np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64),
+                                       rtol=tolerance, atol=tolerance * k,
+                                       err_msg=f"{family}: {m}x{k}x{n}, A {a.strides}")
 
 
 @pytest.mark.parametrize("threads", [1, 3, 16])
