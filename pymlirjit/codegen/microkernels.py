@@ -99,7 +99,7 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
     # Parallel calls keep the panels' order unless parallel_rows_first (Intel, Zen 3):
     # with each row block packing all of B's panels for itself, 1024^3 and 2048^3 took
     # 0.82-0.93x the time on an Intel Xeon; on a Zen 3 1.03-1.11x (depths of 64
-    # 0.72-0.76x) while B's panels were packed all at once, 0.89-0.95x with B's columns
+    # 0.72-0.76x) while B's panels were packed all at once, 0.90-1.00x with B's columns
     # packed 1024 at a time (1000^3 to 2048^3; 512^3 the same).
     rows_first = shape.rows_first and (not parallel or shape.parallel_rows_first)
     if rows_first:  # a depth block's panels of B: panel g's row p at g * kc + p

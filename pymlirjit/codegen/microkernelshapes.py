@@ -152,17 +152,18 @@ class MicrokernelShape:
 #: 0.85-0.89x, other square sizes 0.89-0.98x
 #: (benchmarks/results/2026-12-07-microkernels-linked.md).
 #: And serially, both read A in place, not packed, when B has fewer than 16 panels (f32:
-#: 256 columns, f64 128) and A's rows are contiguous (not a transposed A): on a Zen 3, f32 1000 x 1000 x 40 went from 1.31-1.41x numpy's
-#: time to 0.94-0.99x, 1000 x 1000 x 100 from 1.11-1.19x to 0.96-1.04x, 64 x 2048 x 64
-#: from 1.14x to 0.93x, batches of 32 matrices of 48^3 to 128^3 0.84-0.98x the time;
-#: Intel's narrow code for these Bs (blocks of one vector, tail blocks of 4 rows) was
-#: about as fast, but a machine's first matmul module compiled in 2.6x the naive
-#: lowering's time where reading A in place took 1.67x (1.51x before)
-#: (benchmarks/results/2026-12-07-zen3-a-in-place.md). ``avx2``'s was measured only
-#: on that Zen 3, with the same gains (1.13-1.39x numpy to 0.93-1.05x). ``zen3``'s
-#: parallel calls go rows first too, each thread's row block packing B's panels for
-#: itself: 1000^3 to 2048^3 took 0.89-0.95x the time (1.74-1.87x serial at 1024^3 and
-#: 2048^3, where panel by panel was 1.64-1.70x).
+#: 256 columns, f64 128) and A's rows are contiguous (not a transposed A): on a Zen 3,
+#: f32 1000 x 1000 x 40 went from 1.29-1.41x numpy's time to 0.97-0.99x, 1000 x 1000 x
+#: 100 from 1.11-1.19x to 0.93-0.98x, 64 x 2048 x 64 from 1.04-1.14x to 0.93-0.96x,
+#: batches of 32 matrices of 48^3 to 128^3 took 0.78-1.00x the time; Intel's narrow code
+#: for these Bs (blocks of one vector, tail blocks of 4 rows) was about as fast, but a
+#: machine's first matmul module compiled in 2.6x the naive lowering's time where
+#: reading A in place took 1.54-1.74x (1.14-1.51x before)
+#: (benchmarks/results/2026-12-07-zen3-a-in-place.md). ``avx2``'s was measured only on
+#: that Zen 3, with the same gains (f32 1.10-1.39x numpy to 0.93-1.05x, f64 0.92-1.10x
+#: to 0.83-1.04x). ``zen3``'s parallel calls go rows first too, each thread's row block
+#: packing B's panels for itself: 1000^3 to 2048^3 took 0.90-1.00x the time (1.74-1.93x
+#: serial at 1024^3 and 2048^3, where panel by panel was 1.64-1.81x).
 SHAPES = {"zen": MicrokernelShape(8, 2, 512),
           "intel": MicrokernelShape(12, 2, 256, block_rows=192, pack_a=True, clamped_rows=True,
                                     rows_first=True, parallel_rows_first=True,
