@@ -16,7 +16,8 @@ C is stored unmasked, ``t`` if a row block's last rows go through one clamped bl
 if C is walked along its rows through all of B's panels, ``R`` if parallel calls are too,
 ``h`` if a last panel of one vector goes through blocks of one vector) if A goes in
 blocks, then ``%COLUMNS`` (B packed that many columns at a time), ``^DEPTH`` (f64's
-depth), ``+TAIL`` (the last rows in clamped blocks of that many rows),
+depth), ``+TAIL`` (the last rows in clamped blocks of that many rows), ``&PANELS`` (A
+read in place, not packed, for Bs of fewer panels),
 ``~NARROW*PANELS`` (the shape of Bs of fewer panels), then ``:p`` for
 ``parallel=True``; ``host`` is the host's own shape (:func:`host_shape`), as the default
 options use it.
@@ -58,7 +59,7 @@ DTYPES = {"f32": np.float32, "f64": np.float64}
 
 
 def parse_shape(text: str) -> MicrokernelShape:
-    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[flags][%COLUMNS][^F64_DEPTH][+TAIL][~NARROW*PANELS]``
+    """``ROWSxVECTORSxDEPTH@BITS/BLOCK_ROWS[flags][%COLUMNS][^F64_DEPTH][+TAIL][&PANELS][~NARROW*PANELS]``
     (``6x2x256@256/96a``; the flags and the rest: the module's docstring) as a shape."""
     text, _, narrow = text.partition("~")
     if narrow:  # SHAPE~NARROW*PANELS
