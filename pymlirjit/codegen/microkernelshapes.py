@@ -158,7 +158,7 @@ class MicrokernelShape:
 #: batches of 32 matrices of 48^3 to 128^3 took 0.78-1.00x the time; Intel's narrow code
 #: for these Bs (blocks of one vector, tail blocks of 4 rows) was about as fast, but a
 #: machine's first matmul module compiled in 2.6x the naive lowering's time where
-#: reading A in place took 1.54-1.74x (1.14-1.51x before)
+#: reading A in place took 1.54-1.90x (1.14-1.51x before)
 #: (benchmarks/results/2026-12-07-zen3-a-in-place.md). ``avx2``'s was measured only on
 #: that Zen 3, with the same gains (f32 1.10-1.39x numpy to 0.93-1.05x, f64 0.92-1.10x
 #: to 0.83-1.04x). ``zen3``'s parallel calls go rows first too, each thread's row block
