@@ -116,14 +116,27 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
     at = f"memref<?x{rows}x{element}>"  # A's packed block (pack_a)
     packed = bool(shape.block_rows and shape.pack_a)
     clamped = packed and shape.clamped_rows
+    a_in_place = bool(shape.a_in_place_below) and rows_first and not parallel
+    if a_in_place:
+        # Only A whose rows are contiguous: a transposed A, read in place panel after
+        # panel, took 1.1-1.2x the time of packing it (Zen 3, 7 panels).
+        out += [f"  %in_place_below = arith.constant {shape.a_in_place_below} : index",
+                "  %fewer_panels = arith.cmpi ult, %nc, %in_place_below : index",
+                "  %a_base, %a_offset, %a_sizes:2, %a_strides:2 = "
+                f"memref.extract_strided_metadata %A : {ta} -> memref<{element}>, index, "
+                "index, index, index, index",
+                "  %a_rows = arith.cmpi eq, %a_strides#1, %c1 : index",
+                "  %few_panels = arith.andi %fewer_panels, %a_rows : i1"]
     if packed and not parallel:
         # Room for min(m, block_rows) rows' blocks of min(k, depth) steps, not more:
-        # small matmuls then allocate (and touch) little.
+        # small matmuls then allocate (and touch) little; none where A is read in place.
         out += [f"  %amax = arith.constant {shape.block_rows} : index",
                 "  %am = arith.minui %m, %amax : index",
-                "  %ablocks = arith.ceildivui %am, %rows : index",
-                "  %arows = arith.muli %ablocks, %rows_b : index",
-                f"  %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}"]
+                "  %ablocks = arith.ceildivui %am, %rows : index"]
+        out += (["  %apacked = arith.muli %ablocks, %rows_b : index",
+                 "  %arows = arith.select %few_panels, %c0, %apacked : index"] if a_in_place
+                else ["  %arows = arith.muli %ablocks, %rows_b : index"])
+        out.append(f"  %abuf = memref.alloc(%arows) {{alignment = 64}} : {at}")
 
     def masks(j: str, pad: str) -> None:
         # Lanes of the panel's vector v within B and C: all of them but in the last,
@@ -364,7 +377,7 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
             block("%i", rows, "%j", True, pad + "    ", a_in_place=a_in_place)
             out.extend([f"{pad}  }}", f"{pad}}}" + _NO_UNROLL])
 
-        if shape.a_in_place_below and not parallel:
+        if a_in_place:
             out.append(f"{inner}scf.if %few_panels {{")
             blocks(inner + "  ", a_in_place=True)
             out.append(f"{inner}}} else {{")
@@ -422,16 +435,6 @@ def _body(out: list[str], element: str, types: tuple[str, str, str], parallel: b
             out.append(f"    memref.dealloc %abuf : {at}")
         out += ["    scf.reduce", "  }"]
     elif rows_first:
-        if shape.a_in_place_below:
-            # Only A whose rows are contiguous: a transposed A, read in place panel
-            # after panel, took 1.1-1.2x the time of packing it (Zen 3, 7 panels).
-            out += [f"  %in_place_below = arith.constant {shape.a_in_place_below} : index",
-                    "  %fewer_panels = arith.cmpi ult, %nc, %in_place_below : index",
-                    "  %a_base, %a_offset, %a_sizes:2, %a_strides:2 = "
-                    f"memref.extract_strided_metadata %A : {ta} -> memref<{element}>, index, "
-                    "index, index, index, index",
-                    "  %a_rows = arith.cmpi eq, %a_strides#1, %c1 : index",
-                    "  %few_panels = arith.andi %fewer_panels, %a_rows : i1"]
         depth_block("  ")
         rows_first_blocks("    ")
         out += ["  }", f"  memref.dealloc %buf : {bt}", f"  memref.dealloc %abuf : {at}"]

@@ -184,6 +184,8 @@ def test_few_panels_read_a_in_place_in_serial_calls_only() -> None:
         # ... and A's rows contiguous (a transposed A is packed)
         assert "%a_rows = arith.cmpi eq, %a_strides#1, %c1 : index" in serial
         assert "%few_panels = arith.andi %fewer_panels, %a_rows : i1" in serial
+        # A's packing buffer: none where A is read in place
+        assert "%arows = arith.select %few_panels, %c0, %apacked : index" in serial
         in_place, packed = serial.split("scf.if %few_panels {")[1].split("} else {", 1)
         assert "memref.load %A[%i, %q]" in in_place and "%abuf" not in in_place, family
         assert "memref.load %A[%i5, %q]" in in_place and "%i5 = arith.minui" in in_place
